@@ -1,0 +1,144 @@
+"""Training benchmark: gpubpe's CPU path against HF tokenizers, side by side.
+
+For each vocabulary size, each tool trains in its own child process (so peak
+memory is its own) on the same corpus with the same settings; the merges are
+checked identical before any time is reported. gpubpe's word counting and merge
+loop are timed apart, and the Numba JIT cost is measured apart by a first
+child that trains on a tiny corpus (compiled kernels are cached on disk, so a
+user pays it once).
+
+    python bench/train_bench.py [--corpus english|PATH] [--sizes 8192 32000] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def corpus_path(name: str) -> Path:
+    path = Path(name)
+    if path.exists():
+        return path
+    built = HERE / "corpora" / f"{name}.txt"
+    if not built.exists():
+        subprocess.run([sys.executable, str(HERE / "corpora.py"), name], check=True)
+    return built
+
+
+def run_child(tool: str, corpus: Path, size: int, threads: int, **env_extra: str) -> dict:
+    """Run one training in a child; returns its JSON report plus peak RSS (MiB)."""
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
+               **env_extra)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--child", tool, "--corpus", str(corpus),
+         "--sizes", str(size), "--threads", str(threads)],
+        stdout=subprocess.PIPE, env=env, text=True)
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{tool} child failed with status {status}")
+    report = json.loads(output)
+    report["peak_rss_mib"] = usage.ru_maxrss / 1024
+    return report
+
+
+def child(tool: str, corpus: Path, size: int, threads: int) -> None:
+    started = time.perf_counter()
+    if tool == "gpubpe":
+        import gpubpe
+
+        tok = gpubpe.train([str(corpus)], size, progress=False, num_threads=threads)
+        merges = [[a.hex(), b.hex()] for a, b in tok.merges]
+        report = {"seconds": time.perf_counter() - started,
+                  "counting": tok.metadata["seconds_counting"],
+                  "merging": tok.metadata["seconds_merging"]}
+    elif tool == "jit":
+        import gpubpe
+
+        gpubpe.train(["a warm-up corpus, a warm-up corpus"], 260, progress=False)
+        merges, report = [], {"seconds": time.perf_counter() - started}
+    else:
+        merges, report = hf_train(corpus, size), {}
+        report["seconds"] = time.perf_counter() - started
+    report["merges"] = merges
+    print(json.dumps(report))
+
+
+def hf_train(corpus: Path, size: int) -> list[list[str]]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from gpubpe._reference import gpt2_byte_to_unicode
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=0, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train([str(corpus)], trainer)
+    byte_of = {c: b for b, c in gpt2_byte_to_unicode().items()}
+    merges = json.loads(hf.to_str())["model"]["merges"]
+    pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    return [[bytes(byte_of[c] for c in part).hex() for part in pair] for pair in pairs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default="english")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 32000])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    corpus = corpus_path(args.corpus)
+    if args.child:
+        return child(args.child, corpus, args.sizes[0], args.threads)
+    with tempfile.TemporaryDirectory() as empty_cache:
+        cold = run_child("jit", corpus, 260, args.threads, NUMBA_CACHE_DIR=empty_cache)
+    warm = run_child("jit", corpus, 260, args.threads)
+    rows = []
+    for size in args.sizes:
+        ours = run_child("gpubpe", corpus, size, args.threads)
+        theirs = run_child("hf", corpus, size, args.threads)
+        if ours["merges"] != theirs["merges"]:
+            raise SystemExit(f"vocab {size}: merges differ from HF; no timing reported")
+        rows.append({"vocab_size": size, "merges": len(ours["merges"]),
+                     "gpubpe_s": ours["seconds"], "counting_s": ours["counting"],
+                     "merging_s": ours["merging"], "hf_s": theirs["seconds"],
+                     "speedup": theirs["seconds"] / ours["seconds"],
+                     "gpubpe_rss_mib": ours["peak_rss_mib"], "hf_rss_mib": theirs["peak_rss_mib"]})
+    print_table(corpus, args.threads, (cold["seconds"], warm["seconds"]), rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def print_table(corpus: Path, threads: int, jit_seconds: tuple, rows: list[dict]) -> None:
+    import tokenizers
+
+    import gpubpe
+
+    print(f"corpus: {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB); machine: "
+          f"{platform.machine()}, {os.cpu_count()} cores; threads: {threads}; date: {date.today()}")
+    print(f"gpubpe {gpubpe.__version__}, tokenizers {tokenizers.__version__}; merges identical "
+          f"to HF at every size. Numba JIT, not included below: {jit_seconds[0]:.1f} s to "
+          f"compile once (empty cache), {jit_seconds[1]:.2f} s per process to load the cache")
+    print()
+    print("| vocab | merges | gpubpe s (count + merge) | HF s | speedup | gpubpe peak MiB | HF peak MiB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['vocab_size']} | {r['merges']} | {r['gpubpe_s']:.2f} ({r['counting_s']:.2f} + "
+              f"{r['merging_s']:.2f}) | {r['hf_s']:.2f} | {r['speedup']:.2f}x | "
+              f"{r['gpubpe_rss_mib']:.0f} | {r['hf_rss_mib']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

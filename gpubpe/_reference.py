@@ -1,0 +1,140 @@
+"""Plain-Python oracle of every gpubpe algorithm: slow, short, obviously right.
+
+Every fast path (Numba, CUDA) is tested against these functions; they follow
+DESIGN §3 word for word and recount everything at every step on purpose.
+
+Training takes pre-tokenized words with their counts (``{word_bytes: count}``)
+and returns the merge rules ``(left, right, result)`` in rank order. Token ids
+0-255 are the bytes; a rule creates the next id unless its merged bytes already
+are a token, in which case ``result`` is that existing id (as HF does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def gpt2_byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 bytes to printable characters."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars)}
+
+
+def hf_byte_rank() -> list[int]:
+    """HF's id of each byte token: its GPT-2 character's rank by code point.
+
+    HF's BpeTrainer numbers the initial alphabet in code-point order, so at
+    equal counts the pair tie-break compares bytes by this rank, and merged
+    tokens (ids >= 256, numbered in creation order) after every byte.
+    """
+    chars = gpt2_byte_to_unicode()
+    by_code_point = sorted(range(256), key=lambda b: ord(chars[b]))
+    rank = [0] * 256
+    for position, byte in enumerate(by_code_point):
+        rank[byte] = position
+    return rank
+
+
+def hf_pair_order(pair: tuple[int, int], byte_rank: list[int]) -> tuple[int, int]:
+    """The pair in HF's id space; at equal counts the smaller one is merged first."""
+    left, right = pair
+    return (
+        byte_rank[left] if left < 256 else left,
+        byte_rank[right] if right < 256 else right,
+    )
+
+
+def count_pairs(words: list[list[int]], counts: list[int]) -> Counter:
+    """Pair count = sum over words of count(word) x adjacent occurrences (overlaps too)."""
+    pair_counts: Counter = Counter()
+    for tokens, count in zip(words, counts):
+        for pair in zip(tokens, tokens[1:]):
+            pair_counts[pair] += count
+    return pair_counts
+
+
+def merge_word(tokens: list[int], pair: tuple[int, int], result: int) -> list[int]:
+    """Replace non-overlapping occurrences of ``pair``, left to right."""
+    merged: list[int] = []
+    i = 0
+    while i < len(tokens):
+        if i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == pair:
+            merged.append(result)
+            i += 2
+        else:
+            merged.append(tokens[i])
+            i += 1
+    return merged
+
+
+def train_bpe(
+    word_counts: dict[bytes, int], vocab_size: int, min_frequency: int = 0
+) -> list[tuple[int, int, int]]:
+    """Train byte-level BPE; returns the rules ``(left, right, result)`` in rank order.
+
+    Stops when the vocabulary (256 bytes included) reaches ``vocab_size``, when
+    the best pair's count is below ``min_frequency``, or when no pair is left.
+    At equal counts the smaller pair in HF's id space wins (``hf_pair_order``).
+    """
+    byte_rank = hf_byte_rank()
+    words = [list(word) for word in word_counts]
+    counts = list(word_counts.values())
+    token_bytes = [bytes([b]) for b in range(256)]
+    token_id = {piece: i for i, piece in enumerate(token_bytes)}
+    rules: list[tuple[int, int, int]] = []
+    while len(token_bytes) < vocab_size:
+        pair_counts = count_pairs(words, counts)
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], _negated(hf_pair_order(p, byte_rank))))
+        if pair_counts[best] < max(min_frequency, 1):
+            break
+        merged_bytes = token_bytes[best[0]] + token_bytes[best[1]]
+        if merged_bytes not in token_id:
+            token_id[merged_bytes] = len(token_bytes)
+            token_bytes.append(merged_bytes)
+        result = token_id[merged_bytes]
+        rules.append((best[0], best[1], result))
+        words = [merge_word(tokens, best, result) for tokens in words]
+    return rules
+
+
+def _negated(order: tuple[int, int]) -> tuple[int, int]:
+    return (-order[0], -order[1])
+
+
+def encode_word(word: bytes, rules: list[tuple[int, int, int]]) -> list[int]:
+    """Encode one pre-tokenized word: lowest-rank rule first, leftmost occurrence first."""
+    rank_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, (left, right, result) in enumerate(rules):
+        rank_of.setdefault((left, right), (rank, result))
+    tokens = list(word)
+    while True:
+        candidates = [
+            (rank_of[pair][0], i) for i, pair in enumerate(zip(tokens, tokens[1:])) if pair in rank_of
+        ]
+        if not candidates:
+            return tokens
+        rank, i = min(candidates)
+        result = rank_of[(tokens[i], tokens[i + 1])][1]
+        tokens[i : i + 2] = [result]
+
+
+def token_bytes_of(rules: list[tuple[int, int, int]]) -> list[bytes]:
+    """The bytes of every token id the rules define, bytes first."""
+    pieces = [bytes([b]) for b in range(256)]
+    for left, right, result in rules:
+        if result == len(pieces):
+            pieces.append(pieces[left] + pieces[right])
+    return pieces

@@ -1,0 +1,209 @@
+"""The ``gpubpe`` command: train, encode, decode, demo.
+
+Bad arguments and unreadable input end with exit code 2 and one clear line
+on stderr; progress bars go to stderr too, so stdout carries only results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from importlib import resources
+from pathlib import Path
+
+from .errors import GpubpeError
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpubpe",
+        description="Byte-level BPE tokenizers on array kernels: train, encode, decode.",
+        epilog="Run 'gpubpe COMMAND --help' for the options of one command.",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"gpubpe {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(commands)
+    _add_encode(commands)
+    _add_decode(commands)
+    _add_demo(commands)
+    return parser
+
+
+def _add_train(commands) -> None:
+    p = commands.add_parser(
+        "train", help="train a BPE vocabulary on text files",
+        description="Train a byte-level BPE vocabulary. .txt files: each line is a document; "
+                    ".jsonl files: the text field of each line.")
+    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="tokenizer file to write (JSON)")
+    p.add_argument("--vocab-size", type=int, required=True,
+                   help="normal tokens to reach, the 256 bytes included, special tokens excluded")
+    p.add_argument("--min-frequency", type=int, default=0,
+                   help="stop when the best pair occurs fewer times (default: 0, no threshold)")
+    p.add_argument("--pattern", default="gpt2",
+                   help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+    p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
+                   help="a special token (repeat for several); never split or merged")
+    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    p.add_argument("--threads", type=int, default=None, help="threads for word counting (default: all cores)")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where the heavy work runs (default: auto)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(run=_run_train)
+
+
+def _add_encode(commands) -> None:
+    p = commands.add_parser(
+        "encode", help="encode text to ids",
+        description="Encode each line of the input files (or --text) and print its ids, "
+                    "space-separated, one line per document.")
+    p.add_argument("files", nargs="*", type=Path, help="text files; each line is a document")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("--text", help="encode this text instead of files")
+    p.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    p.set_defaults(run=_run_encode)
+
+
+def _add_decode(commands) -> None:
+    p = commands.add_parser(
+        "decode", help="decode ids to text",
+        description="Decode ids given as arguments, or read from stdin: whitespace-separated "
+                    "ids, one document per line.")
+    p.add_argument("ids", nargs="*", help="ids to decode (default: read stdin)")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.set_defaults(run=_run_decode)
+
+
+def _add_demo(commands) -> None:
+    p = commands.add_parser(
+        "demo", help="train on the embedded demo corpus and print a short report",
+        description="Train a vocabulary on the demo corpus shipped with gpubpe (Python "
+                    "documentation, PSF licence) and report time, bytes/token, merges and a "
+                    "round-trip check.")
+    p.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(run=_run_demo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (GpubpeError, OSError) as exc:
+        print(f"gpubpe {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"gpubpe {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_train(args) -> int:
+    from .trainer import train
+
+    pattern = None if args.pattern == "none" else args.pattern
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tok = train([str(f) for f in args.files], args.vocab_size,
+                    min_frequency=args.min_frequency, pattern=pattern,
+                    special_tokens=args.special_token, backend=args.backend,
+                    progress=not args.no_progress, text_field=args.text_field,
+                    num_threads=args.threads)
+    for warning in caught:
+        print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
+    tok.save(args.output)
+    meta = tok.metadata
+    print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges) on "
+          f"{meta['corpus_bytes']:,} bytes in {time.perf_counter() - started:.2f} s "
+          f"-> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _run_encode(args) -> int:
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    if args.text is None and not args.files:
+        raise _usage("encode needs input files or --text")
+    documents = [args.text] if args.text is not None else _lines_of(args.files)
+    out = args.output.open("w") if args.output else sys.stdout
+    try:
+        for document in documents:
+            out.write(" ".join(map(str, tok.encode(document, disallowed_special=()))) + "\n")
+    finally:
+        if args.output:
+            out.close()
+    return 0
+
+
+def _lines_of(files):
+    from .pretokenize import check_readable
+
+    for path in files:
+        check_readable(path)
+    for path in files:
+        with path.open("rb") as handle:
+            for line in handle:
+                yield line.rstrip(b"\n")
+
+
+def _run_decode(args) -> int:
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    lines = [" ".join(args.ids)] if args.ids else sys.stdin
+    for number, line in enumerate(lines, 1):
+        try:
+            ids = [int(field) for field in line.split()]
+        except ValueError:
+            raise _usage(f"line {number}: ids must be whitespace-separated integers") from None
+        try:
+            sys.stdout.write(tok.decode(ids) + "\n")
+        except ValueError as exc:
+            raise _usage(f"line {number}: {exc}") from None
+    return 0
+
+
+class _UsageError(GpubpeError, ValueError):
+    pass
+
+
+def _usage(message: str) -> _UsageError:
+    return _UsageError(message)
+
+
+def demo_corpus_path() -> Path:
+    """Path of the embedded demo corpus (UTF-8 text, one document per line)."""
+    return Path(str(resources.files("gpubpe.data") / "demo.txt"))
+
+
+def _run_demo(args) -> int:
+    from .trainer import train
+
+    corpus = demo_corpus_path()
+    text = corpus.read_text(encoding="utf-8")
+    print(f"demo corpus: {corpus.name}, {len(text.encode()):,} bytes, "
+          f"{text.count(chr(10)):,} lines (Python 3.11 docs, PSF licence)")
+    started = time.perf_counter()
+    tok = train([str(corpus)], args.vocab_size, progress=not args.no_progress)
+    seconds = time.perf_counter() - started
+    meta = tok.metadata
+    print(f"trained {tok.vocab_size} tokens in {seconds:.2f} s "
+          f"(counting {meta['seconds_counting']:.2f} s, merging {meta['seconds_merging']:.2f} s; "
+          "the first run also compiles the Numba kernels and caches them on disk)")
+    ids = tok.encode(text)
+    print(f"bytes/token on the corpus: {len(text.encode()) / max(len(ids), 1):.3f} "
+          f"({len(ids):,} tokens)")
+    print("first merges:", ", ".join(f"{a!r}+{b!r}" for a, b in tok.merges[:8]))
+    longest = sorted(range(256, tok.vocab_size), key=lambda i: (-len(tok.token_bytes(i)), i))[:5]
+    print("longest tokens:", ", ".join(repr(tok.token_bytes(i).decode("utf-8", "replace"))
+                                       for i in longest))
+    ok = tok.decode(ids) == text
+    print(f"round trip decode(encode(corpus)) == corpus: {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1

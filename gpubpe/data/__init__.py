@@ -1,0 +1,1 @@
+"""Data shipped with gpubpe: the embedded demo corpus (see DEMO_LICENSE.md)."""

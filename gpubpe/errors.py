@@ -1,0 +1,32 @@
+"""Typed errors of gpubpe.
+
+Every error a user can cause derives from :class:`GpubpeError`, and each one
+subclasses the built-in it refines (``ValueError``, ``OSError``...) so code that
+catches the built-ins keeps working. Messages name the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+
+class GpubpeError(Exception):
+    """Base class of every error gpubpe raises on purpose."""
+
+
+class ConfigError(GpubpeError, ValueError):
+    """An argument has a value gpubpe cannot use (vocab size, pattern, ...)."""
+
+
+class CorpusError(GpubpeError, ValueError):
+    """The training or encoding input cannot be read as text."""
+
+
+class ModelFormatError(GpubpeError, ValueError):
+    """A tokenizer file is corrupt, truncated, of another format or inconsistent."""
+
+
+class SpecialTokenError(GpubpeError, ValueError):
+    """Special-token text appeared where it is not allowed."""
+
+
+class BackendUnavailable(GpubpeError, RuntimeError):
+    """The requested backend cannot run here; the message says why."""

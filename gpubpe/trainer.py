@@ -1,0 +1,239 @@
+"""BPE training controller: argument checks, word counting, the merge loop in batches.
+
+The heavy work is in ``gpubpe.kernels``: ``build_pair_index_cpu`` counts every
+pair once, then ``merge_loop_cpu`` runs the BPE iterations (priority queue with
+lazy invalidation, merge application, count deltas) in Numba, a batch of rules
+per call so a progress bar can move. Results do not depend on thread counts:
+word counting is a sum, and the merge loop is sequential and exact.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import _reference
+from .backend import resolve_backend
+from .errors import ConfigError, CorpusError
+from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
+from .kernels.merge import merge_batch_cpu
+from .kernels.pairs import (
+    HEAP_SIZE,
+    N_POSTINGS,
+    N_SLOTS,
+    N_TOKENS,
+    NEED,
+    POOL_USED,
+    SIZES_LENGTH,
+    STOP,
+    build_pair_index_cpu,
+)
+from .kernels.pqueue import empty_heap, heap_push
+from .model import Vocabulary
+from .pretokenize import count_words, resolve_pattern
+
+TIE_BREAKS = ("hf",)
+# Rules per call of the Numba loop: small enough for a lively progress bar,
+# large enough that the call overhead (~50 us) does not show.
+_RULES_PER_CALL = 512
+HF_BYTE_RANK = np.array(_reference.hf_byte_rank(), dtype=np.int64)
+
+
+def check_train_args(vocab_size, min_frequency, tie_break) -> None:
+    """Raise ConfigError for arguments training cannot use."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int | np.integer):
+        raise ConfigError(f"vocab_size must be an int, not {type(vocab_size).__name__}")
+    if vocab_size < 256:
+        raise ConfigError(
+            f"vocab_size={vocab_size} is below 256: the 256 byte tokens are always part of "
+            "the vocabulary; ask for at least 257 to learn any merge"
+        )
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int | np.integer):
+        raise ConfigError(f"min_frequency must be an int, not {type(min_frequency).__name__}")
+    if min_frequency < 0:
+        raise ConfigError(f"min_frequency={min_frequency} is negative; use 0 for no threshold")
+    if tie_break not in TIE_BREAKS:
+        raise ConfigError(f"tie_break={tie_break!r} is not one of {TIE_BREAKS}")
+
+
+def flatten_words(word_counts: dict[bytes, int]):
+    """The word table of DESIGN §2: tokens (uint32), word_start, word_len, word_count (int64)."""
+    words = list(word_counts)
+    word_len = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    word_start = np.zeros(len(words), dtype=np.int64)
+    if len(words) > 1:
+        np.cumsum(word_len[:-1], out=word_start[1:])
+    tokens = np.frombuffer(b"".join(words), dtype=np.uint8).astype(np.uint32)
+    word_count = np.fromiter(word_counts.values(), dtype=np.int64, count=len(words))
+    return tokens, word_start, word_len, word_count
+
+
+def train_from_counts(
+    word_counts: dict[bytes, int],
+    vocab_size: int,
+    *,
+    min_frequency: int = 0,
+    progress: bool = True,
+) -> np.ndarray:
+    """BPE rules ``(left, right, result)`` (int64, n x 3) learned from word counts."""
+    state = _CpuTrainState(word_counts, vocab_size)
+    bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
+    batches = []
+    with bar:
+        while True:
+            tokens_before = int(state.sizes[N_TOKENS])
+            rules, stop = state.run(_RULES_PER_CALL, vocab_size, max(min_frequency, 1))
+            batches.append(rules)
+            bar.update(int(state.sizes[N_TOKENS]) - tokens_before)
+            if stop:
+                break
+    return np.concatenate(batches) if batches else np.zeros((0, 3), np.int64)
+
+
+class _CpuTrainState:
+    """Every array the Numba merge loop keeps between calls."""
+
+    def __init__(self, word_counts: dict[bytes, int], vocab_size: int):
+        self.tokens, self.word_start, self.word_len, self.word_count = flatten_words(word_counts)
+        index, n_slots, n_postings = build_pair_index_cpu(
+            self.tokens, self.word_start, self.word_len, self.word_count, HF_BYTE_RANK
+        )
+        self.arrays = index
+        self.arrays["touched"] = np.zeros(1024, np.int64)
+        self.word_stamp = np.full(len(word_counts), -1, np.int64)
+        self.sizes = np.zeros(SIZES_LENGTH, np.int64)
+        self.sizes[N_SLOTS], self.sizes[N_POSTINGS] = n_slots, n_postings
+        self._init_heap(n_slots)
+        self._init_tokens(vocab_size)
+
+    def _init_heap(self, n_slots: int) -> None:
+        priority, order, item = empty_heap(2 * n_slots)
+        counts, orders = self.arrays["slot_count"], self.arrays["slot_order"]
+        size = 0
+        for slot in np.flatnonzero(counts[:n_slots] > 0):
+            size = heap_push(priority, order, item, size, counts[slot], orders[slot], slot)
+        self.sizes[HEAP_SIZE] = size
+        self.arrays.update(heap_priority=priority, heap_order=order, heap_item=item)
+
+    def _init_tokens(self, vocab_size: int) -> None:
+        capacity = max(vocab_size, 512)
+        pool = np.zeros(16 * capacity, np.uint8)
+        pool[:256] = np.arange(256)
+        token_start = np.zeros(capacity, np.int64)
+        token_start[:256] = np.arange(256)
+        token_len = np.zeros(capacity, np.int64)
+        token_len[:256] = 1
+        token_hash = np.zeros(capacity, np.uint64)
+        vocab_keys, vocab_values = empty_table(4 * capacity)
+        for byte in range(256):
+            token_hash[byte] = hash_bytes(pool, byte, 1)
+            table_put(vocab_keys, vocab_values, token_hash[byte], byte)
+        self.sizes[N_TOKENS], self.sizes[POOL_USED] = 256, 256
+        self.arrays.update(pool=pool, token_start=token_start, token_len=token_len,
+                           token_hash=token_hash, vocab_keys=vocab_keys,
+                           vocab_values=vocab_values)
+
+    _STATE = ("table_keys", "table_values", "slot_key", "slot_count", "slot_order", "slot_head",
+              "slot_touch", "post_word", "post_next", "touched", "heap_priority", "heap_order",
+              "heap_item", "pool", "token_start", "token_len", "token_hash", "vocab_keys",
+              "vocab_values")
+
+    def run(self, max_rules: int, vocab_size: int, min_count: int):
+        """Up to max_rules iterations; returns (rules, stopped)."""
+        rules = np.zeros((max_rules, 3), np.int64)
+        done = 0
+        while done < max_rules:
+            done += merge_batch_cpu(
+                rules[done:], vocab_size, min_count, self.sizes, HF_BYTE_RANK,
+                self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
+                *(self.arrays[name] for name in self._STATE),
+            )
+            if self.sizes[NEED] == 0:
+                break
+            self._grow(int(self.sizes[NEED]))
+        return rules[:done], bool(self.sizes[STOP])
+
+    def _grow(self, need: int) -> None:
+        """Make room for one merge that may add ``need`` slots, postings and pushes."""
+        a, sizes = self.arrays, self.sizes
+        while 2 * (sizes[N_SLOTS] + need) > a["table_keys"].size:
+            a["table_keys"], a["table_values"] = table_grown(a["table_keys"], a["table_values"])
+        while 2 * (sizes[N_TOKENS] + 1) > a["vocab_keys"].size:
+            a["vocab_keys"], a["vocab_values"] = table_grown(a["vocab_keys"], a["vocab_values"])
+        groups = (
+            (("slot_key", "slot_count", "slot_order", "slot_head", "slot_touch"), sizes[N_SLOTS] + need),
+            (("post_word", "post_next"), sizes[N_POSTINGS] + need),
+            (("touched",), need),
+            (("heap_priority", "heap_order", "heap_item"), sizes[HEAP_SIZE] + need + 1),
+            (("token_start", "token_len", "token_hash"), sizes[N_TOKENS] + 1),
+            (("pool",), sizes[POOL_USED] + need),
+        )
+        for names, wanted in groups:
+            for name in names:
+                if a[name].size < wanted:
+                    a[name] = _grown(a[name], int(wanted))
+
+
+def _grown(array: np.ndarray, wanted: int) -> np.ndarray:
+    bigger = np.zeros(max(2 * array.size, wanted), dtype=array.dtype)
+    bigger[: array.size] = array
+    return bigger
+
+
+def train(
+    corpus,
+    vocab_size: int,
+    *,
+    min_frequency: int = 0,
+    pattern: str | None = "gpt2",
+    special_tokens: Iterable[str] = (),
+    tie_break: str = "hf",
+    backend: str = "auto",
+    progress: bool = True,
+    text_field: str = "text",
+    num_threads: int | None = None,
+):
+    """Train a byte-level BPE tokenizer and return it as a :class:`~gpubpe.Tokenizer`.
+
+    ``corpus`` is a path, a list of paths (``.txt``: each line a document;
+    ``.jsonl``: the ``text_field`` of each line), or any iterable of ``str`` /
+    ``bytes`` documents. ``vocab_size`` counts the 256 byte tokens and excludes
+    special tokens. Ties between equally frequent pairs are broken as HF
+    ``tokenizers`` does (``tie_break="hf"``), so the merges equal HF's.
+    """
+    from .tokenizer import Tokenizer
+
+    check_train_args(vocab_size, min_frequency, tie_break)
+    special_tokens = list(dict.fromkeys(special_tokens))
+    resolve_pattern(pattern)
+    chosen = resolve_backend(backend)
+    started = time.perf_counter()
+    with tqdm(desc="counting words", unit="B", unit_scale=True, disable=not progress,
+              leave=False) as bar:
+        word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads, bar)
+    counted = time.perf_counter()
+    corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
+    if corpus_bytes == 0:
+        raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
+    rules = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
+                              progress=progress)
+    vocab = Vocabulary.from_rules(rules, special_tokens, pattern)
+    if vocab.vocab_size < vocab_size:
+        warnings.warn(
+            f"training stopped at {vocab.vocab_size} tokens, below vocab_size={vocab_size}: "
+            "no pair left" + (" at min_frequency" if min_frequency > 1 else "")
+            + "; use a larger corpus or a smaller vocab_size", stacklevel=2)
+    vocab.metadata.update(
+        corpus_bytes=int(corpus_bytes),
+        unique_words=len(word_counts),
+        seconds_counting=round(counted - started, 3),
+        seconds_merging=round(time.perf_counter() - counted, 3),
+        backend=chosen.name,
+        min_frequency=int(min_frequency),
+        tie_break=tie_break,
+    )
+    return Tokenizer(vocab)

@@ -1,0 +1,99 @@
+"""Open-addressing hash table over uint64 keys, and the byte-string hash.
+
+The table is two arrays of a power-of-two size: ``keys`` (``EMPTY_KEY`` marks
+a free cell) and ``values`` (int64). Linear probing; callers keep the load
+below one half and call ``table_grown`` when it would pass that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._jit import hot
+
+EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
+# Odd multiplier of the polynomial byte-string hash (mod 2**64).
+STRING_HASH_BASE = np.uint64(0x100000001B3)
+
+
+@hot
+def mix64(key):
+    """splitmix64's finaliser: spreads the bits of a pair key over the table."""
+    key = (key ^ (key >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    key = (key ^ (key >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return key ^ (key >> np.uint64(31))
+
+
+def empty_table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """A table with room for ``capacity // 2`` keys (capacity rounded up to a power of two)."""
+    size = 1 << max(4, int(capacity - 1).bit_length())
+    return np.full(size, EMPTY_KEY, dtype=np.uint64), np.zeros(size, dtype=np.int64)
+
+
+@hot
+def table_find(keys, values, key):
+    """The value stored under ``key``, or -1."""
+    mask = np.uint64(keys.size - 1)
+    cell = mix64(key) & mask
+    while True:
+        stored = keys[cell]
+        if stored == key:
+            return values[cell]
+        if stored == EMPTY_KEY:
+            return -1
+        cell = (cell + np.uint64(1)) & mask
+
+
+@hot
+def table_put(keys, values, key, value):
+    """Store ``value`` under ``key`` (the key must not be present yet)."""
+    mask = np.uint64(keys.size - 1)
+    cell = mix64(key) & mask
+    while keys[cell] != EMPTY_KEY:
+        cell = (cell + np.uint64(1)) & mask
+    keys[cell] = key
+    values[cell] = value
+
+
+@njit(cache=True)
+def table_grown(keys, values):
+    """A table twice the size holding the same entries."""
+    new_keys = np.full(keys.size * 2, EMPTY_KEY, dtype=np.uint64)
+    new_values = np.zeros(keys.size * 2, dtype=np.int64)
+    for cell in range(keys.size):
+        if keys[cell] != EMPTY_KEY:
+            table_put(new_keys, new_values, keys[cell], values[cell])
+    return new_keys, new_values
+
+
+@hot
+def hash_bytes(data, start, length):
+    """Polynomial hash of ``data[start:start+length]`` (mod 2**64)."""
+    value = np.uint64(0)
+    for i in range(start, start + length):
+        value = value * STRING_HASH_BASE + np.uint64(data[i]) + np.uint64(1)
+    return value
+
+
+@hot
+def hash_concat(left_hash, right_hash, right_length):
+    """Hash of the concatenation, from the parts' hashes: no bytes re-read."""
+    power = np.uint64(1)
+    base = STRING_HASH_BASE
+    n = right_length
+    while n > 0:
+        if n & 1:
+            power *= base
+        base *= base
+        n >>= 1
+    return left_hash * power + right_hash
+
+
+@njit(cache=True)
+def grown_like(array, min_size):
+    """A copy of ``array`` with at least ``min_size`` elements (doubling)."""
+    size = max(array.size * 2, min_size, 16)
+    bigger = np.empty(size, dtype=array.dtype)
+    bigger[: array.size] = array
+    return bigger

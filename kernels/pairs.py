@@ -1,0 +1,122 @@
+"""Pair histogram over the flattened word table, and the pair index for training.
+
+Words are one ``uint32`` token array: word ``w`` occupies
+``tokens[word_start[w] : word_start[w] + word_len[w]]`` and occurs
+``word_count[w]`` times. A pair key is ``(left << 32) | right`` (uint64).
+
+The pair index the CPU trainer keeps (built by ``build_pair_index_cpu``):
+
+- a hash table ``pair key -> slot``;
+- per slot: its key, its count (int64), its tie order (the pair in HF's id
+  space) and the head of a singly linked list of postings;
+- postings: ``post_word[node]``, ``post_next[node]``: the words that held the
+  pair when it was last seen forming. A posting may be stale (the word lost the
+  pair since); merging rescans the word, so stale postings cost time, never
+  correctness.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ._jit import hot
+from .hashing import empty_table, table_find, table_put
+
+# Indices into the int64 ``sizes`` array that travels with the index.
+N_SLOTS, N_POSTINGS, HEAP_SIZE, N_TOKENS, POOL_USED, ITERATION, N_TOUCHED, STOP, NEED = range(9)
+SIZES_LENGTH = 9
+
+
+@hot
+def pair_key(left, right):
+    return (np.uint64(left) << np.uint64(32)) | np.uint64(right)
+
+
+@hot
+def pair_order(left, right, byte_rank):
+    """The pair in HF's id space: bytes by their GPT-2 character's rank, merged ids after."""
+    left_hf = byte_rank[left] if left < 256 else left
+    right_hf = byte_rank[right] if right < 256 else right
+    return (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
+
+
+@njit(parallel=True, cache=True)
+def pair_keys_cpu(tokens, word_start, word_len, word_count):
+    """Every adjacent pair of every word, as (keys, weights): one entry per occurrence."""
+    n_words = word_start.size
+    pairs_before = np.zeros(n_words + 1, dtype=np.int64)
+    for w in range(n_words):
+        pairs_before[w + 1] = pairs_before[w] + max(word_len[w] - 1, 0)
+    keys = np.empty(pairs_before[n_words], dtype=np.uint64)
+    weights = np.empty(pairs_before[n_words], dtype=np.int64)
+    for w in prange(n_words):
+        start = word_start[w]
+        out = pairs_before[w]
+        for i in range(word_len[w] - 1):
+            keys[out + i] = pair_key(tokens[start + i], tokens[start + i + 1])
+            weights[out + i] = word_count[w]
+    return keys, weights
+
+
+def count_pairs_cpu(tokens, word_start, word_len, word_count):
+    """Bulk pair histogram: (unique pair keys ascending, int64 counts)."""
+    keys, weights = pair_keys_cpu(tokens, word_start, word_len, word_count)
+    order = np.argsort(keys, kind="stable")
+    keys, weights = keys[order], weights[order]
+    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else np.zeros(0, np.int64)
+    return keys[first], np.add.reduceat(weights, first) if keys.size else np.zeros(0, np.int64)
+
+
+@njit(cache=True)
+def _index_words(tokens, word_start, word_len, word_count, byte_rank, table_keys, table_values,
+                 slot_key, slot_count, slot_order, slot_head, post_word, post_next):
+    """Count every pair into slots and post each word once per pair it holds."""
+    n_slots = 0
+    n_postings = 0
+    for w in range(word_start.size):
+        start = word_start[w]
+        for i in range(word_len[w] - 1):
+            left, right = tokens[start + i], tokens[start + i + 1]
+            key = pair_key(left, right)
+            slot = table_find(table_keys, table_values, key)
+            if slot < 0:
+                slot = n_slots
+                n_slots += 1
+                table_put(table_keys, table_values, key, slot)
+                slot_key[slot] = key
+                slot_count[slot] = 0
+                slot_order[slot] = pair_order(left, right, byte_rank)
+                slot_head[slot] = -1
+            slot_count[slot] += word_count[w]
+            head = slot_head[slot]
+            if head < 0 or post_word[head] != w:
+                post_word[n_postings] = w
+                post_next[n_postings] = head
+                slot_head[slot] = n_postings
+                n_postings += 1
+    return n_slots, n_postings
+
+
+def build_pair_index_cpu(tokens, word_start, word_len, word_count, byte_rank):
+    """The pair index of a word table (see the module docstring), as a dict of arrays."""
+    n_pairs = int(np.maximum(word_len - 1, 0).sum())
+    capacity = max(2 * n_pairs, 1024)
+    table_keys, table_values = empty_table(2 * capacity)
+    index = {
+        "table_keys": table_keys,
+        "table_values": table_values,
+        "slot_key": np.zeros(capacity, np.uint64),
+        "slot_count": np.zeros(capacity, np.int64),
+        "slot_order": np.zeros(capacity, np.uint64),
+        "slot_head": np.full(capacity, -1, np.int64),
+        "slot_touch": np.full(capacity, -1, np.int64),
+        "post_word": np.zeros(capacity, np.int64),
+        "post_next": np.zeros(capacity, np.int64),
+    }
+    n_slots, n_postings = _index_words(
+        tokens, word_start, word_len, word_count, byte_rank, table_keys, table_values,
+        index["slot_key"], index["slot_count"], index["slot_order"], index["slot_head"],
+        index["post_word"], index["post_next"],
+    )
+    return index, n_slots, n_postings

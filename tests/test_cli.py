@@ -1,0 +1,74 @@
+"""The `gpubpe` command: train, encode, decode, demo, and its exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import gpubpe
+from gpubpe.cli import main
+
+
+def run_cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "gpubpe", *args], input=stdin,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("low lower lowest\nnewer wider\nlow low low\n" * 50)
+    return path
+
+
+def test_train_encode_decode_round_trip(tmp_path, corpus, capsys):
+    out = tmp_path / "tok.json"
+    assert main(["train", str(corpus), "-o", str(out), "--vocab-size", "270", "--no-progress"]) == 0
+    tok = gpubpe.load(out)
+    assert tok.vocab_size == 270
+    assert main(["encode", "-t", str(out), "--text", "lowest newer"]) == 0
+    ids = capsys.readouterr().out.split()
+    assert [int(i) for i in ids] == tok.encode("lowest newer")
+    assert main(["decode", "-t", str(out), *ids]) == 0
+    assert capsys.readouterr().out == "lowest newer\n"
+
+
+def test_encode_files_one_line_per_document(tmp_path, corpus, capsys):
+    out = tmp_path / "tok.json"
+    gpubpe.train([corpus], 270, progress=False).save(out)
+    assert main(["encode", "-t", str(out), str(corpus)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 150
+    assert gpubpe.load(out).decode([int(i) for i in lines[0].split()]) == "low lower lowest"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "missing.txt", "-o", "x.json", "--vocab-size", "300", "--no-progress"], "no such file"),
+    (["train", "{corpus}", "-o", "x.json", "--vocab-size", "100", "--no-progress"], "below 256"),
+    (["decode", "-t", "missing.json", "1"], "no such tokenizer file"),
+    (["encode", "-t", "{tok}"], "needs input files"),
+    (["decode", "-t", "{tok}", "1", "x"], "integers"),
+    (["decode", "-t", "{tok}", "123456"], "out of range"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, corpus, capsys, args, message):
+    tok = tmp_path / "tok.json"
+    gpubpe.train([corpus], 260, progress=False).save(tok)
+    args = [a.format(corpus=corpus, tok=tok) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_console_entry_point_help_and_usage_errors():
+    result = run_cli("--help")
+    assert result.returncode == 0 and "train" in result.stdout and "demo" in result.stdout
+    assert run_cli("train").returncode == 2
+
+
+def test_demo_runs_and_round_trips():
+    result = run_cli("demo", "--vocab-size", "1024", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "trained 1024 tokens" in result.stdout
+    assert "round trip decode(encode(corpus)) == corpus: ok" in result.stdout

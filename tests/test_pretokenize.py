@@ -1,0 +1,84 @@
+"""Pre-tokenization: the Numba GPT-2 scanner equals `regex`, readers and segments."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import regex
+from gpubpe.kernels.pretok import count_gpt2_words, gpt2_split
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpubpe import pretokenize
+from gpubpe.pretokenize import GPT2_PATTERN, count_words, word_bytes
+
+# Characters that exercise every branch: contractions, the optional space, letters,
+# numbers, other, Unicode whitespace (NBSP, U+3000, NEL, U+2028), emoji, CJK, marks.
+TRICKY = list("aZé 'stmdlrev1٣!./-_\t\n\r\x0b\x0c\x85\xa0\u3000\u2028中😀\u0301") + [
+    "'s", "'ll", "'re", "'ve", "  ", "\n\n", " \n"]
+text_pieces = st.lists(st.one_of(st.sampled_from(TRICKY), st.characters(exclude_categories=["Cs"])),
+                       max_size=40).map("".join)
+invalid_bytes = st.sampled_from([b"\xff", b"\xe4\xb8", b"\xed\xa0\x80", b"\xc0\x80",
+                                 b"\xf4\x90\x80\x80", b"\x80", b"\xf0\x9f\x98"])
+byte_docs = st.lists(st.one_of(text_pieces.map(str.encode), invalid_bytes), max_size=6).map(b"".join)
+
+
+def regex_words(document: bytes) -> list[bytes]:
+    text = document.decode("utf-8", "surrogateescape")
+    return [word_bytes(w) for w in regex.findall(GPT2_PATTERN, text)]
+
+
+def scanner_words(document: bytes) -> list[bytes]:
+    data = np.frombuffer(document, dtype=np.uint8)
+    ends = gpt2_split(data, np.array([0], np.int64), np.array([len(document)], np.int64),
+                      pretokenize.code_point_classes())
+    starts = [0, *ends.tolist()[:-1]]
+    return [document[a:b] for a, b in zip(starts, ends.tolist())]
+
+
+@given(byte_docs)
+def test_numba_gpt2_scanner_equals_regex(document):
+    assert scanner_words(document) == regex_words(document)
+
+
+@given(st.lists(byte_docs, max_size=5))
+def test_word_counts_equal_regex_per_document(docs):
+    expected = Counter()
+    for doc in docs:
+        expected.update(regex_words(doc))
+    assert count_words(docs) == dict(expected)
+
+
+def test_gpt2_counting_runs_the_numba_kernel():
+    assert count_words(["hello world"]) == {b"hello": 1, b" world": 1}
+    assert count_gpt2_words.signatures, "the Numba counting kernel did not run"
+
+
+@given(st.lists(st.sampled_from(["a", " ", "\n", "\t", "b.", "/", "x'", "é", "1"]), max_size=40)
+       .map("".join), st.sampled_from(["gpt2", "cl100k", "o200k"]))
+def test_file_lines_are_documents_for_every_named_pattern(tmp_path_factory, text, pattern):
+    # Joining lines into one regex call must give the same words as one call per line.
+    path = tmp_path_factory.mktemp("c") / "c.txt"
+    path.write_bytes(text.encode())
+    expected = Counter()
+    compiled = pretokenize.resolve_pattern(pattern)
+    for line in text.encode().splitlines(keepends=True):
+        expected.update(word_bytes(w) for w in regex.findall(compiled, line.decode()))
+    assert count_words([path], pattern) == dict(expected)
+
+
+def test_special_tokens_cut_words_and_are_not_counted():
+    counts = count_words(["ab<|eot|>cd ab<|eot|>"], special_tokens=["<|eot|>"])
+    assert counts == {b"ab": 1, b"cd": 1, b" ab": 1}
+
+
+def test_custom_pattern_and_no_pattern():
+    assert count_words(["a1b2"], pattern=r"\d|[a-z]") == {b"a": 1, b"1": 1, b"b": 1, b"2": 1}
+    assert count_words(["two words", "two words"], pattern=None) == {b"two words": 2}
+
+
+def test_class_table_matches_regex_on_samples():
+    classes = pretokenize.code_point_classes()
+    for char, cls in [("a", 1), ("中", 1), ("٣", 2), ("Ⅷ", 2), (" ", 3), ("\u3000", 3), ("!", 0)]:
+        assert classes[ord(char)] == cls, char

@@ -1,0 +1,118 @@
+"""Tokenizer: encode equals the reference, round trips, files, introspection, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpubpe
+from gpubpe import _reference
+from gpubpe.errors import ModelFormatError, SpecialTokenError
+
+
+@pytest.fixture(scope="module")
+def tok():
+    docs = ["the quick brown fox jumps over the lazy dog", "aaaa aaa aa", "中文 中文字符 😀😀",
+            "hello world, hello there", "ab" * 50] * 4
+    return gpubpe.train(docs, 320, special_tokens=["<|endoftext|>"], progress=False)
+
+
+def reference_ids(tok, text: str) -> list[int]:
+    rules = [tuple(r) for r in tok.vocabulary.rules.tolist()]
+    ids = []
+    for word in _words_in_order(text):
+        ids.extend(_reference.encode_word(word, rules))
+    return ids
+
+
+def _words_in_order(text):
+    import regex
+
+    from gpubpe.pretokenize import GPT2_PATTERN, word_bytes
+    return [word_bytes(w) for w in regex.findall(GPT2_PATTERN, text)]
+
+
+@given(st.text(max_size=60))
+def test_encode_equals_reference_and_round_trips(tok, text):
+    text = text.replace("\ud800", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return
+    ids = tok.encode(text, disallowed_special=())
+    assert ids == reference_ids(tok, text)
+    assert tok.decode(ids) == text
+
+
+@given(st.binary(max_size=80))
+def test_bytes_round_trip(tok, data):
+    assert tok.decode_bytes(tok.encode(data, disallowed_special=())) == data
+
+
+def test_golden_encoding(tok):
+    # "aaaa" as a word: rules for (a,a) and (aa,aa) exist, so it is one token.
+    assert len(tok.encode("aaaa")) == 1
+    assert tok.encode("") == []
+
+
+def test_special_tokens(tok):
+    eot = tok.special_tokens["<|endoftext|>"]
+    assert eot == tok.vocab_size
+    assert tok.encode("hi<|endoftext|>", allowed_special="all")[-1] == eot
+    with pytest.raises(SpecialTokenError, match="endoftext"):
+        tok.encode("hi<|endoftext|>")
+    ordinary = tok.encode("<|endoftext|>", disallowed_special=())
+    assert eot not in ordinary and tok.decode(ordinary) == "<|endoftext|>"
+    assert tok.decode([eot]) == "<|endoftext|>"
+
+
+def test_introspection(tok):
+    assert tok.vocab_size == 320
+    assert tok.n_vocab == 321
+    assert tok.token_bytes(97) == b"a"
+    assert all(tok.token_bytes(256 + i) == a + b for i, (a, b) in enumerate(tok.merges[:5]))
+
+
+def test_decode_rejects_foreign_ids(tok):
+    with pytest.raises(ValueError, match="id 99999 at position 1"):
+        tok.decode([1, 99999])
+
+
+def test_save_load_gives_identical_encodings(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    loaded = gpubpe.load(path)
+    text = "the lazy 中文 hello<|endoftext|> aaaa"
+    assert loaded.encode(text, allowed_special="all") == tok.encode(text, allowed_special="all")
+    assert loaded.merges == tok.merges
+    assert json.loads(path.read_text())["format"] == "gpubpe/1"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp file left"
+
+
+def test_corrupt_files_give_clear_errors(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    text = path.read_text()
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(text[: len(text) // 2])
+    with pytest.raises(ModelFormatError, match="corrupt or truncated"):
+        gpubpe.load(truncated)
+    foreign = tmp_path / "hf.json"
+    foreign.write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}}))
+    with pytest.raises(ModelFormatError, match="HF tokenizer.json"):
+        gpubpe.load(foreign)
+    data = json.loads(text)
+    data["merges"][3][2] = 5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ModelFormatError, match="rule 3"):
+        gpubpe.load(bad)
+    with pytest.raises(ModelFormatError, match="no such"):
+        gpubpe.load(tmp_path / "missing.json")
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ModelFormatError, match="not UTF-8"):
+        gpubpe.load(binary)
