@@ -33,10 +33,16 @@ class Vocabulary:
     """Rules in rank order, token bytes by id, special tokens, split pattern, metadata."""
 
     rules: np.ndarray  # (n, 3) int64: left, right, result
-    token_bytes: list[bytes]
+    token_bytes: list[bytes]  # by internal id
     special_tokens: list[str] = field(default_factory=list)
     pattern: str | None = "gpt2"
     metadata: dict = field(default_factory=dict)
+    # Scaffold-BPE vocabularies (DESIGN §2) encode with every rule, then map each
+    # internal id to its output ids: demolish_ids[demolish_offsets[t]:demolish_offsets[t+1]].
+    # Plain BPE leaves both None: output ids are the internal ids.
+    demolish_ids: np.ndarray | None = None  # uint32
+    demolish_offsets: np.ndarray | None = None  # int64, one more than internal ids
+    output_bytes: list[bytes] | None = None  # bytes of each output id, when they differ
 
     @classmethod
     def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None) -> Vocabulary:
@@ -46,9 +52,14 @@ class Vocabulary:
                    dict(metadata or {}))
 
     @property
+    def output_token_bytes(self) -> list[bytes]:
+        """Bytes of each output id (normal tokens only), what decoding reads."""
+        return self.token_bytes if self.output_bytes is None else self.output_bytes
+
+    @property
     def vocab_size(self) -> int:
-        """Number of normal tokens (the 256 bytes included, special tokens excluded)."""
-        return len(self.token_bytes)
+        """Number of normal output tokens (the 256 bytes included, special tokens excluded)."""
+        return len(self.output_token_bytes)
 
     def special_ids(self) -> dict[str, int]:
         return {s: self.vocab_size + i for i, s in enumerate(self.special_tokens)}

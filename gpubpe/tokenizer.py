@@ -67,7 +67,7 @@ class Tokenizer:
         """The bytes of one id (special tokens: their UTF-8 text)."""
         self._check_ids([token_id])
         if token_id < self.vocab_size:
-            return self._vocab.token_bytes[token_id]
+            return self._vocab.output_token_bytes[token_id]
         return self._vocab.special_tokens[token_id - self.vocab_size].encode("utf-8")
 
     def __repr__(self) -> str:
@@ -179,7 +179,7 @@ class Tokenizer:
         """The bytes the ids stand for (special tokens as their UTF-8 text)."""
         ids = list(ids)
         self._check_ids(ids)
-        pieces = self._vocab.token_bytes
+        pieces = self._vocab.output_token_bytes
         specials = self._vocab.special_tokens
         size = self.vocab_size
         return b"".join(
