@@ -138,3 +138,120 @@ def token_bytes_of(rules: list[tuple[int, int, int]]) -> list[bytes]:
         if result == len(pieces):
             pieces.append(pieces[left] + pieces[right])
     return pieces
+
+
+# ---------------------------------------------------------------- Scaffold-BPE
+
+
+def token_frequencies(words: list[list[int]], counts: list[int]) -> Counter:
+    """f(t): occurrences of each token in the word table, weighted by word counts."""
+    freq: Counter = Counter()
+    for tokens, count in zip(words, counts):
+        for token in tokens:
+            freq[token] += count
+    return freq
+
+
+def train_scaffold_bpe(
+    word_counts: dict[bytes, int], vocab_size: int, events: list | None = None
+) -> tuple[list[tuple[int, int, int]], list[bool]]:
+    """Scaffold-BPE (Lian et al., Algorithm 1) as DESIGN §3 states it.
+
+    Returns the rules in rank order and the scaffold flag of every internal id.
+    Every iteration recounts pair counts and token frequencies f(t), then
+    takes the head of the candidates:
+
+    - candidates are pairs (priority: count) and scaffold tokens (priority:
+      f(t)), priorities above 0 only; at equal priority a token comes before a
+      pair, the smaller token id first, pairs by HF's order;
+    - a scaffold token at the head becomes normal again, nothing else changes;
+    - a pair whose merged bytes are a scaffold token re-admits that token and
+      is not applied; its count is unchanged, so it stays a candidate (it is
+      then usually the next head, applied with the re-admitted id as result);
+    - otherwise the pair is applied as in BPE; then for p in (a, b), if p is a
+      normal, non-byte token and f(p) < the head priority read after this
+      merge (before marking either child), p becomes scaffold.
+
+    |V| counts normal tokens (bytes included); training runs until |V| =
+    vocab_size or no candidate is left. ``events``, when given, receives
+    ("scaffold" | "readmit" | "readmit-by-pair", token) in order.
+    """
+    events = [] if events is None else events
+    byte_rank = hf_byte_rank()
+    words = [list(word) for word in word_counts]
+    counts = list(word_counts.values())
+    token_bytes = [bytes([b]) for b in range(256)]
+    token_id = {piece: i for i, piece in enumerate(token_bytes)}
+    scaffold = [False] * 256
+    rules: list[tuple[int, int, int]] = []
+    while scaffold.count(False) < vocab_size:
+        head = _scaffold_head(words, counts, scaffold, byte_rank)
+        if head is None:
+            break
+        kind, item, _ = head
+        if kind == "token":
+            scaffold[item] = False
+            events.append(("readmit", item))
+            continue
+        merged_bytes = token_bytes[item[0]] + token_bytes[item[1]]
+        existing = token_id.get(merged_bytes)
+        if existing is not None and scaffold[existing]:
+            scaffold[existing] = False
+            events.append(("readmit-by-pair", existing))
+            continue
+        if existing is None:
+            existing = token_id[merged_bytes] = len(token_bytes)
+            token_bytes.append(merged_bytes)
+            scaffold.append(False)
+        rules.append((item[0], item[1], existing))
+        words = [merge_word(tokens, item, existing) for tokens in words]
+        threshold = _scaffold_head(words, counts, scaffold, byte_rank)
+        threshold_priority = threshold[2] if threshold else 0
+        freq = token_frequencies(words, counts)
+        for child in dict.fromkeys(item):
+            if child >= 256 and not scaffold[child] and freq[child] < threshold_priority:
+                scaffold[child] = True
+                events.append(("scaffold", child))
+    return rules, scaffold
+
+
+def _scaffold_head(words, counts, scaffold, byte_rank):
+    """(kind, item, priority) of the best candidate, or None when there is none."""
+    pair_counts = count_pairs(words, counts)
+    freq = token_frequencies(words, counts)
+    candidates = [
+        (freq[t], 1, (t, 0), "token", t) for t in range(len(scaffold)) if scaffold[t] and freq[t] > 0
+    ] + [
+        (c, 0, _negated(hf_pair_order(p, byte_rank)), "pair", p)
+        for p, c in pair_counts.items() if c > 0
+    ]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda c: (c[0], c[1], c[2] if c[3] == "pair" else (-c[2][0], 0)))
+    return best[3], best[4], best[0]
+
+
+def demolish_table(
+    rules: list[tuple[int, int, int]], scaffold: list[bool]
+) -> dict[int, list[int]]:
+    """Each scaffold token's shortest sequence of normal tokens, through the rules that make it.
+
+    A normal token stands for itself; a scaffold token t is the shortest
+    concatenation of its children's sequences over the rules whose result is
+    t (the lowest rank wins a tie). Children's bytes are shorter, so the
+    recursion ends.
+    """
+    makers: dict[int, list[tuple[int, int]]] = {}
+    for left, right, result in rules:
+        makers.setdefault(result, []).append((left, right))
+    memo: dict[int, list[int]] = {}
+
+    def pieces(token: int) -> list[int]:
+        if not scaffold[token]:
+            return [token]
+        if token not in memo:
+            options = [pieces(left) + pieces(right) for left, right in makers[token]]
+            memo[token] = min(options, key=len)
+        return memo[token]
+
+    return {t: pieces(t) for t in range(len(scaffold)) if scaffold[t]}

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_encode(commands)
     _add_decode(commands)
     _add_demo(commands)
+    _add_stats(commands)
+    _add_compare(commands)
     return parser
 
 
@@ -48,14 +50,22 @@ def _add_train(commands) -> None:
                    help="stop when the best pair occurs fewer times (default: 0, no threshold)")
     p.add_argument("--pattern", default="gpt2",
                    help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+    p.add_argument("--scaffold", action="store_true",
+                   help="train Scaffold-BPE (Lian et al.): rare intermediate tokens become "
+                        "scaffold tokens, demolished when encoding; --vocab-size counts the rest")
+    _add_training_options(p)
+    p.set_defaults(run=_run_train)
+
+
+def _add_training_options(p) -> None:
     p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
                    help="a special token (repeat for several); never split or merged")
     p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
-    p.add_argument("--threads", type=int, default=None, help="threads for word counting (default: all cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for word counting (default: all cores)")
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
                    help="where the heavy work runs (default: auto)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.set_defaults(run=_run_train)
 
 
 def _add_encode(commands) -> None:
@@ -114,7 +124,7 @@ def _run_train(args) -> int:
                     min_frequency=args.min_frequency, pattern=pattern,
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, text_field=args.text_field,
-                    num_threads=args.threads)
+                    num_threads=args.threads, scaffold=args.scaffold)
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)
@@ -207,3 +217,55 @@ def _run_demo(args) -> int:
     ok = tok.decode(ids) == text
     print(f"round trip decode(encode(corpus)) == corpus: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
+
+
+def _add_stats(commands) -> None:
+    p = commands.add_parser(
+        "stats", help="measure a tokenizer on a corpus",
+        description="Encode a corpus and print bytes/token, Shannon entropy, redundancy "
+                    "(Lian et al. eq. 4-5) and Rényi efficiency (Zouhar et al.).")
+    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    p.set_defaults(run=_run_stats)
+
+
+def _run_stats(args) -> int:
+    from .compare import tokenization_stats
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    stats = tokenization_stats(tok, [str(f) for f in args.files], args.alpha, args.text_field)
+    for key, value in stats.items():
+        print(f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value:,}")
+    return 0
+
+
+def _add_compare(commands) -> None:
+    p = commands.add_parser(
+        "compare", help="train plain BPE and Scaffold-BPE side by side",
+        description="Train both at one vocabulary size on one corpus and print the paper's "
+                    "Tables 7-8 (entropy, redundancy, bytes/token, scaffold share) and its "
+                    "Figure 5 report (tokens dropped and the frequency of their replacements).")
+    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    p.add_argument("--vocab-size", type=int, required=True, help="normal tokens of both vocabularies")
+    p.add_argument("--plot", type=Path, help="draw the sorted token-frequency curves to this PNG")
+    p.add_argument("--save", type=Path, help="save both tokenizers as PREFIX.bpe.json and "
+                                             "PREFIX.scaffold.json")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(run=_run_compare)
+
+
+def _run_compare(args) -> int:
+    from .compare import compare, comparison_table, plot_frequencies
+
+    result = compare([str(f) for f in args.files], args.vocab_size, progress=not args.no_progress)
+    print(comparison_table(result))
+    if args.plot:
+        plot_frequencies(result, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    if args.save:
+        result.plain.save(f"{args.save}.bpe.json")
+        result.scaffold.save(f"{args.save}.scaffold.json")
+    return 0

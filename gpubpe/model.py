@@ -44,12 +44,44 @@ class Vocabulary:
     demolish_offsets: np.ndarray | None = None  # int64, one more than internal ids
     output_bytes: list[bytes] | None = None  # bytes of each output id, when they differ
 
+    scaffold: np.ndarray | None = None  # bool per internal id (Scaffold-BPE), or None
+
     @classmethod
-    def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None) -> Vocabulary:
-        """Build a vocabulary from rules, checking each result id against the bytes."""
+    def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None,
+                   scaffold=None, demolish=None) -> Vocabulary:
+        """Build a vocabulary from rules, checking each result id against the bytes.
+
+        ``scaffold`` flags internal ids that are scaffold tokens (Scaffold-BPE);
+        ``demolish`` maps each to its normal pieces (computed when omitted).
+        """
         rules = np.asarray(rules, dtype=np.int64).reshape(-1, 3)
-        return cls(rules, replay_token_bytes(rules), list(special_tokens), pattern,
-                   dict(metadata or {}))
+        vocab = cls(rules, replay_token_bytes(rules), list(special_tokens), pattern,
+                    dict(metadata or {}))
+        if scaffold is not None and np.any(scaffold):
+            vocab._set_scaffold(np.asarray(scaffold, dtype=bool), demolish)
+        return vocab
+
+    def _set_scaffold(self, scaffold: np.ndarray, demolish: dict[int, list[int]] | None) -> None:
+        if scaffold.size != len(self.token_bytes):
+            raise ValueError(f"{scaffold.size} scaffold flags for {len(self.token_bytes)} tokens")
+        if scaffold[:256].any():
+            byte = int(np.flatnonzero(scaffold[:256])[0])
+            raise ValueError(f"byte token {byte} is marked scaffold; byte tokens never are")
+        demolish = shortest_normal_pieces(self.rules, scaffold) if demolish is None else demolish
+        check_demolish(demolish, scaffold, self.token_bytes)
+        output_id = np.cumsum(~scaffold) - 1
+        pieces = [demolish[t] if scaffold[t] else [t] for t in range(scaffold.size)]
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        self.scaffold = scaffold
+        self.demolish_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.demolish_ids = output_id[np.concatenate(pieces)].astype(np.uint32)
+        self.output_bytes = [b for b, flag in zip(self.token_bytes, scaffold) if not flag]
+
+    @property
+    def scaffold_ids(self) -> list[int]:
+        """Internal ids of the scaffold tokens (empty for plain BPE)."""
+        return [] if self.scaffold is None else np.flatnonzero(self.scaffold).tolist()
+
 
     @property
     def output_token_bytes(self) -> list[bytes]:
@@ -73,8 +105,16 @@ class Vocabulary:
             "pattern": self.pattern,
             "special_tokens": self.special_tokens,
             "merges": self.rules.tolist(),
+            "scaffold": self.scaffold_ids,
+            "demolish": {str(t): self.demolished_internal(t) for t in self.scaffold_ids},
             "metadata": self.metadata,
         }
+
+    def demolished_internal(self, token: int) -> list[int]:
+        """Internal ids of the normal pieces of a scaffold token (its Demolishing)."""
+        normal_internal = np.flatnonzero(~self.scaffold)
+        a, b = self.demolish_offsets[token], self.demolish_offsets[token + 1]
+        return normal_internal[self.demolish_ids[a:b]].tolist()
 
     def save(self, path) -> None:
         """Write the vocabulary as JSON, atomically: a crash never leaves half a file."""
@@ -126,10 +166,71 @@ class Vocabulary:
         specials = data["special_tokens"]
         if not all(isinstance(s, str) and s for s in specials) or len(set(specials)) != len(specials):
             raise ModelFormatError(f"{where}: special_tokens must be distinct non-empty strings")
+        scaffold, demolish = _scaffold_fields(data, len(rules), where)
         try:
-            return cls.from_rules(rules, specials, data.get("pattern"), data["metadata"])
+            return cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
+                                  scaffold, demolish)
         except ValueError as exc:
             raise ModelFormatError(f"{where}: {exc}") from None
+
+
+def _scaffold_fields(data: dict, n_rules: int, where: str):
+    """(scaffold flags or None, demolish table or None) from a file's fields."""
+    ids, table = data.get("scaffold", []), data.get("demolish", {})
+    if not ids:
+        return None, None
+    if not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)
+            and isinstance(table, dict)):
+        raise ModelFormatError(f"{where}: 'scaffold' must be a list of ids, 'demolish' a dict")
+    n_tokens = 256 + n_rules
+    if min(ids) < 0 or max(ids) >= n_tokens:
+        raise ModelFormatError(f"{where}: scaffold id {max(ids)} is not a token id")
+    flags = np.zeros(n_tokens, dtype=bool)
+    flags[ids] = True
+    try:
+        demolish = {int(k): [int(t) for t in v] for k, v in table.items()}
+    except (TypeError, ValueError):
+        raise ModelFormatError(f"{where}: 'demolish' must map ids to lists of ids") from None
+    return flags, demolish
+
+
+def shortest_normal_pieces(rules: np.ndarray, scaffold: np.ndarray) -> dict[int, list[int]]:
+    """Demolishing table: each scaffold token's shortest sequence of normal tokens.
+
+    Built through the rules that produce the token (the lowest rank wins a
+    tie), recursively; children's bytes are shorter, so this terminates.
+    """
+    makers: dict[int, list[tuple[int, int]]] = {}
+    for left, right, result in rules.tolist():
+        makers.setdefault(result, []).append((left, right))
+    table: dict[int, list[int]] = {}
+    for token in np.flatnonzero(scaffold).tolist():
+        table[token] = _pieces(token, makers, scaffold, table)
+    return table
+
+
+def _pieces(token, makers, scaffold, table) -> list[int]:
+    if not scaffold[token]:
+        return [token]
+    if token not in table:
+        options = [_pieces(left, makers, scaffold, table) + _pieces(right, makers, scaffold, table)
+                   for left, right in makers[token]]
+        table[token] = min(options, key=len)
+    return table[token]
+
+
+def check_demolish(demolish: dict[int, list[int]], scaffold: np.ndarray, token_bytes) -> None:
+    """ValueError unless every scaffold token demolishes into normal tokens of its bytes."""
+    for token in np.flatnonzero(scaffold).tolist():
+        pieces = demolish.get(token)
+        if not pieces:
+            raise ValueError(f"scaffold token {token} has no demolish entry")
+        if any(not 0 <= p < scaffold.size or scaffold[p] for p in pieces):
+            raise ValueError(f"demolish entry of token {token} holds a scaffold or unknown id")
+        if b"".join(token_bytes[p] for p in pieces) != token_bytes[token]:
+            raise ValueError(
+                f"demolish entry of token {token} spells {b''.join(token_bytes[p] for p in pieces)!r}, "
+                f"not the token's bytes {token_bytes[token]!r}")
 
 
 def _rules_array(merges, where: str) -> np.ndarray:

@@ -52,6 +52,11 @@ class Tokenizer:
         return [(pieces[left], pieces[right]) for left, right, _ in self._vocab.rules.tolist()]
 
     @property
+    def scaffold_tokens(self) -> list[bytes]:
+        """Bytes of the scaffold tokens (Scaffold-BPE), in internal id order; [] for BPE."""
+        return [self._vocab.token_bytes[t] for t in self._vocab.scaffold_ids]
+
+    @property
     def special_tokens(self) -> dict[str, int]:
         return dict(self._special_ids)
 

@@ -23,6 +23,7 @@ from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
 from .kernels.merge import merge_batch_cpu
 from .kernels.pairs import (
     HEAP_SIZE,
+    N_NORMAL,
     N_POSTINGS,
     N_SLOTS,
     N_TOKENS,
@@ -31,6 +32,7 @@ from .kernels.pairs import (
     SIZES_LENGTH,
     STOP,
     build_pair_index_cpu,
+    token_frequencies_cpu,
 )
 from .kernels.pqueue import empty_heap, heap_push
 from .model import Vocabulary
@@ -77,21 +79,29 @@ def train_from_counts(
     vocab_size: int,
     *,
     min_frequency: int = 0,
+    scaffold: bool = False,
     progress: bool = True,
-) -> np.ndarray:
-    """BPE rules ``(left, right, result)`` (int64, n x 3) learned from word counts."""
+):
+    """Rules learned from word counts: int64 (n x 3) rows ``(left, right, result)``.
+
+    With ``scaffold=True`` (Scaffold-BPE) returns ``(rules, scaffold_flags)``,
+    the flags a bool per internal id.
+    """
     state = _CpuTrainState(word_counts, vocab_size)
     bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
     batches = []
     with bar:
         while True:
-            tokens_before = int(state.sizes[N_TOKENS])
-            rules, stop = state.run(_RULES_PER_CALL, vocab_size, max(min_frequency, 1))
+            normal_before = int(state.sizes[N_NORMAL])
+            rules, stop = state.run(_RULES_PER_CALL, vocab_size, max(min_frequency, 1), scaffold)
             batches.append(rules)
-            bar.update(int(state.sizes[N_TOKENS]) - tokens_before)
+            bar.update(int(state.sizes[N_NORMAL]) - normal_before)
             if stop:
                 break
-    return np.concatenate(batches) if batches else np.zeros((0, 3), np.int64)
+    rules = np.concatenate(batches)
+    if not scaffold:
+        return rules
+    return rules, state.arrays["scaffold"][: state.sizes[N_TOKENS]].astype(bool)
 
 
 class _CpuTrainState:
@@ -132,23 +142,26 @@ class _CpuTrainState:
         for byte in range(256):
             token_hash[byte] = hash_bytes(pool, byte, 1)
             table_put(vocab_keys, vocab_values, token_hash[byte], byte)
-        self.sizes[N_TOKENS], self.sizes[POOL_USED] = 256, 256
+        self.sizes[N_TOKENS], self.sizes[POOL_USED], self.sizes[N_NORMAL] = 256, 256, 256
+        token_freq = token_frequencies_cpu(self.tokens, self.word_start, self.word_len,
+                                           self.word_count, capacity)
         self.arrays.update(pool=pool, token_start=token_start, token_len=token_len,
                            token_hash=token_hash, vocab_keys=vocab_keys,
-                           vocab_values=vocab_values)
+                           vocab_values=vocab_values, token_freq=token_freq,
+                           scaffold=np.zeros(capacity, np.uint8))
 
     _STATE = ("table_keys", "table_values", "slot_key", "slot_count", "slot_order", "slot_head",
               "slot_touch", "post_word", "post_next", "touched", "heap_priority", "heap_order",
               "heap_item", "pool", "token_start", "token_len", "token_hash", "vocab_keys",
-              "vocab_values")
+              "vocab_values", "token_freq", "scaffold")
 
-    def run(self, max_rules: int, vocab_size: int, min_count: int):
-        """Up to max_rules iterations; returns (rules, stopped)."""
+    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
+        """Up to max_rules rules; returns (rules, stopped)."""
         rules = np.zeros((max_rules, 3), np.int64)
         done = 0
         while done < max_rules:
             done += merge_batch_cpu(
-                rules[done:], vocab_size, min_count, self.sizes, HF_BYTE_RANK,
+                rules[done:], vocab_size, min_count, scaffold, self.sizes, HF_BYTE_RANK,
                 self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
                 *(self.arrays[name] for name in self._STATE),
             )
@@ -169,7 +182,8 @@ class _CpuTrainState:
             (("post_word", "post_next"), sizes[N_POSTINGS] + need),
             (("touched",), need),
             (("heap_priority", "heap_order", "heap_item"), sizes[HEAP_SIZE] + need + 1),
-            (("token_start", "token_len", "token_hash"), sizes[N_TOKENS] + 1),
+            (("token_start", "token_len", "token_hash", "token_freq", "scaffold"),
+             sizes[N_TOKENS] + 1),
             (("pool",), sizes[POOL_USED] + need),
         )
         for names, wanted in groups:
@@ -192,6 +206,7 @@ def train(
     pattern: str | None = "gpt2",
     special_tokens: Iterable[str] = (),
     tie_break: str = "hf",
+    scaffold: bool = False,
     backend: str = "auto",
     progress: bool = True,
     text_field: str = "text",
@@ -204,10 +219,18 @@ def train(
     ``bytes`` documents. ``vocab_size`` counts the 256 byte tokens and excludes
     special tokens. Ties between equally frequent pairs are broken as HF
     ``tokenizers`` does (``tie_break="hf"``), so the merges equal HF's.
+
+    ``scaffold=True`` trains Scaffold-BPE (Lian et al.): tokens that become
+    rare once merged into longer ones turn into scaffold tokens, used while
+    encoding and then demolished, so ``vocab_size`` counts normal tokens only.
     """
     from .tokenizer import Tokenizer
 
     check_train_args(vocab_size, min_frequency, tie_break)
+    if scaffold and vocab_size <= 256:
+        raise ConfigError(
+            f"scaffold=True needs vocab_size above 256 (got {vocab_size}): only merged tokens "
+            "can become scaffold tokens")
     special_tokens = list(dict.fromkeys(special_tokens))
     resolve_pattern(pattern)
     chosen = resolve_backend(backend)
@@ -219,9 +242,10 @@ def train(
     corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
     if corpus_bytes == 0:
         raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
-    rules = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
-                              progress=progress)
-    vocab = Vocabulary.from_rules(rules, special_tokens, pattern)
+    trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
+                                scaffold=scaffold, progress=progress)
+    rules, flags = trained if scaffold else (trained, None)
+    vocab = Vocabulary.from_rules(rules, special_tokens, pattern, scaffold=flags)
     if vocab.vocab_size < vocab_size:
         warnings.warn(
             f"training stopped at {vocab.vocab_size} tokens, below vocab_size={vocab_size}: "
@@ -235,5 +259,6 @@ def train(
         backend=chosen.name,
         min_frequency=int(min_frequency),
         tie_break=tie_break,
+        scaffold=bool(scaffold),
     )
     return Tokenizer(vocab)

@@ -31,6 +31,7 @@ from .hashing import hash_concat, table_find, table_put
 from .pairs import (
     HEAP_SIZE,
     ITERATION,
+    N_NORMAL,
     N_POSTINGS,
     N_SLOTS,
     N_TOKENS,
@@ -124,29 +125,32 @@ def merge_word_cpu(word, left, right, merged, tokens, word_start, word_len, word
 
 
 @hot
-def pop_best_pair(heap_priority, heap_order, heap_item, sizes, slot_count, slot_order,
-                  min_count):
-    """Pop the pair of highest count (ties: smaller HF pair); -1 when none reaches min_count.
+def settle_head(heap_priority, heap_order, heap_item, sizes, slot_count, slot_order,
+                token_freq, scaffold):
+    """Re-push or drop stale entries until the top is current; returns its priority.
 
-    Stale entries (count changed since the push) are re-pushed with the current
-    count: an entry's count is never below its pair's current count unless a
-    newer entry holds the current one, so the first entry whose count is
-    current is the true maximum.
+    Items >= 0 are pair slots (priority: the pair's count); items < 0 are
+    scaffold tokens ``-(id + 1)`` (priority: f(id), while the token is
+    scaffold). An entry's priority is never below its item's current one
+    unless a newer entry holds the current one, so the first current entry is
+    the true maximum. Returns 0 when the heap is empty.
     """
     while sizes[HEAP_SIZE] > 0:
-        slot = heap_item[0]
-        current = slot_count[slot]
-        if heap_priority[0] != current:
-            sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
-            if current > 0:
-                sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item,
-                                             sizes[HEAP_SIZE], current, slot_order[slot], slot)
-            continue
-        if current < min_count:
-            return -1
+        item = heap_item[0]
+        if item >= 0:
+            current = slot_count[item]
+            order = slot_order[item]
+        else:
+            token = -item - 1
+            current = token_freq[token] if scaffold[token] else 0
+            order = np.uint64(token)
+        if heap_priority[0] == current:
+            return current
         sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
-        return slot
-    return -1
+        if current > 0:
+            sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
+                                         current, order, item)
+    return 0
 
 
 @hot
@@ -187,7 +191,7 @@ def append_token(left, right, merged_hash, sizes, pool, token_start, token_len, 
 
 
 @hot
-def room_for_merge(slot, sizes, word_len, word_stamp, post_word, post_next, slot_head):
+def room_for_merge(slot, word_len, post_word, post_next, slot_head):
     """Upper bound on new slots, postings and touches one merge of ``slot`` can make."""
     room = 0
     node = slot_head[slot]
@@ -198,60 +202,119 @@ def room_for_merge(slot, sizes, word_len, word_stamp, post_word, post_next, slot
 
 
 @hot
-def merge_batch_cpu(rules, vocab_size, min_count, sizes, byte_rank,
+def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_rank,
                     tokens, word_start, word_len, word_count, word_stamp,
                     table_keys, table_values, slot_key, slot_count, slot_order, slot_head,
                     slot_touch, post_word, post_next, touched,
                     heap_priority, heap_order, heap_item,
-                    pool, token_start, token_len, token_hash, vocab_keys, vocab_values):
-    """Run BPE iterations into ``rules`` (n x 3: left, right, result) until it is full,
-    training stops (``sizes[STOP]``), or an array lacks room (``sizes[NEED]`` > 0).
+                    pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+                    token_freq, scaffold):
+    """Run BPE (or Scaffold-BPE) iterations into ``rules`` (n x 3: left, right, result)
+    until it is full, training stops (``sizes[STOP]``), or an array lacks room
+    (``sizes[NEED]`` > 0).
 
-    No array is allocated or rebound here: growth is the caller's (``grow_state``
+    No array is allocated or rebound here: growth is the caller's (``_grow``
     in ``gpubpe.trainer``), so this loop runs without the Numba runtime.
     Returns the number of rules written.
     """
     n_rules = 0
     sizes[NEED] = 0
     while n_rules < rules.shape[0]:
-        if sizes[N_TOKENS] >= vocab_size:
+        if sizes[N_NORMAL] >= vocab_size:
             sizes[STOP] = STOP_VOCAB
             break
-        best = pop_best_pair(heap_priority, heap_order, heap_item, sizes, slot_count,
-                             slot_order, min_count)
-        if best < 0:
+        priority = settle_head(heap_priority, heap_order, heap_item, sizes, slot_count,
+                               slot_order, token_freq, scaffold)
+        if sizes[HEAP_SIZE] == 0 or priority < min_count:
             sizes[STOP] = STOP_NO_PAIR if sizes[HEAP_SIZE] == 0 else STOP_MIN_FREQUENCY
             break
+        best = heap_item[0]
+        if best < 0:  # a scaffold token at the head is re-admitted
+            sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
+            scaffold[-best - 1] = 0
+            sizes[N_NORMAL] += 1
+            continue
         left = np.int64(slot_key[best] >> np.uint64(32))
         right = np.int64(slot_key[best] & np.uint64(0xFFFFFFFF))
-        room = room_for_merge(best, sizes, word_len, word_stamp, post_word, post_next, slot_head)
-        short = (2 * (sizes[N_SLOTS] + room) > table_keys.size
-                 or sizes[N_SLOTS] + room > slot_key.size
-                 or sizes[N_POSTINGS] + room > post_word.size
-                 or room > touched.size
-                 or sizes[HEAP_SIZE] + room + 1 > heap_item.size
-                 or sizes[N_TOKENS] + 1 > token_start.size
-                 or sizes[POOL_USED] + token_len[left] + token_len[right] > pool.size
-                 or 2 * (sizes[N_TOKENS] + 1) > vocab_keys.size)
-        if short:
-            sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
-                                         slot_count[best], slot_order[best], best)
-            sizes[NEED] = room + token_len[left] + token_len[right] + 1
+        room = room_for_merge(best, word_len, post_word, post_next, slot_head)
+        if not has_room(room, sizes, table_keys, slot_key, post_word, touched, heap_item,
+                        token_start, pool, token_len[left] + token_len[right], vocab_keys):
+            sizes[NEED] = room + token_len[left] + token_len[right] + 3
             break
         merged, merged_hash = token_for_merge(left, right, sizes, pool, token_start, token_len,
                                               token_hash, vocab_keys, vocab_values)
+        if merged >= 0 and scaffold[merged]:
+            # The pair would make a scaffold token: re-admit it; the pair stays at the head.
+            scaffold[merged] = 0
+            sizes[N_NORMAL] += 1
+            continue
+        sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
         if merged < 0:
             merged = append_token(left, right, merged_hash, sizes, pool, token_start, token_len,
                                   token_hash, vocab_keys, vocab_values)
+            token_freq[merged] = 0
+            scaffold[merged] = 0
+            sizes[N_NORMAL] += 1
         rules[n_rules, 0] = left
         rules[n_rules, 1] = right
         rules[n_rules, 2] = merged
         n_rules += 1
-        apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start, word_len,
-                    word_count, word_stamp, table_keys, table_values, slot_key, slot_count,
-                    slot_order, slot_head, slot_touch, post_word, post_next, touched,
-                    heap_priority, heap_order, heap_item)
+        merged_count = apply_merge(best, left, right, merged, sizes, byte_rank, tokens,
+                                   word_start, word_len, word_count, word_stamp, table_keys,
+                                   table_values, slot_key, slot_count, slot_order, slot_head,
+                                   slot_touch, post_word, post_next, touched,
+                                   heap_priority, heap_order, heap_item)
+        token_freq[merged] += merged_count
+        token_freq[left] -= merged_count
+        token_freq[right] -= merged_count
+        if scaffold_mode:
+            mark_scaffold_children(left, right, sizes, heap_priority, heap_order, heap_item,
+                                   slot_count, slot_order, token_freq, scaffold)
     return n_rules
+
+
+@hot
+def mark_scaffold_children(left, right, sizes, heap_priority, heap_order, heap_item,
+                           slot_count, slot_order, token_freq, scaffold):
+    """Scaffold-BPE's step: a normal non-byte child rarer than the new head becomes scaffold.
+
+    The head's priority is read once, after this merge's count updates and
+    before either child is marked (DESIGN §3).
+    """
+    threshold = settle_head(heap_priority, heap_order, heap_item, sizes, slot_count,
+                            slot_order, token_freq, scaffold)
+    mark_if_rare(left, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
+                 scaffold)
+    if right != left:
+        mark_if_rare(right, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
+                     scaffold)
+
+
+@hot
+def mark_if_rare(child, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
+                 scaffold):
+    """Mark a normal non-byte token scaffold when f(child) < threshold; queue it if f > 0."""
+    if child < 256 or scaffold[child] or token_freq[child] >= threshold:
+        return
+    scaffold[child] = 1
+    sizes[N_NORMAL] -= 1
+    if token_freq[child] > 0:
+        sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
+                                     token_freq[child], np.uint64(child), -child - 1)
+
+
+@hot
+def has_room(room, sizes, table_keys, slot_key, post_word, touched, heap_item, token_start,
+             pool, new_token_length, vocab_keys):
+    """Whether every array can take one merge that touches ``room`` positions."""
+    return not (2 * (sizes[N_SLOTS] + room) > table_keys.size
+                or sizes[N_SLOTS] + room > slot_key.size
+                or sizes[N_POSTINGS] + room > post_word.size
+                or room > touched.size
+                or sizes[HEAP_SIZE] + room + 3 > heap_item.size
+                or sizes[N_TOKENS] + 1 > token_start.size
+                or sizes[POOL_USED] + new_token_length > pool.size
+                or 2 * (sizes[N_TOKENS] + 1) > vocab_keys.size)
 
 
 @hot
@@ -259,7 +322,11 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
                 word_count, word_stamp, table_keys, table_values, slot_key, slot_count,
                 slot_order, slot_head, slot_touch, post_word, post_next, touched,
                 heap_priority, heap_order, heap_item):
-    """Merge the pair of ``best`` in every word that posts it; push the pairs that gained."""
+    """Merge the pair of ``best`` in every word that posts it; push the pairs that gained.
+
+    Returns how many occurrences were merged, weighted by word counts.
+    """
+    merged_count = 0
     sizes[ITERATION] += 1
     sizes[N_TOUCHED] = 0
     node = slot_head[best]
@@ -269,9 +336,10 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
         if word_stamp[word] == sizes[ITERATION]:
             continue
         word_stamp[word] = sizes[ITERATION]
-        merge_word_cpu(word, left, right, merged, tokens, word_start, word_len, word_count,
-                       sizes, byte_rank, table_keys, table_values, slot_key, slot_count,
-                       slot_order, slot_head, slot_touch, post_word, post_next, touched)
+        merged_count += word_count[word] * merge_word_cpu(
+            word, left, right, merged, tokens, word_start, word_len, word_count, sizes,
+            byte_rank, table_keys, table_values, slot_key, slot_count, slot_order, slot_head,
+            slot_touch, post_word, post_next, touched)
     slot_count[best] = 0
     slot_head[best] = -1
     for i in range(sizes[N_TOUCHED]):
@@ -279,3 +347,4 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
         if slot_count[slot] > 0:
             sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
                                          slot_count[slot], slot_order[slot], slot)
+    return merged_count

@@ -24,8 +24,9 @@ from ._jit import hot
 from .hashing import empty_table, table_find, table_put
 
 # Indices into the int64 ``sizes`` array that travels with the index.
-N_SLOTS, N_POSTINGS, HEAP_SIZE, N_TOKENS, POOL_USED, ITERATION, N_TOUCHED, STOP, NEED = range(9)
-SIZES_LENGTH = 9
+(N_SLOTS, N_POSTINGS, HEAP_SIZE, N_TOKENS, POOL_USED, ITERATION, N_TOUCHED, STOP, NEED,
+ N_NORMAL) = range(10)
+SIZES_LENGTH = 10
 
 
 @hot
@@ -35,10 +36,15 @@ def pair_key(left, right):
 
 @hot
 def pair_order(left, right, byte_rank):
-    """The pair in HF's id space: bytes by their GPT-2 character's rank, merged ids after."""
+    """The pair in HF's id space: bytes by their GPT-2 character's rank, merged ids after.
+
+    Bit 63 is set so that, at equal priority, every scaffold token entry (whose
+    order is its id) leaves the heap before any pair (DESIGN §3); ids stay
+    below 2**31.
+    """
     left_hf = byte_rank[left] if left < 256 else left
     right_hf = byte_rank[right] if right < 256 else right
-    return (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
+    return (np.uint64(1) << np.uint64(63)) | (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
 
 
 @njit(parallel=True, cache=True)
@@ -120,3 +126,13 @@ def build_pair_index_cpu(tokens, word_start, word_len, word_count, byte_rank):
         index["post_word"], index["post_next"],
     )
     return index, n_slots, n_postings
+
+
+@njit(cache=True)
+def token_frequencies_cpu(tokens, word_start, word_len, word_count, n_tokens):
+    """f(t) for every token id below ``n_tokens``: occurrences weighted by word counts."""
+    freq = np.zeros(n_tokens, dtype=np.int64)
+    for w in range(word_start.size):
+        for i in range(word_start[w], word_start[w] + word_len[w]):
+            freq[tokens[i]] += word_count[w]
+    return freq
