@@ -1,11 +1,15 @@
 """Backend choice: which array module and which kernels run the heavy work.
 
-``resolve_backend("auto" | "cpu" | "cuda")`` returns a :class:`Backend`. ``auto``
-picks CUDA when a device is usable and the CPU otherwise, and says which in
-``Backend.reason``. The CPU backend is Numba over NumPy arrays, using every
-core. The CUDA backend (Numba-CUDA kernels over CuPy arrays) is added by the
-GPU work; until a device is usable, asking for it raises
-:class:`~gpubpe.errors.BackendUnavailable` with the reason.
+``resolve_backend("auto" | "cpu" | "cuda")`` returns a :class:`Backend`.
+
+- ``cpu``: Numba over NumPy arrays, every core.
+- ``cuda``: Numba-CUDA kernels over CuPy arrays on a GPU. With
+  ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CUDA simulator on
+  NumPy arrays (slow; for debugging kernels and for tests without a GPU).
+  Where neither is possible it raises :class:`~gpubpe.errors.BackendUnavailable`
+  naming the reason (no cupy, no device, driver too old).
+- ``auto``: CUDA when a real device is usable, else the CPU; ``reason`` says
+  which was picked and why.
 """
 
 from __future__ import annotations
@@ -22,29 +26,31 @@ BACKEND_NAMES = ("auto", "cpu", "cuda")
 
 @dataclass(frozen=True)
 class Backend:
-    """The array module and the name of the kernels a computation uses."""
+    """The array module a computation uses, and which kernels (by target name)."""
 
     name: str
     xp: object
     reason: str
+    simulated: bool = False
+
+
+def simulator_enabled() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def cuda_unavailable_reason() -> str | None:
-    """Why CUDA cannot be used here, or None when it can."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "the CUDA backend's kernels are not part of this build yet (GPU issue)"
+    """Why a real CUDA device cannot be used here, or None when it can."""
     try:
-        import cupy  # noqa: F401
+        import cupy
     except ImportError:
-        return "cupy is not installed (pip install 'gpubpe[cuda12]')"
+        return "cupy is not installed (pip install 'gpubpe[cuda12]' or 'gpubpe[cuda13]')"
     try:
-        from numba import cuda
-
-        if not cuda.is_available():
-            return "no CUDA device or driver is usable (numba.cuda.is_available() is False)"
-    except Exception as exc:  # numba raises assorted errors when the driver is broken
-        return f"the CUDA driver could not be loaded: {exc}"
-    return "the CUDA backend's kernels are not part of this build yet (GPU issue)"
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy raises its own CUDARuntimeError subclasses
+        return f"no usable CUDA device or driver ({exc})"
+    if count == 0:
+        return "no CUDA device is visible"
+    return None
 
 
 def resolve_backend(name: str = "auto") -> Backend:
@@ -53,13 +59,24 @@ def resolve_backend(name: str = "auto") -> Backend:
         raise ConfigError(f"backend={name!r} is not one of {BACKEND_NAMES}")
     if name == "cpu":
         return Backend("cpu", np, "asked for the CPU")
-    reason = cuda_unavailable_reason()
+    if name == "cuda" and simulator_enabled():
+        return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
+    reason = None if simulator_enabled() else cuda_unavailable_reason()
+    if reason is None and not simulator_enabled():
+        import cupy
+
+        return Backend("cuda", cupy, "a CUDA device is usable")
     if name == "cuda":
         raise BackendUnavailable(f"backend='cuda' cannot run here: {reason}")
-    return Backend("cpu", np, f"auto picked the CPU: {reason}")
+    why = reason or "the CUDA simulator is on; auto never picks it"
+    return Backend("cpu", np, f"auto picked the CPU: {why}")
 
 
 def available_backends() -> dict[str, str]:
     """Each backend name mapped to 'available' or the reason it is not."""
     reason = cuda_unavailable_reason()
-    return {"cpu": "available", "cuda": "available" if reason is None else f"unavailable: {reason}"}
+    if simulator_enabled():
+        cuda = "available (simulator: NUMBA_ENABLE_CUDASIM=1)"
+    else:
+        cuda = "available" if reason is None else f"unavailable: {reason}"
+    return {"cpu": "available", "cuda": cuda}

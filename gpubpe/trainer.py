@@ -17,10 +17,22 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import _reference
-from .backend import resolve_backend
+from .backend import Backend, resolve_backend
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
-from .kernels.merge import merge_batch_cpu
+from .kernels.merge import (
+    STOP_MIN_FREQUENCY,
+    STOP_NO_PAIR,
+    STOP_VOCAB,
+    append_token,
+    apply_pair_deltas,
+    mark_scaffold_children,
+    merge_batch_cpu,
+    merge_step_cuda,
+    settle_head,
+    to_host,
+    token_for_merge,
+)
 from .kernels.pairs import (
     HEAP_SIZE,
     N_NORMAL,
@@ -32,9 +44,11 @@ from .kernels.pairs import (
     SIZES_LENGTH,
     STOP,
     build_pair_index_cpu,
+    count_pairs_cuda,
+    index_pair_counts,
     token_frequencies_cpu,
 )
-from .kernels.pqueue import empty_heap, heap_push
+from .kernels.pqueue import empty_heap, heap_of_counts, heap_pop
 from .model import Vocabulary
 from .pretokenize import count_words, resolve_pattern
 
@@ -81,13 +95,18 @@ def train_from_counts(
     min_frequency: int = 0,
     scaffold: bool = False,
     progress: bool = True,
+    backend: Backend | None = None,
 ):
     """Rules learned from word counts: int64 (n x 3) rows ``(left, right, result)``.
 
     With ``scaffold=True`` (Scaffold-BPE) returns ``(rules, scaffold_flags)``,
-    the flags a bool per internal id.
+    the flags a bool per internal id. ``backend`` (from ``resolve_backend``)
+    picks the CPU loop or the CUDA kernels; both give the same rules.
     """
-    state = _CpuTrainState(word_counts, vocab_size)
+    if backend is not None and backend.name == "cuda":
+        state = _CudaTrainState(word_counts, vocab_size, backend.xp)
+    else:
+        state = _CpuTrainState(word_counts, vocab_size)
     bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
     batches = []
     with bar:
@@ -104,32 +123,20 @@ def train_from_counts(
     return rules, state.arrays["scaffold"][: state.sizes[N_TOKENS]].astype(bool)
 
 
-class _CpuTrainState:
-    """Every array the Numba merge loop keeps between calls."""
+class _TrainState:
+    """Host state of training: pair slots and their table, the heap, the tokens made."""
 
-    def __init__(self, word_counts: dict[bytes, int], vocab_size: int):
-        self.tokens, self.word_start, self.word_len, self.word_count = flatten_words(word_counts)
-        index, n_slots, n_postings = build_pair_index_cpu(
-            self.tokens, self.word_start, self.word_len, self.word_count, HF_BYTE_RANK
-        )
-        self.arrays = index
-        self.arrays["touched"] = np.zeros(1024, np.int64)
-        self.word_stamp = np.full(len(word_counts), -1, np.int64)
-        self.sizes = np.zeros(SIZES_LENGTH, np.int64)
-        self.sizes[N_SLOTS], self.sizes[N_POSTINGS] = n_slots, n_postings
-        self._init_heap(n_slots)
-        self._init_tokens(vocab_size)
+    sizes: np.ndarray
+    arrays: dict
 
     def _init_heap(self, n_slots: int) -> None:
         priority, order, item = empty_heap(2 * n_slots)
-        counts, orders = self.arrays["slot_count"], self.arrays["slot_order"]
-        size = 0
-        for slot in np.flatnonzero(counts[:n_slots] > 0):
-            size = heap_push(priority, order, item, size, counts[slot], orders[slot], slot)
-        self.sizes[HEAP_SIZE] = size
+        self.sizes[HEAP_SIZE] = heap_of_counts(priority, order, item, self.arrays["slot_count"],
+                                               self.arrays["slot_order"], n_slots)
         self.arrays.update(heap_priority=priority, heap_order=order, heap_item=item)
 
-    def _init_tokens(self, vocab_size: int) -> None:
+
+    def _init_tokens(self, vocab_size: int, word_table) -> None:
         capacity = max(vocab_size, 512)
         pool = np.zeros(16 * capacity, np.uint8)
         pool[:256] = np.arange(256)
@@ -143,8 +150,7 @@ class _CpuTrainState:
             token_hash[byte] = hash_bytes(pool, byte, 1)
             table_put(vocab_keys, vocab_values, token_hash[byte], byte)
         self.sizes[N_TOKENS], self.sizes[POOL_USED], self.sizes[N_NORMAL] = 256, 256, 256
-        token_freq = token_frequencies_cpu(self.tokens, self.word_start, self.word_len,
-                                           self.word_count, capacity)
+        token_freq = token_frequencies_cpu(*word_table, capacity)
         self.arrays.update(pool=pool, token_start=token_start, token_len=token_len,
                            token_hash=token_hash, vocab_keys=vocab_keys,
                            vocab_values=vocab_values, token_freq=token_freq,
@@ -154,21 +160,6 @@ class _CpuTrainState:
               "slot_touch", "post_word", "post_next", "touched", "heap_priority", "heap_order",
               "heap_item", "pool", "token_start", "token_len", "token_hash", "vocab_keys",
               "vocab_values", "token_freq", "scaffold")
-
-    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
-        """Up to max_rules rules; returns (rules, stopped)."""
-        rules = np.zeros((max_rules, 3), np.int64)
-        done = 0
-        while done < max_rules:
-            done += merge_batch_cpu(
-                rules[done:], vocab_size, min_count, scaffold, self.sizes, HF_BYTE_RANK,
-                self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
-                *(self.arrays[name] for name in self._STATE),
-            )
-            if self.sizes[NEED] == 0:
-                break
-            self._grow(int(self.sizes[NEED]))
-        return rules[:done], bool(self.sizes[STOP])
 
     def _grow(self, need: int) -> None:
         """Make room for one merge that may add ``need`` slots, postings and pushes."""
@@ -190,6 +181,141 @@ class _CpuTrainState:
             for name in names:
                 if a[name].size < wanted:
                     a[name] = _grown(a[name], int(wanted))
+
+
+class _CpuTrainState(_TrainState):
+    """Every array the Numba merge loop keeps between calls."""
+
+    def __init__(self, word_counts: dict[bytes, int], vocab_size: int):
+        self.tokens, self.word_start, self.word_len, self.word_count = flatten_words(word_counts)
+        index, n_slots, n_postings = build_pair_index_cpu(
+            self.tokens, self.word_start, self.word_len, self.word_count, HF_BYTE_RANK
+        )
+        self.arrays = index
+        self.arrays["touched"] = np.zeros(1024, np.int64)
+        self.word_stamp = np.full(len(word_counts), -1, np.int64)
+        self.sizes = np.zeros(SIZES_LENGTH, np.int64)
+        self.sizes[N_SLOTS], self.sizes[N_POSTINGS] = n_slots, n_postings
+        self._init_heap(n_slots)
+        self._init_tokens(vocab_size, (self.tokens, self.word_start, self.word_len, self.word_count))
+
+    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
+        """Up to max_rules rules; returns (rules, stopped)."""
+        rules = np.zeros((max_rules, 3), np.int64)
+        done = 0
+        while done < max_rules:
+            done += merge_batch_cpu(
+                rules[done:], vocab_size, min_count, scaffold, self.sizes, HF_BYTE_RANK,
+                self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
+                *(self.arrays[name] for name in self._STATE),
+            )
+            if self.sizes[NEED] == 0:
+                break
+            self._grow(int(self.sizes[NEED]))
+        return rules[:done], bool(self.sizes[STOP])
+
+
+class _CudaTrainState(_TrainState):
+    """GPU training: word positions on the device, the controller on the host.
+
+    Per iteration the host picks the head of its queue; the device applies
+    the merge over every position (``merge_step_cuda``) and sends back the
+    summed pair-count deltas in one copy, the iteration's only sync; the host
+    then updates its queue and scaffold state with the same Numba helpers as
+    the CPU loop, so both backends take the same decisions.
+    """
+
+    def __init__(self, word_counts: dict[bytes, int], vocab_size: int, xp):
+        word_table = flatten_words(word_counts)
+        tokens, word_start, word_len, word_count = word_table
+        last_in_word = np.zeros(tokens.size, np.uint8)
+        last_in_word[word_start + word_len - 1] = 1
+        self.xp = xp
+        self.positions = {"tokens": xp.asarray(tokens), "last_in_word": xp.asarray(last_in_word),
+                          "position_count": xp.asarray(np.repeat(word_count, word_len))}
+        keys, counts = count_pairs_cuda(*self.positions.values(), xp=xp)
+        keys, counts = to_host(keys), to_host(counts)  # sync (once, at start)
+        capacity = max(2 * keys.size, 1024)
+        table_keys, table_values = empty_table(2 * capacity)
+        self.arrays = {"table_keys": table_keys, "table_values": table_values,
+                       "slot_key": np.zeros(capacity, np.uint64),
+                       "slot_count": np.zeros(capacity, np.int64),
+                       "slot_order": np.zeros(capacity, np.uint64),
+                       "slot_head": np.full(capacity, -1, np.int64),
+                       "slot_touch": np.full(capacity, -1, np.int64),
+                       "post_word": np.zeros(16, np.int64), "post_next": np.zeros(16, np.int64),
+                       "touched": np.zeros(16, np.int64)}
+        a = self.arrays
+        index_pair_counts(keys, counts, HF_BYTE_RANK, table_keys, table_values, a["slot_key"],
+                          a["slot_count"], a["slot_order"], a["slot_head"])
+        self.sizes = np.zeros(SIZES_LENGTH, np.int64)
+        self.sizes[N_SLOTS] = keys.size
+        self._init_heap(int(keys.size))
+        self._init_tokens(vocab_size, word_table)
+
+    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
+        """Up to max_rules rules, one device merge step each; returns (rules, stopped)."""
+        rules: list[tuple[int, int, int]] = []
+        while len(rules) < max_rules and not self.sizes[STOP]:
+            rule = self._iterate(vocab_size, min_count, scaffold)
+            if rule is not None:
+                rules.append(rule)
+        return np.array(rules, dtype=np.int64).reshape(-1, 3), bool(self.sizes[STOP])
+
+    def _iterate(self, vocab_size: int, min_count: int, scaffold: bool):
+        """One Scaffold-BPE/BPE iteration; the rule it applied, or None."""
+        a, sizes = self.arrays, self.sizes
+        heap = (a["heap_priority"], a["heap_order"], a["heap_item"])
+        if sizes[N_NORMAL] >= vocab_size:
+            sizes[STOP] = STOP_VOCAB
+            return None
+        priority = settle_head(*heap, sizes, a["slot_count"], a["slot_order"], a["token_freq"],
+                               a["scaffold"])
+        if sizes[HEAP_SIZE] == 0 or priority < min_count:
+            sizes[STOP] = STOP_NO_PAIR if sizes[HEAP_SIZE] == 0 else STOP_MIN_FREQUENCY
+            return None
+        best = int(a["heap_item"][0])
+        if best < 0:  # a scaffold token at the head is re-admitted
+            sizes[HEAP_SIZE] = heap_pop(*heap, sizes[HEAP_SIZE])
+            a["scaffold"][-best - 1] = 0
+            sizes[N_NORMAL] += 1
+            return None
+        key = int(a["slot_key"][best])
+        left, right = key >> 32, key & 0xFFFFFFFF
+        self._grow(int(a["token_len"][left] + a["token_len"][right]) + 3)
+        token_arrays = (a["pool"], a["token_start"], a["token_len"], a["token_hash"],
+                        a["vocab_keys"], a["vocab_values"])
+        merged, merged_hash = token_for_merge(left, right, sizes, *token_arrays)
+        if merged >= 0 and a["scaffold"][merged]:
+            a["scaffold"][merged] = 0  # re-admitted; the pair stays at the head
+            sizes[N_NORMAL] += 1
+            return None
+        sizes[HEAP_SIZE] = heap_pop(*heap, sizes[HEAP_SIZE])
+        if merged < 0:
+            merged = append_token(left, right, np.uint64(merged_hash), sizes, *token_arrays)
+            a["token_freq"][merged] = 0
+            a["scaffold"][merged] = 0
+            sizes[N_NORMAL] += 1
+        self._apply_on_device(best, left, right, int(merged), scaffold)
+        return left, right, int(merged)
+
+    def _apply_on_device(self, best: int, left: int, right: int, merged: int, scaffold: bool):
+        a, sizes = self.arrays, self.sizes
+        summary = merge_step_cuda(self.xp, self.positions, left, right, merged)
+        merged_count, n_keys = int(summary[0]), int(summary[1])
+        keys = summary[2:2 + n_keys].view(np.uint64)
+        self._grow(n_keys + 3)
+        heap = (a["heap_priority"], a["heap_order"], a["heap_item"])
+        apply_pair_deltas(keys, summary[2 + n_keys:], sizes, HF_BYTE_RANK, a["table_keys"],
+                          a["table_values"], a["slot_key"], a["slot_count"], a["slot_order"],
+                          a["slot_head"], a["slot_touch"], *heap)
+        a["slot_count"][best] = 0
+        a["token_freq"][merged] += merged_count
+        a["token_freq"][left] -= merged_count
+        a["token_freq"][right] -= merged_count
+        if scaffold:
+            mark_scaffold_children(left, right, sizes, *heap, a["slot_count"], a["slot_order"],
+                                   a["token_freq"], a["scaffold"])
 
 
 def _grown(array: np.ndarray, wanted: int) -> np.ndarray:
@@ -243,7 +369,7 @@ def train(
     if corpus_bytes == 0:
         raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
     trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
-                                scaffold=scaffold, progress=progress)
+                                scaffold=scaffold, progress=progress, backend=chosen)
     rules, flags = trained if scaffold else (trained, None)
     vocab = Vocabulary.from_rules(rules, special_tokens, pattern, scaffold=flags)
     if vocab.vocab_size < vocab_size:

@@ -25,7 +25,9 @@ Performance notes (50 MB English, 2 cores; see bench/RESULTS.md):
 from __future__ import annotations
 
 import numpy as np
+from numba import cuda
 
+from ._cuda import launch, sum_by_key
 from ._jit import hot
 from .hashing import hash_concat, table_find, table_put
 from .pairs import (
@@ -37,6 +39,7 @@ from .pairs import (
     N_TOKENS,
     N_TOUCHED,
     NEED,
+    NO_PAIR,
     POOL_USED,
     STOP,
     pair_key,
@@ -348,3 +351,158 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
             sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
                                          slot_count[slot], slot_order[slot], slot)
     return merged_count
+
+
+# ---------------------------------------------------------------- CUDA target
+# One merge step over the flattened positions (see ``pairs.py``: tokens,
+# last_in_word, position_count), position-parallel: find where merges start
+# (runs of one token resolved by parity), emit the count deltas of the merges'
+# neighbours, write the merged ids, then compact the array.
+
+
+@cuda.jit
+def merge_starts_kernel(tokens, last_in_word, run_offset, left, right, starts):
+    """Launch: a thread per position. starts[i] = 1 where a merge of (left, right) begins.
+
+    For left == right, ``run_offset`` is the position inside the run of that
+    token: only even offsets start a merge (``a a a a`` -> ``aa aa``).
+    """
+    i = cuda.grid(1)
+    if i >= tokens.size:
+        return
+    begins = 0
+    if not last_in_word[i] and tokens[i] == left and tokens[i + 1] == right:
+        if left != right or run_offset[i] % 2 == 0:
+            begins = 1
+    starts[i] = begins
+
+
+@cuda.jit
+def merge_deltas_kernel(tokens, last_in_word, starts, merge_at, position_count, left, right,
+                        merged, keys, values):
+    """Launch: a thread per merge. Writes its 4 deltas at 4k..4k+3 (NO_PAIR when none).
+
+    The token before the merge is the merged id when it was itself the right
+    half of a merge; the token after is the unmerged one, as the sequential
+    CPU loop sees them (``merge_word_cpu``).
+    """
+    k = cuda.grid(1)
+    if k >= merge_at.size:
+        return
+    i = merge_at[k]
+    count = position_count[i]
+    for j in range(4):
+        keys[4 * k + j] = NO_PAIR
+        values[4 * k + j] = 0
+    if i > 0 and not last_in_word[i - 1]:
+        before = merged if (i >= 2 and starts[i - 2]) else tokens[i - 1]
+        if not (before == left and left == right):
+            keys[4 * k] = (np.uint64(before) << np.uint64(32)) | np.uint64(left)
+            values[4 * k] = -count
+        keys[4 * k + 1] = (np.uint64(before) << np.uint64(32)) | np.uint64(merged)
+        values[4 * k + 1] = count
+    if not last_in_word[i + 1]:
+        after = tokens[i + 2]
+        if not (after == right and left == right):
+            keys[4 * k + 2] = (np.uint64(right) << np.uint64(32)) | np.uint64(after)
+            values[4 * k + 2] = -count
+        keys[4 * k + 3] = (np.uint64(merged) << np.uint64(32)) | np.uint64(after)
+        values[4 * k + 3] = count
+
+
+@cuda.jit
+def write_merges_kernel(tokens, last_in_word, keep, merge_at, merged):
+    """Launch: a thread per merge. The left half becomes the merged id; the right is dropped."""
+    k = cuda.grid(1)
+    if k >= merge_at.size:
+        return
+    i = merge_at[k]
+    tokens[i] = merged
+    last_in_word[i] = last_in_word[i + 1]
+    keep[i + 1] = 0
+
+
+def run_offsets(xp, tokens, last_in_word, token):
+    """Offset of each position inside its run of ``token`` within a word (int64)."""
+    is_token = tokens == token
+    continues = xp.concatenate([xp.zeros(1, dtype=bool),
+                                is_token[:-1] & (last_in_word[:-1] == 0)])
+    run_begins = is_token & ~continues
+    begin_at = xp.flatnonzero(run_begins)
+    run = xp.cumsum(run_begins) - 1
+    positions = xp.arange(tokens.size, dtype=xp.int64)
+    if begin_at.size == 0:
+        return positions
+    return positions - begin_at[xp.maximum(run, 0)]
+
+
+def merge_step_cuda(xp, positions: dict, left: int, right: int, merged: int):
+    """Apply one merge to the device positions; returns the host summary.
+
+    ``positions`` holds the device arrays ``tokens``, ``last_in_word`` and
+    ``position_count``; they are replaced by their compacted versions. The
+    result is one int64 host array ``[merged_count, n, keys(n), deltas(n)]``:
+    the step's only device-to-host copy (its ``# sync``).
+    """
+    tokens, last = positions["tokens"], positions["last_in_word"]
+    n = tokens.size
+    offsets = run_offsets(xp, tokens, last, left) if left == right else xp.zeros(1, xp.int64)
+    starts = xp.empty(n, dtype=xp.uint8)
+    launch(merge_starts_kernel, n, tokens, last, offsets, left, right, starts)
+    merge_at = xp.flatnonzero(starts).astype(xp.int64)
+    keys = xp.empty(4 * merge_at.size, dtype=xp.uint64)
+    values = xp.empty(4 * merge_at.size, dtype=xp.int64)
+    launch(merge_deltas_kernel, merge_at.size, tokens, last, starts, merge_at,
+           positions["position_count"], left, right, merged, keys, values)
+    merged_count = positions["position_count"][merge_at].sum()
+    keep = xp.ones(n, dtype=xp.uint8)
+    launch(write_merges_kernel, merge_at.size, tokens, last, keep, merge_at, merged)
+    kept = xp.flatnonzero(keep)
+    for name in ("tokens", "last_in_word", "position_count"):
+        positions[name] = positions[name][kept]
+    present = keys != NO_PAIR
+    keys, deltas = sum_by_key(xp, keys[present], values[present])
+    summary = xp.concatenate([xp.stack([merged_count.astype(xp.int64),
+                                        xp.asarray(keys.size, dtype=xp.int64)]),
+                              keys.view(xp.int64), deltas])
+    return to_host(summary)  # sync
+
+
+def to_host(array) -> np.ndarray:
+    """A device array copied to the host (a no-op under the simulator)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+MERGE_CUDA_SIGNATURES = {
+    merge_starts_kernel: "void(uint32[::1], uint8[::1], int64[::1], int64, int64, uint8[::1])",
+    merge_deltas_kernel: "void(uint32[::1], uint8[::1], uint8[::1], int64[::1], int64[::1], "
+                         "int64, int64, int64, uint64[::1], int64[::1])",
+    write_merges_kernel: "void(uint32[::1], uint8[::1], uint8[::1], int64[::1], int64)",
+}
+
+
+@hot
+def apply_pair_deltas(keys, deltas, sizes, byte_rank, table_keys, table_values, slot_key,
+                      slot_count, slot_order, slot_head, slot_touch, heap_priority, heap_order,
+                      heap_item):
+    """Host side of a device merge step: add summed deltas; queue the pairs that gained.
+
+    The arrays must have room for ``keys.size`` new slots and heap entries.
+    """
+    for k in range(keys.size):
+        key = np.uint64(keys[k])
+        slot = table_find(table_keys, table_values, key)
+        if slot < 0:
+            slot = sizes[N_SLOTS]
+            sizes[N_SLOTS] += 1
+            table_put(table_keys, table_values, key, slot)
+            slot_key[slot] = key
+            slot_count[slot] = 0
+            slot_order[slot] = pair_order(np.int64(key >> np.uint64(32)),
+                                          np.int64(key & np.uint64(0xFFFFFFFF)), byte_rank)
+            slot_head[slot] = -1
+            slot_touch[slot] = -1
+        slot_count[slot] += deltas[k]
+        if deltas[k] > 0 and slot_count[slot] > 0:
+            sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
+                                         slot_count[slot], slot_order[slot], slot)

@@ -11,6 +11,7 @@ stale ones are skipped or re-pushed by the caller (lazy invalidation).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ._jit import hot
 
@@ -74,3 +75,14 @@ def empty_heap(capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         np.zeros(capacity, dtype=np.uint64),
         np.zeros(capacity, dtype=np.int64),
     )
+
+
+@njit(cache=True)
+def heap_of_counts(priorities, orders, items, counts, count_orders, n_items):
+    """Push every item below ``n_items`` whose count is positive; returns the heap size."""
+    size = 0
+    for item in range(n_items):
+        if counts[item] > 0:
+            size = heap_push(priorities, orders, items, size, counts[item], count_orders[item],
+                             item)
+    return size

@@ -1,0 +1,144 @@
+"""GPU backend without a GPU: the real CUDA kernels in Numba's simulator, and PTX builds.
+
+The conftest switches the simulator on (``NUMBA_ENABLE_CUDASIM=1``), so
+``backend="cuda"`` runs every ``@cuda.jit`` kernel on NumPy arrays. Results must
+equal the CPU path bit for bit; ``launch_counts`` proves the kernels ran.
+PTX compilation for sm_80 and sm_90 runs in a subprocess without the simulator.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpubpe
+from gpubpe.backend import resolve_backend
+from gpubpe.errors import BackendUnavailable
+from gpubpe.kernels import _cuda
+from gpubpe.kernels.pairs import count_pairs_cpu, count_pairs_cuda
+from gpubpe.trainer import flatten_words, train_from_counts
+
+CUDA = resolve_backend("cuda")
+ROOT = Path(__file__).resolve().parent.parent
+
+small_words = st.dictionaries(
+    st.binary(min_size=1, max_size=7).map(lambda b: bytes(97 + x % 3 for x in b)),
+    st.integers(1, 6), min_size=1, max_size=10)
+
+
+def test_simulator_backend_is_selected():
+    assert CUDA.name == "cuda" and CUDA.simulated and CUDA.xp is np
+    assert resolve_backend("auto").name == "cpu"
+
+
+def positions_of(word_counts):
+    tokens, word_start, word_len, word_count = flatten_words(word_counts)
+    last = np.zeros(tokens.size, np.uint8)
+    last[word_start + word_len - 1] = 1
+    return tokens, last, np.repeat(word_count, word_len), (tokens, word_start, word_len, word_count)
+
+
+@settings(max_examples=15)
+@given(small_words)
+def test_pair_histogram_kernel_equals_cpu(word_counts):
+    tokens, last, position_count, table = positions_of(word_counts)
+    before = _cuda.launch_counts["pair_keys_kernel"]
+    keys, counts = count_pairs_cuda(tokens, last, position_count)
+    cpu_keys, cpu_counts = count_pairs_cpu(*table)
+    assert keys.tolist() == cpu_keys.tolist() and counts.tolist() == cpu_counts.tolist()
+    assert _cuda.launch_counts["pair_keys_kernel"] == before + 1
+
+
+@settings(max_examples=12)
+@given(small_words, st.integers(257, 275), st.booleans())
+def test_simulated_training_equals_cpu(word_counts, vocab_size, scaffold):
+    before = _cuda.launch_counts["merge_starts_kernel"]
+    cpu = train_from_counts(word_counts, vocab_size, scaffold=scaffold, progress=False)
+    gpu = train_from_counts(word_counts, vocab_size, scaffold=scaffold, progress=False,
+                            backend=CUDA)
+    if scaffold:
+        assert gpu[0].tolist() == cpu[0].tolist() and gpu[1].tolist() == cpu[1].tolist()
+        merges = len(cpu[0])
+    else:
+        assert gpu.tolist() == cpu.tolist()
+        merges = len(cpu)
+    assert _cuda.launch_counts["merge_starts_kernel"] == before + merges
+
+
+def test_runs_of_one_token_merge_by_parity():
+    # "aaaaa": (a,a) merges at offsets 0 and 2 of the run -> aa aa a, as the CPU does.
+    cpu = train_from_counts({b"aaaaa": 1, b"xaaay": 2}, 262, progress=False)
+    gpu = train_from_counts({b"aaaaa": 1, b"xaaay": 2}, 262, progress=False, backend=CUDA)
+    assert gpu.tolist() == cpu.tolist()
+
+
+def test_end_to_end_train_with_cuda_backend_on_real_text():
+    text = (ROOT / "gpubpe" / "data" / "demo.txt").read_text(encoding="utf-8").splitlines(True)
+    docs = text[:15]
+    cpu = gpubpe.train(docs, 280, progress=False, backend="cpu")
+    gpu = gpubpe.train(docs, 280, progress=False, backend="cuda")
+    assert gpu.merges == cpu.merges
+    assert gpu.metadata["backend"] == "cuda"
+
+
+def test_cuda_without_simulator_or_device_is_a_clear_error():
+    code = ("import gpubpe\n"
+            "try:\n    gpubpe.train(['ab ab'], 257, backend='cuda', progress=False)\n"
+            "except gpubpe.errors.BackendUnavailable as e:\n    print('unavailable:', e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert "unavailable: backend='cuda' cannot run here:" in out.stdout, out.stderr
+    assert "cupy" in out.stdout or "device" in out.stdout
+    assert issubclass(BackendUnavailable, RuntimeError)
+
+
+PTX_SCRIPT = """
+import sys
+from numba import cuda
+from gpubpe.kernels.cuda_kernels import all_cuda_kernels
+for arch in [(8, 0), (9, 0)]:
+    for kernel, signature in all_cuda_kernels():
+        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=arch)
+        assert ".entry" in ptx
+        print(f"ok sm_{arch[0]}{arch[1]} {kernel.py_func.__name__}")
+"""
+
+
+def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from gpubpe.kernels.cuda_kernels import all_cuda_kernels
+
+    names = {kernel.py_func.__name__ for kernel, _ in all_cuda_kernels()}
+    assert out.stdout.count("ok sm_80") == len(names) == out.stdout.count("ok sm_90")
+
+
+# Functions and attributes of the NumPy API that CuPy also provides; orchestration code
+# that runs on device arrays may use only these through ``xp``.
+CUPY_SHARED = {
+    "arange", "argsort", "asarray", "concatenate", "cumsum", "empty", "flatnonzero", "full",
+    "int64", "maximum", "ones", "stack", "uint8", "uint32", "uint64", "zeros", "bool_",
+    "int32", "zeros_like", "empty_like", "where", "searchsorted", "diff", "repeat", "unique",
+    "nonzero", "count_nonzero", "minimum", "sort", "take", "ascontiguousarray", "bincount",
+}
+
+
+@pytest.mark.parametrize("module", ["kernels/_cuda.py", "kernels/pairs.py", "kernels/merge.py",
+                                    "kernels/bitpack.py", "gpubpe/trainer.py"])
+def test_orchestration_uses_only_the_api_cupy_shares(module):
+    tree = ast.parse((ROOT / module).read_text())
+    used = {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "xp"}
+    assert used <= CUPY_SHARED, f"{module} uses xp.{sorted(used - CUPY_SHARED)}"
