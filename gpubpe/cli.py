@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_stats(commands)
     _add_compare(commands)
+    _add_doctor(commands)
     return parser
 
 
@@ -269,3 +270,47 @@ def _run_compare(args) -> int:
         result.plain.save(f"{args.save}.bpe.json")
         result.scaffold.save(f"{args.save}.scaffold.json")
     return 0
+
+
+def _add_doctor(commands) -> None:
+    p = commands.add_parser(
+        "doctor", help="report backends, devices and versions",
+        description="Say which backends can run here and why not, with library versions. "
+                    "--ptx compiles every CUDA kernel to PTX for the given architectures "
+                    "without needing a GPU, and exits 1 if any fails.")
+    p.add_argument("--ptx", metavar="ARCHS", help="e.g. sm_80,sm_90")
+    p.set_defaults(run=_run_doctor)
+
+
+def _run_doctor(args) -> int:
+    import platform
+
+    import numba
+    import numpy
+
+    from . import __version__
+    from .backend import available_backends, resolve_backend
+
+    print(f"gpubpe {__version__}, python {platform.python_version()}, numpy {numpy.__version__}, "
+          f"numba {numba.__version__}")
+    for name, state in available_backends().items():
+        print(f"backend {name}: {state}")
+    print(f"backend auto: {resolve_backend('auto').reason}")
+    print(f"numba threads: {numba.config.NUMBA_NUM_THREADS}")
+    if not args.ptx:
+        return 0
+    from .kernels.cuda_kernels import compile_all_ptx
+
+    architectures = [_parse_arch(a) for a in args.ptx.split(",")]
+    failures = 0
+    for arch, name, outcome in compile_all_ptx(architectures):
+        print(f"ptx {arch} {name}: {outcome}")
+        failures += outcome != "ok"
+    return 1 if failures else 0
+
+
+def _parse_arch(text: str) -> tuple[int, int]:
+    digits = text.strip().lower().removeprefix("sm_")
+    if not (digits.isdigit() and len(digits) >= 2):
+        raise _usage(f"--ptx: {text!r} is not an architecture like sm_80 or sm_90")
+    return int(digits[:-1]), int(digits[-1])
