@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stats(commands)
     _add_compare(commands)
     _add_doctor(commands)
+    _add_bench(commands)
     return parser
 
 
@@ -314,3 +315,30 @@ def _parse_arch(text: str) -> tuple[int, int]:
     if not (digits.isdigit() and len(digits) >= 2):
         raise _usage(f"--ptx: {text!r} is not an architecture like sm_80 or sm_90")
     return int(digits[:-1]), int(digits[-1])
+
+
+def _add_bench(commands) -> None:
+    p = commands.add_parser(
+        "bench", help="time training and encoding: CPU vs GPU vs HF tokenizers vs tiktoken",
+        description="Train and encode with each backend and the reference tools on one corpus "
+                    "(default: the embedded demo corpus), check outputs are equal, and print "
+                    "a table. GPU timings need a machine with a GPU; elsewhere the cuda row "
+                    "says why it is unavailable.")
+    p.add_argument("corpus", nargs="?", type=Path, help="a .txt file (default: demo corpus)")
+    p.add_argument("--backend", default="cpu,cuda", help="comma-separated (default: cpu,cuda)")
+    p.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
+    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.set_defaults(run=_run_bench)
+
+
+def _run_bench(args) -> int:
+    from .bench import format_rows, rows_json, run_bench
+    from .pretokenize import check_readable
+
+    corpus = args.corpus or demo_corpus_path()
+    check_readable(corpus)
+    rows = run_bench(corpus, args.vocab_size, [b.strip() for b in args.backend.split(",")])
+    print(format_rows(rows))
+    if args.json:
+        args.json.write_text(rows_json(rows))
+    return 0

@@ -1,0 +1,133 @@
+"""``gpubpe bench``: CPU against GPU, and against HF tokenizers and tiktoken, in one run.
+
+Same corpus and settings for every contender; outputs are checked equal
+before a time is reported; every clock stops after the device is
+synchronised (CuPy's stream synchronize); JIT compile time is taken by a
+warm-up run and reported apart. A backend that cannot run here is listed as
+"unavailable: <reason>".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+from .backend import BackendUnavailable, resolve_backend
+
+
+@dataclass
+class Row:
+    task: str
+    contender: str
+    seconds: float | None
+    mb_per_s: float | None
+    note: str = ""
+
+
+def synchronize(backend) -> None:
+    """Wait for the device (no-op on the CPU and under the simulator)."""
+    if backend.name == "cuda" and not backend.simulated:
+        backend.xp.cuda.get_current_stream().synchronize()
+
+
+def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
+    """Train and encode with each backend and the reference tools; returns the rows."""
+    from .trainer import train
+
+    text = open(corpus_path, encoding="utf-8").read()
+    documents = text.splitlines(keepends=True)
+    megabytes = len(text.encode("utf-8")) / 1e6
+    rows: list[Row] = []
+    reference = None
+    train(documents[:50], 300, progress=False)  # warm-up: JIT load/compile, reported apart
+    for name in backends:
+        try:
+            backend = resolve_backend(name)
+        except BackendUnavailable as exc:
+            rows.append(Row("train", f"gpubpe {name}", None, None, f"unavailable: {exc}"))
+            continue
+        started = time.perf_counter()
+        tok = train([str(corpus_path)], vocab_size, backend=name, progress=False)
+        synchronize(backend)
+        seconds = time.perf_counter() - started
+        reference = reference or tok
+        note = "" if tok.merges == reference.merges else "MERGES DIFFER"
+        rows.append(Row("train", f"gpubpe {name}", seconds, megabytes / seconds, note))
+        rows.append(_encode_row(tok, documents, megabytes, f"gpubpe {name}", backend))
+    if reference is not None:
+        rows += _reference_rows(reference, corpus_path, documents, vocab_size, megabytes)
+    return rows
+
+
+def _encode_row(tok, documents, megabytes, contender, backend) -> Row:
+    encode = getattr(tok, "encode_batch", None) or (lambda docs: [tok.encode(d) for d in docs])
+    encode(documents[:100])
+    started = time.perf_counter()
+    encode(documents)
+    synchronize(backend)
+    seconds = time.perf_counter() - started
+    return Row("encode", contender, seconds, megabytes / seconds)
+
+
+def _reference_rows(tok, corpus_path, documents, vocab_size, megabytes) -> list[Row]:
+    rows = []
+    try:
+        rows.append(_hf_train_row(tok, corpus_path, vocab_size, megabytes))
+    except ImportError:
+        rows.append(Row("train", "HF tokenizers", None, None, "unavailable: pip install tokenizers"))
+    try:
+        rows.append(_tiktoken_encode_row(tok, documents, megabytes))
+    except ImportError:
+        rows.append(Row("encode", "tiktoken", None, None, "unavailable: pip install tiktoken"))
+    return rows
+
+
+def _hf_train_row(tok, corpus_path, vocab_size, megabytes) -> Row:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from ._reference import gpt2_byte_to_unicode
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=0, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    started = time.perf_counter()
+    hf.train([str(corpus_path)], trainer)
+    seconds = time.perf_counter() - started
+    chars = gpt2_byte_to_unicode()
+    ours = [" ".join("".join(chars[b] for b in part) for part in pair) for pair in tok.merges]
+    theirs = json.loads(hf.to_str())["model"]["merges"]
+    theirs = [m if isinstance(m, str) else " ".join(m) for m in theirs]
+    note = "" if ours == theirs else "MERGES DIFFER from gpubpe"
+    return Row("train", "HF tokenizers", seconds, megabytes / seconds, note)
+
+
+def _tiktoken_encode_row(tok, documents, megabytes) -> Row:
+    import tiktoken
+
+    from .pretokenize import GPT2_PATTERN
+
+    ranks = {tok.token_bytes(i): i for i in range(tok.vocab_size)}
+    encoding = tiktoken.Encoding("gpubpe-bench", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                 special_tokens={})
+    encoding.encode_ordinary_batch(documents[:100])
+    started = time.perf_counter()
+    ids = encoding.encode_ordinary_batch(documents)
+    seconds = time.perf_counter() - started
+    sample = documents[:200]
+    note = "" if [tok.encode(d) for d in sample] == ids[:200] else "IDS DIFFER from gpubpe"
+    return Row("encode", "tiktoken (encode_ordinary_batch)", seconds, megabytes / seconds, note)
+
+
+def format_rows(rows: list[Row]) -> str:
+    lines = ["| task | contender | seconds | MB/s | note |", "|---|---|---:|---:|---|"]
+    for row in rows:
+        seconds = f"{row.seconds:.2f}" if row.seconds is not None else "-"
+        rate = f"{row.mb_per_s:.1f}" if row.mb_per_s is not None else "-"
+        lines.append(f"| {row.task} | {row.contender} | {seconds} | {rate} | {row.note} |")
+    return "\n".join(lines)
+
+
+def rows_json(rows: list[Row]) -> str:
+    return json.dumps([asdict(row) for row in rows], indent=1)
