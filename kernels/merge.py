@@ -51,10 +51,9 @@ STOP_NONE, STOP_VOCAB, STOP_NO_PAIR, STOP_MIN_FREQUENCY = 0, 1, 2, 3
 
 
 @hot
-def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_values,
-               slot_key, slot_count, slot_order, slot_head, slot_touch, post_word, post_next,
-               touched):
-    """Add ``delta`` to the pair's count; on a gain, post the word and mark the slot touched."""
+def slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key, slot_count,
+            slot_order, slot_head, slot_touch):
+    """The slot of pair (left, right), made (count 0) when the pair is new."""
     key = pair_key(left, right)
     slot = table_find(table_keys, table_values, key)
     if slot < 0:
@@ -66,6 +65,16 @@ def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_val
         slot_order[slot] = pair_order(left, right, byte_rank)
         slot_head[slot] = -1
         slot_touch[slot] = -1
+    return slot
+
+
+@hot
+def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_values,
+               slot_key, slot_count, slot_order, slot_head, slot_touch, post_word, post_next,
+               touched):
+    """Add ``delta`` to the pair's count; on a gain, post the word and mark the slot touched."""
+    slot = slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key,
+                   slot_count, slot_order, slot_head, slot_touch)
     slot_count[slot] += delta
     if delta > 0:
         head = slot_head[slot]
@@ -491,17 +500,9 @@ def apply_pair_deltas(keys, deltas, sizes, byte_rank, table_keys, table_values, 
     """
     for k in range(keys.size):
         key = np.uint64(keys[k])
-        slot = table_find(table_keys, table_values, key)
-        if slot < 0:
-            slot = sizes[N_SLOTS]
-            sizes[N_SLOTS] += 1
-            table_put(table_keys, table_values, key, slot)
-            slot_key[slot] = key
-            slot_count[slot] = 0
-            slot_order[slot] = pair_order(np.int64(key >> np.uint64(32)),
-                                          np.int64(key & np.uint64(0xFFFFFFFF)), byte_rank)
-            slot_head[slot] = -1
-            slot_touch[slot] = -1
+        slot = slot_of(np.int64(key >> np.uint64(32)), np.int64(key & np.uint64(0xFFFFFFFF)),
+                       sizes, byte_rank, table_keys, table_values, slot_key, slot_count,
+                       slot_order, slot_head, slot_touch)
         slot_count[slot] += deltas[k]
         if deltas[k] > 0 and slot_count[slot] > 0:
             sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
