@@ -140,8 +140,10 @@ def iter_batches(corpus, text_field: str = "text") -> Iterator[Batch]:
     ``corpus`` is a path, or an iterable of paths, ``str`` and ``bytes``
     documents. A ``.jsonl`` file gives the ``text_field`` of each line; any
     other file gives each line as a document, its "\\n" kept (as HF's file
-    trainer does). A str counts as a path when it names one (no newline, has
-    a suffix or a separator); pass ``[text]`` to train on a single string.
+    trainer does). A str counts as a path when a file or folder is there, or
+    when it reads as a corpus file name (``*.txt``, ``*.jsonl``, ``*.parquet``,
+    no spaces), so a typo is an error rather than a one-line corpus; any other
+    str is a document. Pass bytes to force a document.
     """
     if isinstance(corpus, str | os.PathLike):
         corpus = [corpus]
@@ -177,8 +179,17 @@ def _documents_batch(documents: list[bytes]) -> Batch:
     return Batch(b"".join(documents), np.cumsum(lengths))
 
 
+_CORPUS_SUFFIX = regex.compile(r"^\S+\.(?:txt|jsonl|parquet)$")
+
+
 def _looks_like_path(item: str) -> bool:
-    return "\n" not in item and len(item) < 4096 and (os.sep in item or Path(item).suffix != "")
+    """A str names a file when one exists there, or when it reads as a corpus file name.
+
+    Anything else is a document: "hello.world" and "a/b" are text, not paths.
+    """
+    if "\n" in item or len(item) > 4096:
+        return False
+    return Path(item).is_file() or Path(item).is_dir() or bool(_CORPUS_SUFFIX.match(item))
 
 
 def _read_path(path: Path, text_field: str) -> Iterator[Batch]:

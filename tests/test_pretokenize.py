@@ -82,3 +82,16 @@ def test_class_table_matches_regex_on_samples():
     classes = pretokenize.code_point_classes()
     for char, cls in [("a", 1), ("中", 1), ("٣", 2), ("Ⅷ", 2), (" ", 3), ("\u3000", 3), ("!", 0)]:
         assert classes[ord(char)] == cls, char
+
+
+def test_str_items_are_documents_unless_they_name_files(tmp_path):
+    assert count_words(["hello.world", "a/b"]) == {b"hello": 1, b".": 1, b"world": 1, b"a": 1,
+                                                   b"/": 1, b"b": 1}
+    path = tmp_path / "c.txt"
+    path.write_text("hi\n")
+    assert count_words([str(path)]) == {b"hi": 1, b"\n": 1}
+    import pytest
+
+    from gpubpe.errors import CorpusError
+    with pytest.raises(CorpusError, match="no such file"):
+        count_words(["missing-corpus.txt"])

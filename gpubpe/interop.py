@@ -1,0 +1,649 @@
+"""Interoperability: HF ``tokenizer.json``, GPT-2 ``vocab.json``/``merges.txt``, tiktoken.
+
+Export a plain BPE :class:`~gpubpe.model.Vocabulary` with :func:`to_hf_json` /
+:func:`save_hf` (HF ``tokenizers`` and ``transformers.PreTrainedTokenizerFast``
+load the file and give gpubpe's ids) or :func:`to_tiktoken`; import with
+:func:`from_hf`, :func:`from_gpt2_files` or :func:`from_tiktoken`. Scaffold
+vocabularies cannot be exported: neither format can demolish tokens.
+
+Ids. gpubpe numbers the byte tokens by byte value (0-255), merged tokens by
+creation order from 256, and special tokens after them (``vocab_size + i``).
+An export keeps these ids. An import renumbers to them, so ids change unless
+the file already follows this numbering (files written here do). GPT-2's files
+do not: GPT-2 numbers its 256 byte tokens in the order of its printable
+characters (``!`` is 0, ``"`` is 1, ..., the space ``Ġ`` is 220), so after
+import the byte ids are permuted while merged tokens keep ids 256-50255 and
+``<|endoftext|>`` stays 50256. A HF ``BpeTrainer`` file numbers bytes by code
+point and its special tokens first (0, 1, ...), which shifts every other id.
+:func:`hf_id_map` gives the old -> new id map of an import.
+
+HF semantics this module relies on (checked by ``tests/test_interop.py``):
+
+- HF's ``ByteLevel`` pre-tokenizer splits with exactly gpubpe's ``gpt2``
+  pattern; other patterns are exported as a ``Split`` (``Isolated`` for the
+  named patterns, which match all text; ``Removed`` + ``invert`` for custom
+  ones, which keeps only matches, as gpubpe does) followed by
+  ``ByteLevel(use_regex=False)``. HF's regex engine (Oniguruma) reads
+  ``{1,3}+`` as a repeated group, not a possessive one, so cl100k is written
+  with ``{1,3}`` (same matches) and custom patterns using it are refused. The
+  export splits a probe text with HF and raises ConfigError on any difference.
+  The engines still differ on code points that Oniguruma's Unicode tables,
+  older than those of Python's ``regex``, do not class as letters or digits
+  (about 17,000, nearly all in recently encoded scripts and CJK extensions):
+  text holding them may get other ids from HF.
+- A rule whose result is an existing token is kept: HF looks the result up by
+  its string, as gpubpe does. A pair listed twice gets the *last* rank in HF
+  (its merge table is a map filled in order) but the *first* in gpubpe; the
+  export drops the later copies (they never fire in gpubpe and create no
+  token) and the import drops the earlier ones.
+
+tiktoken (``encode_ordinary``) differs from BPE by rules in two ways: it
+returns a whole pre-tokenized piece that is itself a token without merging,
+and it merges *any* adjacent pair whose concatenation is a token, lowest
+*token* rank first, not the listed rules by *rule* rank. On vocabularies
+gpubpe trains, the two agree (tested on the multiscript corpus). They differ
+on vocabularies with (a) a rule whose result is an existing token: tiktoken
+ranks it by the token's older rank, or (b) a token its own bytes do not
+encode to (the rules build ``bc`` before ``ab`` and ``abc`` only from
+``ab + c``): tiktoken still reaches it, from ``a + bc`` or by the whole-piece
+lookup. Such vocabularies come from hand-written or imported rules; the tests
+construct both cases. :func:`from_tiktoken` recovers each token's merge by
+running tiktoken's BPE on its bytes with the lower ranks only, so it yields
+the rules tiktoken itself follows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import regex
+
+from ._reference import gpt2_byte_to_unicode
+from .errors import ConfigError, ModelFormatError
+from .model import Vocabulary
+from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, NAMED_PATTERNS, resolve_pattern, split_words
+
+BYTE_TO_CHAR = gpt2_byte_to_unicode()
+CHAR_TO_BYTE = {char: byte for byte, char in BYTE_TO_CHAR.items()}
+# tiktoken needs a pattern; a vocabulary without one encodes each text as one word.
+WHOLE_TEXT_PATTERN = r"[\s\S]+"
+# tiktoken's spelling of the GPT-2 pattern (r50k_base), equivalent to gpubpe's "gpt2".
+TIKTOKEN_GPT2_PATTERN = (
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+# Oniguruma (HF) reads "{1,3}+" as "one or more runs of 1-3", not as possessive: HF gets
+# cl100k without it. Dropping it changes nothing: no part of that alternative follows it.
+HF_SPELLING = {CL100K_PATTERN: CL100K_PATTERN.replace(r"\p{N}{1,3}+", r"\p{N}{1,3}")}
+_POSSESSIVE_COUNT = regex.compile(r"(?<!\\)\{\d*,?\d*\}\+")
+# Text the exported pre-tokenizer is checked on: contractions, digits, runs of
+# spaces and newlines, tabs, CJK, emoji, combining marks, no-break spaces.
+PROBE_TEXT = (
+    "Hello world! It's   a test:\n\n  x = f(10, 2.5)  # note\r\n\tTabs\t and  spaces   \n"
+    "I'LL they've 1234567 ½ ① ...\n中文文本，日本語のテキスト。한국어 텍스트 😀👍🏽 "
+    "e\u0301 naïve café\u00a0nbsp \u2028 end  "
+)
+
+
+def token_to_hf(piece: bytes) -> str:
+    """A token's bytes as its GPT-2 byte-level string.
+
+    >>> token_to_hf(b" the"), token_to_hf("é".encode())
+    ('Ġthe', 'Ã©')
+    """
+    return "".join(BYTE_TO_CHAR[byte] for byte in piece)
+
+
+def hf_to_token(text: str) -> bytes:
+    """Inverse of :func:`token_to_hf`; ModelFormatError for a non-byte-level string."""
+    try:
+        return bytes(CHAR_TO_BYTE[char] for char in text)
+    except KeyError as exc:
+        raise ModelFormatError(
+            f"token {text!r} holds {exc.args[0]!r}, which is not a GPT-2 byte-level "
+            "character: the file is not a byte-level BPE vocabulary"
+        ) from None
+
+
+# ================================================================ export: HF
+
+
+def to_hf_json(vocab: Vocabulary) -> dict:
+    """The HF ``tokenizer.json`` object of a plain BPE vocabulary (ids unchanged).
+
+    When ``tokenizers`` is installed, the pre-tokenizer is checked to split a
+    probe text as gpubpe does; a custom pattern HF's regex engine reads
+    differently raises ConfigError.
+    """
+    _check_plain_bpe(vocab, "a HF tokenizer.json")
+    pre_tokenizer = _hf_pre_tokenizer(vocab.pattern)
+    _check_hf_split(pre_tokenizer, vocab.pattern)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _hf_added_tokens(vocab),
+        "normalizer": None,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": _byte_level(use_regex=False, trim_offsets=False),
+        "decoder": _byte_level(use_regex=True),
+        "model": _hf_bpe_model(vocab),
+    }
+
+
+def save_hf(vocab: Vocabulary, path) -> None:
+    """Write :func:`to_hf_json` to ``path`` (a ``tokenizer.json``), atomically."""
+    text = json.dumps(to_hf_json(vocab), ensure_ascii=False, indent=1)
+    _write_atomically(Path(path), text)
+
+
+def _check_plain_bpe(vocab: Vocabulary, target: str) -> None:
+    if not isinstance(vocab, Vocabulary):
+        raise TypeError(f"expected a gpubpe Vocabulary, got {type(vocab).__name__}; "
+                        "pass tokenizer.vocabulary")
+    if vocab.demolish_ids is not None or vocab.output_bytes is not None:
+        raise ConfigError(
+            f"this is a Scaffold-BPE vocabulary: its output ids come from demolishing "
+            f"scaffold tokens, which {target} cannot express; export a plain BPE vocabulary"
+        )
+
+
+def _byte_level(use_regex: bool, trim_offsets: bool = True) -> dict:
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": trim_offsets,
+            "use_regex": use_regex}
+
+
+def _hf_pre_tokenizer(pattern: str | None) -> dict:
+    text = resolve_pattern(pattern)
+    if text is None:
+        return _byte_level(use_regex=False)
+    if text == GPT2_PATTERN:
+        return _byte_level(use_regex=True)
+    named = text in NAMED_PATTERNS.values()
+    if not named and _POSSESSIVE_COUNT.search(text):
+        raise ConfigError(
+            f"pattern {pattern!r} has a possessive counted repeat ('{{n,m}}+'), which HF's regex "
+            "engine reads as a repeated group; write it without the '+' (or as an atomic group)"
+        )
+    split = {"type": "Split", "pattern": {"Regex": HF_SPELLING.get(text, text)},
+             "behavior": "Isolated" if named else "Removed", "invert": not named}
+    return {"type": "Sequence", "pretokenizers": [split, _byte_level(use_regex=False)]}
+
+
+def _hf_added_tokens(vocab: Vocabulary) -> list[dict]:
+    return [
+        {"id": token_id, "content": content, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+        for content, token_id in vocab.special_ids().items()
+    ]
+
+
+def _hf_bpe_model(vocab: Vocabulary) -> dict:
+    pieces = vocab.token_bytes
+    merges = [f"{token_to_hf(pieces[left])} {token_to_hf(pieces[right])}"
+              for left, right in _first_rules(vocab.rules)]
+    return {
+        "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+        "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+        "ignore_merges": False,
+        "vocab": {token_to_hf(piece): token_id for token_id, piece in enumerate(pieces)},
+        # "a b" strings: byte-level strings hold no space, and every tokenizers version reads them.
+        "merges": merges,
+    }
+
+
+def _first_rules(rules: np.ndarray) -> list[tuple[int, int]]:
+    """Rule pairs in rank order, later copies of a pair dropped (gpubpe never fires them)."""
+    seen: set[tuple[int, int]] = set()
+    pairs = []
+    for left, right, _ in rules.tolist():
+        if (left, right) not in seen:
+            seen.add((left, right))
+            pairs.append((left, right))
+    return pairs
+
+
+def _check_hf_split(pre_tokenizer: dict, pattern: str | None) -> None:
+    """Raise ConfigError when HF splits the probe text otherwise than gpubpe (if installed)."""
+    try:
+        mismatch = _hf_split_mismatch(pre_tokenizer, pattern)
+    except Exception as exc:  # tokenizers raises a bare Exception for a regex it cannot compile
+        raise ConfigError(f"HF tokenizers cannot use the pattern {pattern!r}: {exc}") from None
+    if mismatch:
+        raise ConfigError(
+            f"HF's regex engine splits text with the pattern {pattern!r} differently from "
+            f"gpubpe ({mismatch}); the exported tokenizer would give other ids. Use a pattern "
+            "both engines read alike (the named ones do)"
+        )
+
+
+def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
+    """The first word where HF and gpubpe split ``PROBE_TEXT`` apart, or None.
+
+    None too when ``tokenizers`` is not installed: there is nothing to compare with.
+    """
+    try:
+        from tokenizers import Tokenizer as HfTokenizer
+    except ImportError:
+        return None
+    shell = {"version": "1.0", "pre_tokenizer": pre_tokenizer,
+             "model": {"type": "BPE", "vocab": {}, "merges": []}}
+    hf = HfTokenizer.from_str(json.dumps(shell))
+    theirs = [piece for piece, _ in hf.pre_tokenizer.pre_tokenize_str(PROBE_TEXT)]
+    ours = [token_to_hf(word.encode("utf-8"))
+            for word in split_words(PROBE_TEXT, resolve_pattern(pattern))]
+    if theirs == ours:
+        return None
+    first = next(i for i, pair in enumerate(zip(theirs + [None], ours + [None]))
+                 if pair[0] != pair[1])
+    return f"word {first}: HF {theirs[first:first + 1]}, gpubpe {ours[first:first + 1]}"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# ================================================================ import: HF
+
+
+def from_hf(source, *, strict: bool = True) -> Vocabulary:
+    """Import a HF byte-level BPE ``tokenizer.json`` (a path, its JSON text, or the parsed dict).
+
+    Ids are renumbered to gpubpe's (see the module docstring and :func:`hf_id_map`);
+    vocabulary entries no merge makes are dropped (HF's BPE never emits them),
+    and every added token becomes a special token. A custom ``Split`` regex
+    with ``Isolated`` behavior gets an alternative matching the text between
+    its matches, which HF keeps as words too.
+    With ``strict`` (default), settings that would make gpubpe's ids differ from
+    HF's on some text raise ModelFormatError (a normalizer, ``add_prefix_space``,
+    ``ignore_merges``, BPE dropout, added tokens with strip flags); with
+    ``strict=False`` they are ignored and listed in ``metadata["hf_import_notes"]``.
+    """
+    return _import_hf(_read_hf_json(source), strict)[0]
+
+
+def hf_id_map(source, *, strict: bool = True) -> dict[int, int]:
+    """HF id -> gpubpe id of each token :func:`from_hf` keeps (not those HF never emits)."""
+    return _import_hf(_read_hf_json(source), strict)[1]
+
+
+def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:
+    """Import GPT-2 style ``vocab.json`` + ``merges.txt`` (GPT-2 pattern, no prefix space).
+
+    Vocabulary entries no merge makes and that are not single bytes (GPT-2's
+    ``<|endoftext|>``) become special tokens, in the order of their ids.
+    """
+    vocab_path, merges_path = Path(vocab_json), Path(merges_txt)
+    hf_vocab = _read_json_file(vocab_path)
+    if not isinstance(hf_vocab, dict):
+        raise ModelFormatError(f"{vocab_path}: expected a JSON object of token -> id")
+    merges = _read_merges_txt(merges_path)
+    made = {a + b for a, b in (_merge_pair(m, i, str(merges_path)) for i, m in enumerate(merges))}
+    single = {BYTE_TO_CHAR[b] for b in range(256)}
+    extra = sorted((t for t in hf_vocab if t not in made and t not in single), key=hf_vocab.get)
+    data = {
+        "added_tokens": [{"id": hf_vocab[t], "content": t, "special": True} for t in extra],
+        "normalizer": None,
+        "pre_tokenizer": _byte_level(use_regex=True),
+        "model": {"type": "BPE", "vocab": hf_vocab, "merges": merges},
+    }
+    return _import_hf(data, strict=True, where=str(vocab_path))[0]
+
+
+def _read_json_file(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ModelFormatError(f"{path}: cannot be read ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelFormatError(f"{path} is not valid JSON ({exc})") from None
+
+
+def _read_merges_txt(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFormatError(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+    return [line for line in lines if line and not line.startswith("#version")]
+
+
+def _read_hf_json(source) -> dict:
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        try:
+            data = json.loads(source)
+        except ValueError as exc:
+            raise ModelFormatError(f"the tokenizer JSON text is not valid JSON ({exc})") from None
+    elif isinstance(source, str | os.PathLike):
+        data = _read_json_file(Path(source))
+    else:
+        raise TypeError(f"expected a path, JSON text or dict, got {type(source).__name__}")
+    if not isinstance(data, dict):
+        raise ModelFormatError(
+            f"expected a tokenizer.json object, got a JSON {type(data).__name__}")
+    return data
+
+
+def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json"):
+    """(Vocabulary, HF id -> gpubpe id) of a parsed HF tokenizer.json."""
+    notes: list[str] = []
+    model = _hf_model_section(data, where)
+    _check_model_options(model, where, strict, notes)
+    _check_normalizer(data.get("normalizer"), where, strict, notes)
+    pattern = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
+    _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
+    specials = _special_from_hf(data.get("added_tokens") or [], where, strict, notes)
+    hf_vocab = model.get("vocab")
+    if not isinstance(hf_vocab, dict):
+        raise ModelFormatError(f"{where}: model.vocab is missing or not an object")
+    pairs = _byte_pairs(_last_pairs(_merge_pairs(model.get("merges", []), where)))
+    rules, token_ids = _rules_from_pairs(pairs, where)
+    metadata = {"imported_from": "hf tokenizer.json"}
+    if notes:
+        metadata["hf_import_notes"] = notes
+    vocab = Vocabulary.from_rules(rules, [content for content, _ in specials], pattern, metadata)
+    return vocab, _id_map(hf_vocab, token_ids, specials, vocab.vocab_size)
+
+
+def _hf_model_section(data: dict, where: str) -> dict:
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise ModelFormatError(f"{where}: no 'model' section; is this a HF tokenizer.json?")
+    kind = model.get("type", "BPE" if "merges" in model else None)
+    if kind != "BPE":
+        raise ModelFormatError(
+            f"{where}: model type is {kind!r}; gpubpe imports byte-level BPE models only "
+            "(WordPiece, Unigram and WordLevel vocabularies have no merge rules to import)"
+        )
+    return model
+
+
+def _check_model_options(model: dict, where: str, strict: bool, notes: list[str]) -> None:
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise ModelFormatError(f"{where}: model.{key} is {model[key]!r}; a byte-level BPE "
+                                   "has none, so this file is not one gpubpe can import")
+    if model.get("byte_fallback"):
+        raise ModelFormatError(f"{where}: model.byte_fallback is set (<0xXX> tokens, SentencePiece "
+                               "style); this is not a byte-level BPE vocabulary")
+    if model.get("dropout"):
+        _strict_issue(f"model.dropout is {model['dropout']}; gpubpe encodes without dropout",
+                      where, strict, notes)
+    if model.get("ignore_merges"):
+        _strict_issue("model.ignore_merges is true: HF returns a word that is a token whole, "
+                      "gpubpe applies the merges", where, strict, notes)
+
+
+def _check_normalizer(normalizer, where: str, strict: bool, notes: list[str]) -> None:
+    if normalizer is not None:
+        kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
+        _strict_issue(f"a {kind!r} normalizer is set; gpubpe does not "
+                      "normalize, so normalize text yourself before encoding", where, strict, notes)
+
+
+def _strict_issue(message: str, where: str, strict: bool, notes: list[str]) -> None:
+    if strict:
+        raise ModelFormatError(f"{where}: {message}; pass strict=False to import anyway")
+    notes.append(message)
+
+
+def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]) -> str | None:
+    """gpubpe's pattern for a ByteLevel or Split + ByteLevel(use_regex=False) pre-tokenizer."""
+    steps = _pre_tokenizer_steps(pre_tokenizer, where)
+    *splits, byte_level = steps
+    if byte_level.get("type") != "ByteLevel":
+        kinds = [step.get("type") for step in steps]
+        raise ModelFormatError(
+            f"{where}: pre-tokenizer is {kinds}; a byte-level BPE ends with ByteLevel "
+            "(use a ByteLevel or Split + ByteLevel tokenizer.json)"
+        )
+    if byte_level.get("add_prefix_space"):
+        _strict_issue("ByteLevel.add_prefix_space is true: HF adds a space before the text, "
+                      "gpubpe does not", where, strict, notes)
+    uses_regex = byte_level.get("use_regex", True)
+    if len(splits) + uses_regex > 1 or any(s.get("type") != "Split" for s in splits):
+        kinds = [step.get("type") for step in steps]
+        raise ModelFormatError(
+            f"{where}: pre-tokenizer {kinds} (ByteLevel use_regex={uses_regex}) splits in more "
+            "than one stage; gpubpe supports ByteLevel alone or one Split then "
+            "ByteLevel(use_regex=false)"
+        )
+    if uses_regex:
+        return "gpt2"
+    return _pattern_of_split(splits[0], where) if splits else None
+
+
+def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,
+                          notes: list[str]) -> None:
+    try:
+        mismatch = _hf_split_mismatch(pre_tokenizer, pattern)
+    except Exception:  # HF cannot load this pre-tokenizer on its own: nothing to compare
+        return
+    if mismatch:
+        _strict_issue(f"Python's regex splits text with the pattern {pattern!r} otherwise than "
+                      f"HF ({mismatch})", where, strict, notes)
+
+
+def _pre_tokenizer_steps(pre_tokenizer, where: str) -> list[dict]:
+    if not isinstance(pre_tokenizer, dict):
+        raise ModelFormatError(
+            f"{where}: pre-tokenizer is {pre_tokenizer!r}; a byte-level BPE needs a ByteLevel "
+            "pre-tokenizer (this file is not byte-level)"
+        )
+    if pre_tokenizer.get("type") == "Sequence":
+        steps = pre_tokenizer.get("pretokenizers") or []
+        if steps and all(isinstance(step, dict) for step in steps):
+            return steps
+        raise ModelFormatError(f"{where}: the pre-tokenizer Sequence is empty or malformed")
+    return [pre_tokenizer]
+
+
+def _pattern_of_split(split: dict, where: str) -> str:
+    """The findall pattern splitting as this HF Split does (gpubpe keeps matches only)."""
+    spec = split.get("pattern") or {}
+    behavior, invert = split.get("behavior"), bool(split.get("invert"))
+    if "Regex" in spec:
+        text = spec["Regex"]
+    elif "String" in spec:
+        text = regex.escape(spec["String"])
+    else:
+        raise ModelFormatError(f"{where}: Split pattern {spec!r} has neither 'Regex' nor 'String'")
+    if (behavior, invert) == ("Removed", True):
+        return text
+    if (behavior, invert) != ("Isolated", False):
+        raise ModelFormatError(
+            f"{where}: Split behavior {behavior!r} with invert={invert} is not supported; "
+            "gpubpe reads Isolated (invert false) and Removed (invert true)"
+        )
+    for name, value in NAMED_PATTERNS.items():
+        if text in (value, HF_SPELLING.get(value)):
+            return name
+    # Isolated keeps the text between matches as words too: match it explicitly.
+    return f"(?:{text})|(?:(?!(?:{text}))[\\s\\S])+"
+
+
+def _special_from_hf(added_tokens, where: str, strict: bool, notes: list[str]):
+    """[(content, HF id)] of the added tokens, in HF id order; they become special tokens."""
+    specials = []
+    for token in sorted(added_tokens, key=lambda t: t.get("id") or 0):
+        content = token.get("content")
+        if not isinstance(content, str) or not content:
+            raise ModelFormatError(f"{where}: added token {token!r} has no content")
+        flags = [flag for flag in ("single_word", "lstrip", "rstrip") if token.get(flag)]
+        if flags:
+            _strict_issue(f"added token {content!r} sets {flags}; gpubpe matches special tokens "
+                          "exactly", where, strict, notes)
+        specials.append((content, token.get("id")))
+    return specials
+
+
+def _merge_pairs(merges, where: str) -> list[tuple[str, str]]:
+    if not isinstance(merges, list):
+        raise ModelFormatError(f"{where}: model.merges is not a list")
+    return [_merge_pair(merge, rank, where) for rank, merge in enumerate(merges)]
+
+
+def _merge_pair(merge, rank: int, where: str) -> tuple[str, str]:
+    """One merge, written "a b" (older files) or ["a", "b"] (tokenizers >= 0.20)."""
+    parts = merge.split(" ") if isinstance(merge, str) else merge
+    if not isinstance(parts, list | tuple) or len(parts) != 2 or not all(
+            isinstance(part, str) and part for part in parts):
+        raise ModelFormatError(f"{where}: merge {rank} is {merge!r}; expected 'a b' or [a, b]")
+    return parts[0], parts[1]
+
+
+def _last_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Drop all but the last copy of a repeated pair: HF gives a pair its last rank."""
+    last_rank = {pair: rank for rank, pair in enumerate(pairs)}
+    return [pair for rank, pair in enumerate(pairs) if last_rank[pair] == rank]
+
+
+def _byte_pairs(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(hf_to_token(left), hf_to_token(right)) for left, right in pairs]
+
+
+def _rules_from_pairs(pairs: list[tuple[bytes, bytes]], where: str):
+    """Rules (n x 3) of byte-string merges in rank order, and gpubpe's id of every token."""
+    token_ids = {bytes([b]): b for b in range(256)}
+    rules = np.zeros((len(pairs), 3), dtype=np.int64)
+    for rank, (left, right) in enumerate(pairs):
+        for part in (left, right):
+            if part not in token_ids:
+                raise ModelFormatError(
+                    f"{where}: merge {rank} ({left!r}, {right!r}) uses {part!r}, which no "
+                    "earlier merge makes; gpubpe needs every token made before it is merged"
+                )
+        result = token_ids.setdefault(left + right, len(token_ids))
+        rules[rank] = (token_ids[left], token_ids[right], result)
+    return rules, token_ids
+
+
+def _id_map(hf_vocab: dict, token_ids: dict[bytes, int], specials, vocab_size: int):
+    """HF id -> gpubpe id; HF tokens no merge makes (and no special token) are left out."""
+    id_map = {}
+    for text, hf_id in hf_vocab.items():
+        piece = _maybe_token(text)
+        if piece in token_ids:
+            id_map[hf_id] = token_ids[piece]
+    for index, (_, hf_id) in enumerate(specials):
+        if hf_id is not None:
+            id_map[hf_id] = vocab_size + index
+    return id_map
+
+
+def _maybe_token(text: str) -> bytes | None:
+    try:
+        return hf_to_token(text)
+    except ModelFormatError:  # e.g. a special token's text kept in the model vocab
+        return None
+
+
+# ================================================================ tiktoken
+
+
+def to_tiktoken(vocab: Vocabulary, name: str = "gpubpe"):
+    """A ``tiktoken.Encoding`` whose ranks are gpubpe's ids (see the module docstring for
+    the vocabularies on which tiktoken's ids differ from gpubpe's)."""
+    _check_plain_bpe(vocab, "tiktoken")
+    tiktoken = _import_tiktoken()
+    ranks = {piece: token_id for token_id, piece in enumerate(vocab.token_bytes)}
+    specials = vocab.special_ids()
+    return tiktoken.Encoding(
+        name,
+        pat_str=resolve_pattern(vocab.pattern) or WHOLE_TEXT_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=specials,
+        explicit_n_vocab=len(ranks) + len(specials),
+    )
+
+
+def from_tiktoken(encoding) -> Vocabulary:
+    """Import a ``tiktoken.Encoding``: its merges recovered from the ranks (:func:`recover_merges`).
+
+    Ids are renumbered: bytes by value, other tokens in rank order from 256,
+    special tokens after them in the order of their tiktoken ids.
+    """
+    try:
+        ranks, pat_str = encoding._mergeable_ranks, encoding._pat_str
+        special_ids = encoding._special_tokens
+    except AttributeError:
+        raise TypeError(f"expected a tiktoken.Encoding, got {type(encoding).__name__}") from None
+    pairs = recover_merges(ranks)
+    rules, _ = _rules_from_pairs(pairs, f"tiktoken encoding {encoding.name!r}")
+    specials = sorted(special_ids, key=special_ids.get)
+    return Vocabulary.from_rules(rules, specials, _pattern_name(pat_str),
+                                 {"imported_from": f"tiktoken {encoding.name}"})
+
+
+def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """Each multi-byte token's merge, in rank order: tiktoken's BPE on its bytes, lower ranks only.
+
+    tiktoken stores ranks, not merges; the merge that makes a token is the last
+    step tiktoken itself takes to build it, so BPE with ranks below the token's
+    must stop at exactly two parts.
+    """
+    merges = []
+    for piece, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        if len(piece) < 2:
+            continue
+        parts = tiktoken_bpe(ranks, piece, max_rank=rank)
+        if len(parts) != 2:
+            raise ModelFormatError(
+                f"token {piece!r} (rank {rank}) is not the merge of two lower-ranked tokens "
+                f"(BPE on its bytes stops at {parts!r}); tiktoken can reach it only whole, "
+                "gpubpe's rules cannot express it"
+            )
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def tiktoken_bpe(ranks: dict[bytes, int], piece: bytes,
+                 max_rank: float = float("inf")) -> list[bytes]:
+    """tiktoken's BPE: merge the adjacent pair whose joined bytes have the lowest rank, leftmost
+    first, while that rank is below ``max_rank``."""
+    parts = [bytes([byte]) for byte in piece]
+    while len(parts) > 1:
+        best_rank, best_at = max_rank, -1
+        for at in range(len(parts) - 1):
+            rank = ranks.get(parts[at] + parts[at + 1])
+            if rank is not None and rank < best_rank:
+                best_rank, best_at = rank, at
+        if best_at < 0:
+            break
+        parts[best_at:best_at + 2] = [parts[best_at] + parts[best_at + 1]]
+    return parts
+
+
+def _pattern_name(pat_str: str) -> str | None:
+    """A gpubpe pattern name for a tiktoken pattern when it is one of them, else the regex."""
+    if pat_str == TIKTOKEN_GPT2_PATTERN:
+        return "gpt2"
+    if pat_str == WHOLE_TEXT_PATTERN:
+        return None
+    for name, value in NAMED_PATTERNS.items():
+        if value == pat_str:
+            return name
+    return pat_str
+
+
+def _import_tiktoken():
+    try:
+        import tiktoken
+    except ImportError:
+        raise ConfigError("tiktoken is not installed; pip install tiktoken") from None
+    return tiktoken
