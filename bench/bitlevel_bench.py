@@ -1,0 +1,182 @@
+"""Bit-level codec throughput against the machine's copy speed (DESIGN.md §6).
+
+Times ``BitLevelCodec.encode_batch`` / ``decode_batch`` on a synthetic corpus of
+byte-level tokenizer output for Chinese text, and ``np.copy`` of the same input
+array, on one thread by default (``--threads``). Outputs are checked before
+anything is timed (the round trip, and the Numba output against the NumPy
+backend's); each operation is warmed up first and the JIT compile time (a fresh
+Numba cache) is reported apart. Prints a markdown table.
+
+    python bench/bitlevel_bench.py                  # 20M ids, one thread
+    python bench/bitlevel_bench.py --n-ids 50000000 --threads 2
+
+Corpora (seeded, so every run sees the same ids):
+
+- ``mixed``: what a 32k vocabulary with byte fallback (Llama-2 style) gives on
+  Chinese: 49% of the ids are byte fallbacks, as in the paper's Table 3 (en-zh,
+  64M of 131M); the rest are merged tokens (ids 256-31999) and a little ASCII.
+- ``bytes``: a byte-level tokenizer with no CJK merges: nearly every id is a byte
+  of a 3-byte character, with some ASCII and merged tokens between.
+
+Characters are drawn Zipf-like from the CJK Unified Ideographs (U+4E00-9FFF),
+with some CJK punctuation (U+3000-303F) and Hangul (U+AC00-D7A3); documents
+are 200-4000 ids long.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-ids", type=int, default=20_000_000, help="ids per corpus")
+    parser.add_argument("--threads", type=int, default=1, help="NUMBA_NUM_THREADS")
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs; the best is kept")
+    parser.add_argument("--corpus", choices=["mixed", "bytes", "both"], default="both")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+ARGS = parse_args()
+# Set before numba is imported: the thread count, and a fresh cache so compile time is real.
+os.environ["NUMBA_NUM_THREADS"] = str(ARGS.threads)
+os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpubpe-bench-numba-")
+
+import platform  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+from gpubpe.bitlevel import BitLevelCodec  # noqa: E402
+
+BASE_VOCAB_SIZE = 32000
+CORPUS_MIX = {"mixed": (0.74, 0.02), "bytes": (0.02, 0.03)}  # (merged-token units, ASCII units)
+
+
+def synthetic_corpus(kind, n_ids, seed):
+    """Flat uint32 ids and int64 offsets of about ``n_ids`` ids of tokenizer output."""
+    rng = np.random.default_rng(seed)
+    p_token, p_ascii = CORPUS_MIX[kind]
+    n_units = int(n_ids / (3 - 2 * (p_token + p_ascii))) + 1
+    units = rng.random(n_units)
+    code_points = _zipf_code_points(rng, n_units)
+    is_token, is_ascii = units < p_token, (units >= p_token) & (units < p_token + p_ascii)
+    is_char = ~(is_token | is_ascii)
+    starts = np.concatenate([[0], np.cumsum(np.where(is_char, 3, 1))[:-1]])
+    ids = np.empty(starts[-1] + (3 if is_char[-1] else 1), dtype=np.uint32)
+    ids[starts] = np.where(is_token, rng.integers(256, BASE_VOCAB_SIZE, n_units),
+                           np.where(is_ascii, rng.integers(0x20, 0x7F, n_units),
+                                    0xE0 | (code_points >> 12)))
+    char_starts = starts[is_char]
+    ids[char_starts + 1] = 0x80 | ((code_points[is_char] >> 6) & 0x3F)
+    ids[char_starts + 2] = 0x80 | (code_points[is_char] & 0x3F)
+    ids = ids[:n_ids]
+    cuts = np.cumsum(rng.integers(200, 4000, n_ids // 200 + 2))
+    offsets = np.concatenate([[0], cuts[cuts < ids.size], [ids.size]]).astype(np.int64)
+    return ids, offsets
+
+
+def _zipf_code_points(rng, n):
+    ranks = rng.zipf(1.1, n) % 20992  # the CJK Unified Ideographs block
+    code_points = 0x4E00 + rng.permutation(20992)[ranks]
+    other = rng.random(n)
+    code_points = np.where(other < 0.08, 0x3000 + rng.integers(0, 0x40, n), code_points)
+    return np.where(other > 0.97, 0xAC00 + rng.integers(0, 11172, n), code_points)
+
+
+def best_times(functions, repeats):
+    """Best wall time of each function, the runs interleaved so that load on a shared
+    machine hits all of them alike."""
+    best = [float("inf")] * len(functions)
+    for _ in range(repeats):
+        for k, function in enumerate(functions):
+            start = time.perf_counter()
+            function()
+            best[k] = min(best[k], time.perf_counter() - start)
+    return best
+
+
+def check_outputs(codec, reference_codec, ids, offsets):
+    """Round trip on the whole corpus, and Numba output equal to the NumPy backend's."""
+    coded, coded_offsets = codec.encode_batch(ids, offsets)
+    expected = reference_codec.encode_batch(ids, offsets)
+    if not (np.array_equal(coded, expected[0]) and np.array_equal(coded_offsets, expected[1])):
+        sys.exit("encode: the Numba output differs from the NumPy backend's")
+    decoded, decoded_offsets = codec.decode_batch(coded, coded_offsets)
+    if not (np.array_equal(decoded, ids) and np.array_equal(decoded_offsets, offsets)):
+        sys.exit("decode(encode(x)) != x")
+    return coded, coded_offsets
+
+
+def bench_corpus(kind, codec, reference_codec):
+    ids, offsets = synthetic_corpus(kind, ARGS.n_ids, ARGS.seed)
+    coded, coded_offsets = check_outputs(codec, reference_codec, ids, offsets)
+    rows = []
+    for operation, data, run in [
+        ("encode", ids, lambda: codec.encode_batch(ids, offsets)),
+        ("decode", coded, lambda: codec.decode_batch(coded, coded_offsets)),
+    ]:
+        run()  # warm-up
+        copy_seconds, seconds = best_times([lambda data=data: np.copy(data), run], ARGS.repeats)
+        rows.append((operation, kind, data.size, seconds, data.size / seconds,
+                     data.size / copy_seconds, copy_seconds / seconds))
+    byte_share = float(np.mean(ids < 256))
+    return rows, f"{kind}: {ids.size:,} ids in {offsets.size - 1:,} documents, " \
+                 f"{100 * byte_share:.0f}% byte ids, coded to {coded.size:,} ids"
+
+
+def compile_seconds(codec):
+    """First calls on a tiny input with a fresh Numba cache: the JIT compile time."""
+    sample = np.array(list("众唤众".encode()) + [300], dtype=np.uint32)
+    start = time.perf_counter()
+    coded = codec.encode(sample)
+    middle = time.perf_counter()
+    codec.decode(coded)
+    return middle - start, time.perf_counter() - middle
+
+
+def machine():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+
+
+def main():
+    codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="cpu")
+    reference_codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="numpy")
+    jit_encode, jit_decode = compile_seconds(codec)
+    kinds = ["mixed", "bytes"] if ARGS.corpus == "both" else [ARGS.corpus]
+    results = [bench_corpus(kind, codec, reference_codec) for kind in kinds]
+    print("## Bit-level codec throughput (Numba CPU backend)\n")
+    print(f"- machine: {machine()}")
+    print(f"- threads: NUMBA_NUM_THREADS={numba.get_num_threads()}")
+    print(f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+    print(f"- numpy {np.__version__}, numba {numba.__version__}, "
+          f"Python {platform.python_version()}")
+    print(f"- JIT compile (first call, fresh cache): encode {jit_encode:.1f} s, "
+          f"decode {jit_decode:.1f} s")
+    for _, description in results:
+        print(f"- corpus {description}")
+    print(f"- best of {ARGS.repeats} runs after a warm-up; outputs checked first\n")
+    print("| operation | corpus | input ids | time (ms) | Mids/s | np.copy Mids/s "
+          "| ratio to copy |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for rows, _ in results:
+        for operation, kind, n, seconds, rate, copy_rate, ratio in rows:
+            print(f"| {operation} | {kind} | {n:,} | {1000 * seconds:.1f} | {rate / 1e6:.0f} | "
+                  f"{copy_rate / 1e6:.0f} | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

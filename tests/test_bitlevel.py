@@ -1,0 +1,391 @@
+"""Bit-level codec: id layout, the paper's goldens, round trips, malformed input, backends.
+
+Every backend ("numpy", "cpu" = Numba, "cuda" = the real @cuda.jit kernels under
+the Numba CUDA simulator, switched on by conftest) must give identical output.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+from gpubpe.kernels import bitpack
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpubpe.bitlevel import (
+    BACKENDS,
+    HI_VALUES,
+    LO_VALUES,
+    PAPER_LEAD_BYTES,
+    BitLevelCodec,
+    BitLevelDecodeError,
+    BitLevelEncodeError,
+)
+from gpubpe.errors import ConfigError, GpubpeError
+
+BASE = 1000  # a small base vocabulary: bytes 0-255, merged tokens 256-997, specials 998-999
+FFFD = [0xEF, 0xBF, 0xBD]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+def codecs_for(lead_bytes=PAPER_LEAD_BYTES, base=BASE):
+    return {name: BitLevelCodec(base, lead_bytes, backend=name) for name in BACKENDS}
+
+
+PAPER_CODECS = codecs_for()
+DEFAULT_CODECS = codecs_for(range(0xE0, 0xF0))
+
+
+# --- id layout ----------------------------------------------------------------------------
+
+
+def test_hi_and_lo_values_are_the_designed_disjoint_ranges():
+    def span(first, last):
+        return set(range(first, last + 1))
+
+    assert set(HI_VALUES) == span(0x040, 0x05F) | span(0x0C0, 0x0DF) | span(0x140, 0x15F) | span(
+        0x1C0, 0x1DF)
+    assert set(LO_VALUES) == span(0x080, 0x0BF) | span(0x180, 0x1BF)
+    assert len(HI_VALUES) == len(LO_VALUES) == 128
+    assert not set(HI_VALUES) & set(LO_VALUES)
+
+
+def test_value_ids_are_dense_in_value_order():
+    codec = PAPER_CODECS["cpu"]
+    # sorted values: hi 040-05F (0-31), lo 080-0BF (32-95), hi 0C0-0DF (96-127),
+    # hi 140-15F (128-159), lo 180-1BF (160-223), hi 1C0-1DF (224-255)
+    for value, index in [(0x040, 0), (0x05F, 31), (0x080, 32), (0x0BF, 95), (0x0C0, 96),
+                         (0x140, 128), (0x180, 160), (0x1BF, 223), (0x1C0, 224), (0x1DF, 255)]:
+        assert codec.value_id(value) == BASE + index
+    for value in HI_VALUES + LO_VALUES:
+        assert codec.value_of(codec.value_id(value)) == value
+
+
+def test_prefix_ids_follow_the_values_and_never_reuse_base_ids():
+    paper, default = PAPER_CODECS["cpu"], DEFAULT_CODECS["cpu"]
+    assert paper.prefixes == (0x39, 0x3A, 0x3B)  # the paper's p1, p2, p3
+    assert default.prefixes == (0x38, 0x39, 0x3A, 0x3B)
+    assert [paper.prefix_id(p) for p in paper.prefixes] == [BASE + 256, BASE + 257, BASE + 258]
+    assert paper.vocab_size == BASE + 256 + 3
+    assert default.vocab_size == BASE + 256 + 4
+    for p in default.prefixes:
+        assert default.prefix_of(default.prefix_id(p)) == p
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda: BitLevelCodec(255), "255"),
+        (lambda: BitLevelCodec(BASE, lead_bytes=[0xE4, 0xF0]), "0xF0"),
+        (lambda: BitLevelCodec(BASE, lead_bytes=[0x41]), "0x41"),
+        (lambda: BitLevelCodec(BASE, lead_bytes=[]), "empty"),
+        (lambda: BitLevelCodec(BASE, backend="gpu"), "gpu"),
+        (lambda: PAPER_CODECS["cpu"].value_id(0x000), "0"),
+        (lambda: PAPER_CODECS["cpu"].value_id(0x1E0), "480"),
+        (lambda: PAPER_CODECS["cpu"].prefix_id(0x38), "56"),
+        (lambda: PAPER_CODECS["cpu"].value_of(5), "5"),
+        (lambda: PAPER_CODECS["cpu"].prefix_of(BASE), str(BASE)),
+        (lambda: PAPER_CODECS["cpu"].decode([], errors="ignore"), "ignore"),
+    ],
+)
+def test_invalid_arguments_raise_config_error_naming_the_value(make, named):
+    with pytest.raises(ConfigError, match=named):
+        make()
+
+
+# --- the paper's goldens ------------------------------------------------------------------
+
+# The paper's §3.3 example, "召唤众" = E4 BC 97  E5 94 A4  E4 BC 97. (In UTF-8 these bytes
+# spell 众唤众: 召 is E5 8F AC. The bytes are what the paper works with, so they are the golden.)
+PAPER_BYTES = [0xE4, 0xBC, 0x97, 0xE5, 0x94, 0xA4, 0xE4, 0xBC, 0x97]
+REN_BYTES = [0xE8, 0xAA, 0x8D]  # 認
+
+
+def test_paper_golden_one_prefix(backend):
+    codec = PAPER_CODECS[backend]
+    # E4 >> 2 = E5 >> 2 = 0b111001 = 0x39 (p1), written once: no other id comes between.
+    # E4 BC 97: hi = (0b00 << 7) | (0xBC >> 1) = 0x05E   lo = (0 << 8) | 0x97 = 0x097
+    # E5 94 A4: hi = (0b01 << 7) | (0x94 >> 1) = 0x0CA   lo = (0 << 8) | 0xA4 = 0x0A4
+    values = [0x05E, 0x097, 0x0CA, 0x0A4, 0x05E, 0x097]
+    expected = [codec.prefix_id(0x39)] + [codec.value_id(v) for v in values]
+    assert codec.encode(PAPER_BYTES) == expected
+    assert codec.decode(expected) == PAPER_BYTES
+    # The paper: "p1 5E 97 CA A4 5E 97 ... a 22.22% reduction from the original input":
+    # 9 byte tokens become 7 tokens, 1 - 7/9 = 2/9 = 22.22%.
+    assert round(100 * (1 - len(expected) / len(PAPER_BYTES)), 2) == 22.22
+
+
+def test_paper_golden_prefix_switch(backend):
+    codec = PAPER_CODECS[backend]
+    # 認 = E8 AA 8D: E8 >> 2 = 0b111010 = 0x3A (p2) differs from p1, so it is written;
+    # hi = (0b00 << 7) | (0xAA >> 1) = 0x055, lo = (0 << 8) | 0x8D = 0x08D.
+    values = [0x05E, 0x097, 0x0CA, 0x0A4, 0x05E, 0x097]
+    expected = ([codec.prefix_id(0x39)] + [codec.value_id(v) for v in values]
+                + [codec.prefix_id(0x3A), codec.value_id(0x055), codec.value_id(0x08D)])
+    assert codec.encode(PAPER_BYTES + REN_BYTES) == expected
+    # "p1 5E 97 CA A4 5E 97 p2 55 8D ... 16.66% shorter than the original input":
+    # 12 byte tokens become 10, 1 - 10/12 = 16.67% (the paper truncates it to 16.66%).
+    reduction = 100 * (1 - len(expected) / len(PAPER_BYTES + REN_BYTES))
+    assert math.floor(reduction * 100) / 100 == 16.66
+    assert codec.decode(expected) == PAPER_BYTES + REN_BYTES
+
+
+def test_prefix_in_force_ends_at_any_other_id(backend):
+    codec = PAPER_CODECS[backend]
+    p1, hi, lo = codec.prefix_id(0x39), codec.value_id(0x05E), codec.value_id(0x097)
+    zhong = [0xE4, 0xBC, 0x97]
+    assert codec.encode(zhong + [65] + zhong) == [p1, hi, lo, 65, p1, hi, lo]
+    assert codec.encode(zhong + [700] + zhong) == [p1, hi, lo, 700, p1, hi, lo]
+    assert codec.encode(zhong + [BASE - 1] + zhong) == [p1, hi, lo, BASE - 1, p1, hi, lo]
+
+
+def test_characters_never_span_sequences_of_a_batch(backend):
+    codec = PAPER_CODECS[backend]
+    p1, hi, lo = codec.prefix_id(0x39), codec.value_id(0x05E), codec.value_id(0x097)
+    ids = np.array([0xE4, 0xBC, 0x97, 0xE4, 0xBC, 0x97, 0xE4, 0xBC, 0x97], dtype=np.uint32)
+    offsets = np.array([0, 3, 3, 5, 9], dtype=np.int64)  # an empty sequence, a split character
+    coded, coded_offsets = codec.encode_batch(ids, offsets)
+    assert coded.tolist() == [p1, hi, lo, 0xE4, 0xBC, 0x97, p1, hi, lo]
+    assert coded_offsets.tolist() == [0, 3, 3, 5, 9]
+    assert coded.dtype == np.uint32 and coded_offsets.dtype == np.int64
+    decoded, decoded_offsets = codec.decode_batch(coded, coded_offsets)
+    assert decoded.tolist() == ids.tolist() and decoded_offsets.tolist() == offsets.tolist()
+
+
+def test_lead_bytes_outside_the_set_pass_through(backend):
+    codec = PAPER_CODECS[backend]  # E4-EF: E0-E3 characters stay bytes
+    ids = list("ࠀ".encode()) + list("一".encode())  # E0 A0 80, E4 B8 80
+    assert codec.encode(ids)[:3] == [0xE0, 0xA0, 0x80]
+    assert len(codec.encode(ids)) == 6
+
+
+def test_types_are_kept(backend):
+    codec = PAPER_CODECS[backend]
+    assert codec.encode([]) == [] and codec.decode([]) == []
+    array_out = codec.encode(np.array(PAPER_BYTES, dtype=np.int64))
+    assert isinstance(array_out, np.ndarray) and array_out.dtype == np.uint32
+    assert isinstance(codec.encode(tuple(PAPER_BYTES)), list)
+    assert isinstance(codec.decode(array_out), np.ndarray)
+
+
+# --- malformed coded input ----------------------------------------------------------------
+
+
+def malformed_cases(codec):
+    """(coded ids, position of the first malformed unit, replace output, words in the error)."""
+    p1, p2 = codec.prefix_id(0x39), codec.prefix_id(0x3A)
+    hi, lo = codec.value_id(0x05E), codec.value_id(0x097)
+    zhong = [0xE4, 0xBC, 0x97]
+    return [
+        ([hi, lo], 0, FFFD, "no prefix in force"),  # a 9-bit pair with no prefix
+        ([p1, hi, lo, 65, hi, lo], 4, zhong + [65] + FFFD, "no prefix in force"),
+        ([p1, hi, lo, lo], 3, zhong + FFFD, "no hi value id"),  # lo without hi
+        ([lo, 5], 0, FFFD + [5], "no hi value id"),
+        ([p1, hi, 65], 1, FFFD + [65], "not by a lo"),  # hi not followed by lo
+        ([p1, hi], 1, FFFD, "end of the sequence"),
+        ([p1, hi, hi, lo], 1, FFFD + zhong, "not by a lo"),
+        ([65, codec.vocab_size], 1, [65] + FFFD, "not below vocab_size"),  # out of range
+        ([p1, 65], 0, FFFD + [65], "not by a hi"),  # a prefix must be followed by hi
+        ([p2, p1, hi, lo], 0, FFFD + zhong, "not by a hi"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_malformed_input_raises_or_gives_fffd(backend, case):
+    codec = PAPER_CODECS[backend]
+    coded, position, replaced, cause = malformed_cases(codec)[case]
+    with pytest.raises(BitLevelDecodeError, match=f"position {position}: id {coded[position]}"
+                       ) as info:
+        codec.decode(coded)
+    assert cause in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, GpubpeError)
+    assert codec.decode(coded, errors="replace") == replaced
+
+
+def test_redundant_prefix_is_accepted(backend):
+    codec = PAPER_CODECS[backend]
+    p1, hi, lo = codec.prefix_id(0x39), codec.value_id(0x05E), codec.value_id(0x097)
+    assert codec.decode([p1, hi, lo, p1, hi, lo]) == [0xE4, 0xBC, 0x97] * 2
+
+
+def test_batch_errors_name_the_sequence(backend):
+    codec = PAPER_CODECS[backend]
+    coded = np.array([65, 66, codec.value_id(0x097)], dtype=np.uint32)
+    with pytest.raises(BitLevelDecodeError, match="sequence 1, position 0"):
+        codec.decode_batch(coded, np.array([0, 2, 3]))
+    with pytest.raises(BitLevelEncodeError, match=f"id {BASE} at sequence 1, position 1"):
+        codec.encode_batch(np.array([1, 2, BASE]), np.array([0, 1, 3]))
+
+
+def test_bad_encode_input(backend):
+    codec = PAPER_CODECS[backend]
+    with pytest.raises(BitLevelEncodeError, match=f"id {BASE + 5} at position 2"):
+        codec.encode([1, 2, BASE + 5])
+    with pytest.raises(ValueError):
+        codec.encode([1, 2, BASE + 5])
+    with pytest.raises(ConfigError, match="-1"):
+        codec.encode([1, -1])
+    with pytest.raises(ConfigError, match="1-D"):
+        codec.encode(np.zeros((2, 2), dtype=np.uint32))
+    with pytest.raises(ConfigError, match="dtype float64"):
+        codec.encode(np.zeros(2))
+    with pytest.raises(ConfigError, match="offsets"):
+        codec.encode_batch(np.zeros(4, dtype=np.uint32), np.array([0, 3, 2, 4]))
+    with pytest.raises(ConfigError, match="offsets"):
+        codec.encode_batch(np.zeros(4, dtype=np.uint32), np.array([0, 3]))
+
+
+# --- round trips and backend agreement ----------------------------------------------------
+
+three_byte_chars = st.integers(0x800, 0xFFFF).map(
+    lambda cp: list(chr(cp).encode("utf-8", "surrogatepass")))
+id_atoms = st.one_of(
+    three_byte_chars,  # every 3-byte character, surrogate bit patterns (ED A0..) included
+    st.text(min_size=1, max_size=3).map(lambda s: list(s.encode("utf-8", "surrogatepass"))),
+    st.sampled_from(["😀", "👍🏽", "é", "한국어", "日本語", "中文"]).map(lambda s: [*s.encode()]),
+    st.tuples(three_byte_chars, st.integers(1, 2)).map(lambda t: t[0][: t[1]]),  # truncated
+    st.binary(min_size=1, max_size=4).map(list),  # anything, invalid UTF-8 included
+    st.lists(st.integers(256, BASE - 1), min_size=1, max_size=2),  # normal and special tokens
+)
+id_sequences = st.lists(id_atoms, max_size=10).map(lambda parts: [x for p in parts for x in p])
+lead_sets = st.sampled_from([range(0xE0, 0xF0), PAPER_LEAD_BYTES, [0xE4], [0xE0, 0xE5, 0xED]])
+
+
+def random_offsets(data, n):
+    cuts = data.draw(st.lists(st.integers(0, n), max_size=4))
+    return np.array([0, *sorted(cuts), n], dtype=np.int64)
+
+
+def assert_same(results):
+    first = results[0]
+    for other in results[1:]:
+        assert len(other) == len(first)
+        for a, b in zip(first, other, strict=True):
+            assert np.array_equal(np.asarray(a), np.asarray(b)), (a, b)
+
+
+@given(ids=id_sequences, lead_bytes=lead_sets, data=st.data())
+def test_round_trip_on_every_backend(ids, lead_bytes, data):
+    codecs = PAPER_CODECS if lead_bytes == PAPER_LEAD_BYTES else codecs_for(lead_bytes)
+    flat = np.array(ids, dtype=np.uint32)
+    offsets = random_offsets(data, flat.size)
+    encoded = [codec.encode_batch(flat, offsets) for codec in codecs.values()]
+    assert_same(encoded)
+    coded, coded_offsets = encoded[0]
+    assert coded.size <= flat.size
+    for codec in codecs.values():
+        decoded, decoded_offsets = codec.decode_batch(coded, coded_offsets)
+        assert decoded.tolist() == ids and decoded_offsets.tolist() == offsets.tolist()
+    assert codecs["cpu"].decode(codecs["cpu"].encode(ids)) == ids
+
+
+@given(data=st.data())
+def test_arbitrary_coded_input_decodes_alike_on_every_backend(data):
+    codec = PAPER_CODECS["cpu"]
+    pool = ([5, 65, 0xE4, 0xBC, 300, BASE - 1, codec.vocab_size, codec.vocab_size + 9]
+            + [codec.value_id(v) for v in (0x05E, 0x097, 0x1DF, 0x1BF, 0x0CA)]
+            + [codec.prefix_id(p) for p in codec.prefixes])
+    coded = np.array(data.draw(st.lists(st.sampled_from(pool), max_size=16)), dtype=np.uint32)
+    offsets = random_offsets(data, coded.size)
+    t = codec._tables
+    results = [bitpack.bitlevel_decode_numpy(coded, offsets, t["decode_table"], BASE),
+               bitpack.bitlevel_decode_cpu(coded, offsets, t["decode_table"], BASE),
+               bitpack.bitlevel_decode_cuda(coded, offsets, t["decode_table"], BASE)]
+    assert_same([r[:2] for r in results])
+    assert len({r[2:] for r in results}) == 1
+    replaced, replaced_offsets = codec.decode_batch(coded, offsets, errors="replace")
+    assert replaced.tolist() == results[0][0].tolist()
+    if results[0][2]:
+        with pytest.raises(BitLevelDecodeError):
+            codec.decode_batch(coded, offsets)
+    else:
+        assert codec.decode_batch(coded, offsets)[0].tolist() == replaced.tolist()
+
+
+def test_cpu_chunks_split_long_inputs_and_agree_with_numpy():
+    """More chunks than threads still runs (prange shares them); the splits move to safe spots."""
+    rng = np.random.default_rng(7)
+    pool = np.array([0xE4, 0xE8, 0xBC, 0x97, 0x80, 0x41, 300, 0xF0, 0xBF], dtype=np.uint32)
+    ids = pool[rng.integers(0, pool.size, 6 * bitpack.MIN_CHUNK_IDS)]
+    offsets = np.unique(np.r_[0, rng.integers(0, ids.size, 40), ids.size]).astype(np.int64)
+    t = PAPER_CODECS["cpu"]._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    bounds = bitpack._plan_chunks(ids, offsets, 6, False, lead, BASE, 0)
+    assert bounds.size - 1 >= 4
+    expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=6)
+    assert_same([expected, got])
+    decoded = bitpack.bitlevel_decode_cpu(got[0], got[1], table, BASE, n_chunks=6)
+    assert decoded[0].tolist() == ids.tolist() and decoded[1].tolist() == offsets.tolist()
+    assert decoded[2:] == (0, -1)
+    noisy = got[0].copy()
+    noisy[rng.integers(0, noisy.size, 50)] = BASE + 1  # lone lo ids: malformed
+    assert_same([bitpack.bitlevel_decode_numpy(noisy, got[1], table, BASE),
+                 bitpack.bitlevel_decode_cpu(noisy, got[1], table, BASE, n_chunks=6)])
+
+
+# --- the fast paths really run ------------------------------------------------------------
+
+
+def test_cuda_backend_runs_the_cuda_kernels(monkeypatch):
+    assert numba.config.ENABLE_CUDASIM, "conftest must switch the CUDA simulator on"
+    assert type(bitpack.encode_scatter_kernel).__name__ == "FakeCUDAKernel"
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the cuda backend ran a non-CUDA kernel")
+
+    for name in ("encode", "decode"):
+        for target in ("numpy", "cpu"):
+            monkeypatch.setattr(bitpack, f"bitlevel_{name}_{target}", forbidden)
+    codec = BitLevelCodec(BASE, PAPER_LEAD_BYTES, backend="cuda")
+    before = dict(bitpack.cuda_launch_counts)
+    assert codec.decode(codec.encode(PAPER_BYTES + REN_BYTES)) == PAPER_BYTES + REN_BYTES
+    launched = {k: v - before.get(k, 0) for k, v in bitpack.cuda_launch_counts.items()}
+    assert launched.pop("mark_boundaries_kernel") == 2
+    assert launched == {name: 1 for name in bitpack.CUDA_KERNEL_SIGNATURES
+                        if name != "mark_boundaries_kernel"}
+
+
+def test_cpu_backend_runs_compiled_numba():
+    codec = PAPER_CODECS["cpu"]
+    codec.decode(codec.encode(PAPER_BYTES))
+    assert bitpack._encode_chunks.nopython_signatures and bitpack._decode_chunks.nopython_signatures
+
+
+PTX_SCRIPT = textwrap.dedent("""
+    import sys
+    from numba import cuda
+    from numba.cuda.cudadrv import nvvm
+    from numba.cuda.dispatcher import CUDADispatcher
+    if not nvvm.is_available():
+        print("NVVM is not available"); sys.exit(3)
+    from gpubpe.kernels import bitpack
+    kernels = {k for k, v in vars(bitpack).items() if isinstance(v, CUDADispatcher)}
+    assert kernels == set(bitpack.CUDA_KERNEL_SIGNATURES), kernels
+    for name, signature in bitpack.CUDA_KERNEL_SIGNATURES.items():
+        for cc in [(8, 0), (9, 0)]:
+            ptx, _ = cuda.compile_ptx(getattr(bitpack, name).py_func, signature, cc=cc)
+            assert ".target sm_%d%d" % cc in ptx
+        print(name)
+""")
+
+
+def test_every_cuda_kernel_compiles_to_ptx():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True,
+                            text=True, timeout=600)
+    if result.returncode == 3:
+        pytest.skip(result.stdout.strip())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == list(bitpack.CUDA_KERNEL_SIGNATURES)
