@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numba
 import numpy as np
 
 THREADS_PER_BLOCK = 256
+MAX_BLOCKS = 1 << 16  # beyond this the threads loop (grid-stride) instead of adding blocks
+SIMULATOR_THREADS = 4
 
 launch_counts: Counter = Counter()
 
@@ -28,18 +31,26 @@ def array_module(array):
 
 
 def launch(kernel, n_items: int, *args) -> None:
-    """Launch ``kernel`` with one thread per item, in blocks of THREADS_PER_BLOCK."""
+    """Launch ``kernel`` over ``n_items`` items; every kernel loops grid-stride.
+
+    On a GPU: one thread per item in blocks of THREADS_PER_BLOCK, up to
+    MAX_BLOCKS blocks. The simulator runs every CUDA thread as a Python thread,
+    so there two blocks of SIMULATOR_THREADS threads share the items: the same
+    code, grid-stride loop and several blocks included, at a fraction of the cost.
+    """
     if n_items == 0:
         return
-    threads = min(THREADS_PER_BLOCK, 32 * ((n_items + 31) // 32))
-    kernel[(n_items + threads - 1) // threads, threads](*args)
+    simulated = numba.config.ENABLE_CUDASIM
+    threads = SIMULATOR_THREADS if simulated else THREADS_PER_BLOCK
+    blocks = min((n_items + threads - 1) // threads, 2 if simulated else MAX_BLOCKS)
+    kernel[blocks, threads](*args)
     launch_counts[kernel.py_func.__name__] += 1
 
 
 def exclusive_scan(xp, values):
     """int64 exclusive prefix sums with the total appended (length n + 1)."""
     out = xp.zeros(values.size + 1, dtype=xp.int64)
-    xp.cumsum(values, out=out[1:])
+    xp.cumsum(values, dtype=xp.int64, out=out[1:])
     return out
 
 

@@ -32,11 +32,11 @@ What was tried for speed, and what it gave: "Performance notes" at the end of th
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numba
 import numpy as np
 from numba import cuda, njit, prange
+
+from ._cuda import array_module, exclusive_scan, launch, launch_counts
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -45,14 +45,11 @@ UNIT_EMPTY, UNIT_COPY, UNIT_CHAR, UNIT_BAD = 0, 1, 2, 3
 NO_PREFIX = -1
 REPLACEMENT_BYTES = (0xEF, 0xBF, 0xBD)  # U+FFFD in UTF-8
 
-THREADS_PER_BLOCK = 256
-MAX_BLOCKS = 1 << 16  # beyond this the threads loop (grid-stride) instead of adding blocks
-SIMULATOR_THREADS = 4
 MIN_CHUNK_IDS = 1 << 16  # below this a CPU thread costs more than it saves
 SPLIT_SEARCH_WINDOW = 1 << 12  # how far a CPU chunk boundary may move to find a safe split
 
-# Kernel launches by name, counted by the host code of the CUDA target (tests read it).
-cuda_launch_counts: Counter = Counter()
+# Kernel launches by name (shared by every CUDA kernel of gpubpe; tests read it).
+cuda_launch_counts = launch_counts
 
 
 # --- scalar logic shared by every target -------------------------------------------------
@@ -155,13 +152,6 @@ def _boundary_flags_numpy(offsets, n):
     return boundary
 
 
-def _exclusive_scan(xp, lengths):
-    """int64[n + 1]: where each position's output starts; the last entry is the total."""
-    positions = xp.zeros(lengths.size + 1, dtype=xp.int64)
-    xp.cumsum(lengths, dtype=xp.int64, out=positions[1:])
-    return positions
-
-
 def _char_prefixes_numpy(ids, boundary, lead_prefix_ids):
     """uint32[n]: the prefix id of the character starting at each position, 0 where none does."""
     n = ids.size
@@ -195,7 +185,7 @@ def bitlevel_encode_numpy(ids, offsets, lead_prefix_ids, value_ids, base_vocab_s
     repeats_prefix = np.zeros(n, dtype=bool)
     repeats_prefix[3:] = is_start[:-3] & (char_prefix[:-3] == char_prefix[3:]) & ~boundary[3:n]
     lengths = np.where(is_start, 3 - repeats_prefix.astype(np.int64), np.where(consumed, 0, 1))
-    positions = _exclusive_scan(np, lengths)
+    positions = exclusive_scan(np, lengths)
     out = np.empty(positions[-1], dtype=np.uint32)
     copied = lengths == 1
     out[positions[:-1][copied]] = ids[copied]
@@ -257,7 +247,7 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
     kind, payload = entry_kind.py_func(entries), entry_payload.py_func(entries)
     prefix = _prefix_in_force_numpy(kind, payload, boundary)
     unit = _decode_units_numpy(kind, boundary, prefix != NO_PREFIX)
-    positions = _exclusive_scan(np, np.array([0, 1, 3, 3], dtype=np.int64)[unit])
+    positions = exclusive_scan(np, np.array([0, 1, 3, 3], dtype=np.int64)[unit])
     out = np.empty(positions[-1], dtype=np.uint32)
     copied = unit == UNIT_COPY
     out[positions[:-1][copied]] = ids[copied]
@@ -761,35 +751,9 @@ CUDA_KERNEL_SIGNATURES = {
 }
 
 
-def _array_module(array):
-    """cupy for a CuPy array, numpy otherwise (the simulator runs kernels on NumPy arrays)."""
-    if type(array).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        return cupy
-    return np
-
-
-def _launch(kernel, n_items, *args):
-    """Launch ``kernel`` over ``n_items`` items (the kernels loop grid-stride).
-
-    On a GPU: one thread per item in blocks of THREADS_PER_BLOCK, up to MAX_BLOCKS
-    blocks. The simulator runs every CUDA thread as a Python thread, so there two
-    blocks of SIMULATOR_THREADS threads share the items: the same code, grid-stride
-    loop and several blocks included, at a fraction of the cost.
-    """
-    if n_items == 0:
-        return
-    threads = SIMULATOR_THREADS if numba.config.ENABLE_CUDASIM else THREADS_PER_BLOCK
-    blocks = min((n_items + threads - 1) // threads,
-                 2 if numba.config.ENABLE_CUDASIM else MAX_BLOCKS)
-    kernel[blocks, threads](*args)
-    cuda_launch_counts[kernel.py_func.__name__] += 1
-
-
 def _boundary_flags_cuda(xp, offsets, n):
     boundary = xp.zeros(n + 1, dtype=xp.uint8)
-    _launch(mark_boundaries_kernel, offsets.size, offsets, boundary)
+    launch(mark_boundaries_kernel, offsets.size, offsets, boundary)
     return boundary
 
 
@@ -801,18 +765,18 @@ def bitlevel_encode_cuda(ids, offsets, lead_prefix_ids, value_ids, base_vocab_si
     Device scratch for n ids: boundary flags (n + 1 bytes), char prefixes (4n),
     lengths (n), positions (8n + 8); the output buffer holds n ids (encoding never grows).
     """
-    xp = _array_module(ids) if xp is None else xp
+    xp = array_module(ids) if xp is None else xp
     n = ids.size
     boundary = _boundary_flags_cuda(xp, offsets, n)
     char_prefix = xp.empty(n, dtype=xp.uint32)
-    _launch(encode_char_prefix_kernel, n, ids, boundary, lead_prefix_ids, char_prefix)
+    launch(encode_char_prefix_kernel, n, ids, boundary, lead_prefix_ids, char_prefix)
     lengths = xp.empty(n, dtype=xp.uint8)
     first_bad = xp.full(1, n, dtype=xp.int64)
-    _launch(encode_lengths_kernel, n, ids, boundary, char_prefix, base_vocab_size, lengths,
+    launch(encode_lengths_kernel, n, ids, boundary, char_prefix, base_vocab_size, lengths,
             first_bad)
-    positions = _exclusive_scan(xp, lengths)
+    positions = exclusive_scan(xp, lengths)
     out = xp.empty(n, dtype=xp.uint32)  # encoding never grows: no read of the total needed yet
-    _launch(encode_scatter_kernel, n, ids, char_prefix, lengths, positions, value_ids, out)
+    launch(encode_scatter_kernel, n, ids, char_prefix, lengths, positions, value_ids, out)
     total, bad = xp.concatenate((positions[-1:], first_bad)).tolist()  # sync
     return out[:total], positions[offsets], bad if bad < n else -1
 
@@ -827,25 +791,25 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
     ids: boundary flags (n + 1 bytes), entries (4n), events (n), event ranks (8n), event
     prefixes (8n), units (n), lengths (n), positions (8n + 8).
     """
-    xp = _array_module(ids) if xp is None else xp
+    xp = array_module(ids) if xp is None else xp
     n = ids.size
     boundary = _boundary_flags_cuda(xp, offsets, n)
     entries = xp.empty(n, dtype=xp.uint32)
     events = xp.empty(n, dtype=xp.uint8)
-    _launch(decode_classify_kernel, n, ids, boundary, decode_table, base_vocab_size, entries,
+    launch(decode_classify_kernel, n, ids, boundary, decode_table, base_vocab_size, entries,
             events)
     event_rank = xp.cumsum(events, dtype=xp.int64)
     event_prefix = xp.empty(n, dtype=xp.int64)
-    _launch(decode_record_events_kernel, n, entries, events, event_rank, event_prefix)
+    launch(decode_record_events_kernel, n, entries, events, event_rank, event_prefix)
     units = xp.empty(n, dtype=xp.uint8)
     lengths = xp.empty(n, dtype=xp.uint8)
     malformed = xp.asarray([0, n], dtype=xp.int64)
-    _launch(decode_units_kernel, n, entries, boundary, event_rank, event_prefix, units, lengths,
+    launch(decode_units_kernel, n, entries, boundary, event_rank, event_prefix, units, lengths,
             malformed)
-    positions = _exclusive_scan(xp, lengths)
+    positions = exclusive_scan(xp, lengths)
     total, n_bad, first_bad = xp.concatenate((positions[-1:], malformed)).tolist()  # sync
     out = xp.empty(total, dtype=xp.uint32)
-    _launch(decode_scatter_kernel, n, ids, entries, units, event_rank, event_prefix, positions,
+    launch(decode_scatter_kernel, n, ids, entries, units, event_rank, event_prefix, positions,
             out)
     return out, positions[offsets], n_bad, first_bad if n_bad else -1
 

@@ -371,64 +371,58 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
 
 @cuda.jit
 def merge_starts_kernel(tokens, last_in_word, run_offset, left, right, starts):
-    """Launch: a thread per position. starts[i] = 1 where a merge of (left, right) begins.
+    """Launch: a thread per position, grid-stride. starts[i] = 1 where a merge begins.
 
     For left == right, ``run_offset`` is the position inside the run of that
     token: only even offsets start a merge (``a a a a`` -> ``aa aa``).
     """
-    i = cuda.grid(1)
-    if i >= tokens.size:
-        return
-    begins = 0
-    if not last_in_word[i] and tokens[i] == left and tokens[i + 1] == right:
-        if left != right or run_offset[i] % 2 == 0:
-            begins = 1
-    starts[i] = begins
+    for i in range(cuda.grid(1), tokens.size, cuda.gridsize(1)):
+        begins = 0
+        if not last_in_word[i] and tokens[i] == left and tokens[i + 1] == right:
+            if left != right or run_offset[i] % 2 == 0:
+                begins = 1
+        starts[i] = begins
 
 
 @cuda.jit
 def merge_deltas_kernel(tokens, last_in_word, starts, merge_at, position_count, left, right,
                         merged, keys, values):
-    """Launch: a thread per merge. Writes its 4 deltas at 4k..4k+3 (NO_PAIR when none).
+    """Launch: a thread per merge, grid-stride. Writes 4 deltas at 4k..4k+3 (or NO_PAIR).
 
     The token before the merge is the merged id when it was itself the right
     half of a merge; the token after is the unmerged one, as the sequential
     CPU loop sees them (``merge_word_cpu``).
     """
-    k = cuda.grid(1)
-    if k >= merge_at.size:
-        return
-    i = merge_at[k]
-    count = position_count[i]
-    for j in range(4):
-        keys[4 * k + j] = NO_PAIR
-        values[4 * k + j] = 0
-    if i > 0 and not last_in_word[i - 1]:
-        before = merged if (i >= 2 and starts[i - 2]) else tokens[i - 1]
-        if not (before == left and left == right):
-            keys[4 * k] = (np.uint64(before) << np.uint64(32)) | np.uint64(left)
-            values[4 * k] = -count
-        keys[4 * k + 1] = (np.uint64(before) << np.uint64(32)) | np.uint64(merged)
-        values[4 * k + 1] = count
-    if not last_in_word[i + 1]:
-        after = tokens[i + 2]
-        if not (after == right and left == right):
-            keys[4 * k + 2] = (np.uint64(right) << np.uint64(32)) | np.uint64(after)
-            values[4 * k + 2] = -count
-        keys[4 * k + 3] = (np.uint64(merged) << np.uint64(32)) | np.uint64(after)
-        values[4 * k + 3] = count
+    for k in range(cuda.grid(1), merge_at.size, cuda.gridsize(1)):
+        i = merge_at[k]
+        count = position_count[i]
+        for j in range(4):
+            keys[4 * k + j] = NO_PAIR
+            values[4 * k + j] = 0
+        if i > 0 and not last_in_word[i - 1]:
+            before = merged if (i >= 2 and starts[i - 2]) else tokens[i - 1]
+            if not (before == left and left == right):
+                keys[4 * k] = (np.uint64(before) << np.uint64(32)) | np.uint64(left)
+                values[4 * k] = -count
+            keys[4 * k + 1] = (np.uint64(before) << np.uint64(32)) | np.uint64(merged)
+            values[4 * k + 1] = count
+        if not last_in_word[i + 1]:
+            after = tokens[i + 2]
+            if not (after == right and left == right):
+                keys[4 * k + 2] = (np.uint64(right) << np.uint64(32)) | np.uint64(after)
+                values[4 * k + 2] = -count
+            keys[4 * k + 3] = (np.uint64(merged) << np.uint64(32)) | np.uint64(after)
+            values[4 * k + 3] = count
 
 
 @cuda.jit
 def write_merges_kernel(tokens, last_in_word, keep, merge_at, merged):
-    """Launch: a thread per merge. The left half becomes the merged id; the right is dropped."""
-    k = cuda.grid(1)
-    if k >= merge_at.size:
-        return
-    i = merge_at[k]
-    tokens[i] = merged
-    last_in_word[i] = last_in_word[i + 1]
-    keep[i + 1] = 0
+    """Launch: a thread per merge, grid-stride. The left half takes the merged id."""
+    for k in range(cuda.grid(1), merge_at.size, cuda.gridsize(1)):
+        i = merge_at[k]
+        tokens[i] = merged
+        last_in_word[i] = last_in_word[i + 1]
+        keep[i + 1] = 0
 
 
 def run_offsets(xp, tokens, last_in_word, token):

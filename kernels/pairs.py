@@ -149,16 +149,14 @@ NO_PAIR = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 @cuda.jit
 def pair_keys_kernel(tokens, last_in_word, position_count, keys, weights):
-    """Launch: a thread per position. Writes the pair starting there, or NO_PAIR."""
-    i = cuda.grid(1)
-    if i >= tokens.size:
-        return
-    if last_in_word[i]:
-        keys[i] = NO_PAIR
-        weights[i] = 0
-    else:
-        keys[i] = (np.uint64(tokens[i]) << np.uint64(32)) | np.uint64(tokens[i + 1])
-        weights[i] = position_count[i]
+    """Launch: a thread per position, grid-stride. Writes the pair starting there, or NO_PAIR."""
+    for i in range(cuda.grid(1), tokens.size, cuda.gridsize(1)):
+        if last_in_word[i]:
+            keys[i] = NO_PAIR
+            weights[i] = 0
+        else:
+            keys[i] = (np.uint64(tokens[i]) << np.uint64(32)) | np.uint64(tokens[i + 1])
+            weights[i] = position_count[i]
 
 
 def count_pairs_cuda(tokens, last_in_word, position_count, xp=None):

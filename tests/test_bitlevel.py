@@ -351,7 +351,8 @@ def test_cuda_backend_runs_the_cuda_kernels(monkeypatch):
     codec = BitLevelCodec(BASE, PAPER_LEAD_BYTES, backend="cuda")
     before = dict(bitpack.cuda_launch_counts)
     assert codec.decode(codec.encode(PAPER_BYTES + REN_BYTES)) == PAPER_BYTES + REN_BYTES
-    launched = {k: v - before.get(k, 0) for k, v in bitpack.cuda_launch_counts.items()}
+    launched = {k: v - before.get(k, 0) for k, v in bitpack.cuda_launch_counts.items()
+                if v != before.get(k, 0)}
     assert launched.pop("mark_boundaries_kernel") == 2
     assert launched == {name: 1 for name in bitpack.CUDA_KERNEL_SIGNATURES
                         if name != "mark_boundaries_kernel"}
