@@ -54,21 +54,24 @@ def run_child(tool: str, corpus: Path, size: int, threads: int, **env_extra: str
 
 
 def child(tool: str, corpus: Path, size: int, threads: int) -> None:
-    started = time.perf_counter()
-    if tool == "gpubpe":
-        import gpubpe
+    if tool in ("gpubpe", "scaffold"):
+        import gpubpe  # loading the cached JIT code is timed by the "jit" child, not here
 
-        tok = gpubpe.train([str(corpus)], size, progress=False, num_threads=threads)
+        started = time.perf_counter()
+        tok = gpubpe.train([str(corpus)], size, progress=False, num_threads=threads,
+                           scaffold=tool == "scaffold")
         merges = [[a.hex(), b.hex()] for a, b in tok.merges]
         report = {"seconds": time.perf_counter() - started,
                   "counting": tok.metadata["seconds_counting"],
                   "merging": tok.metadata["seconds_merging"]}
     elif tool == "jit":
+        started = time.perf_counter()
         import gpubpe
 
         gpubpe.train(["a warm-up corpus, a warm-up corpus"], 260, progress=False)
         merges, report = [], {"seconds": time.perf_counter() - started}
     else:
+        started = time.perf_counter()
         merges, report = hf_train(corpus, size), {}
         report["seconds"] = time.perf_counter() - started
     report["merges"] = merges
@@ -111,11 +114,14 @@ def main() -> None:
         theirs = run_child("hf", corpus, size, args.threads)
         if ours["merges"] != theirs["merges"]:
             raise SystemExit(f"vocab {size}: merges differ from HF; no timing reported")
+        scaffold = run_child("scaffold", corpus, size, args.threads)
         rows.append({"vocab_size": size, "merges": len(ours["merges"]),
                      "gpubpe_s": ours["seconds"], "counting_s": ours["counting"],
                      "merging_s": ours["merging"], "hf_s": theirs["seconds"],
                      "speedup": theirs["seconds"] / ours["seconds"],
-                     "gpubpe_rss_mib": ours["peak_rss_mib"], "hf_rss_mib": theirs["peak_rss_mib"]})
+                     "gpubpe_rss_mib": ours["peak_rss_mib"], "hf_rss_mib": theirs["peak_rss_mib"],
+                     "scaffold_s": scaffold["seconds"],
+                     "scaffold_over_bpe": scaffold["seconds"] / ours["seconds"]})
     print_table(corpus, args.threads, (cold["seconds"], warm["seconds"]), rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
@@ -132,12 +138,14 @@ def print_table(corpus: Path, threads: int, jit_seconds: tuple, rows: list[dict]
           f"to HF at every size. Numba JIT, not included below: {jit_seconds[0]:.1f} s to "
           f"compile once (empty cache), {jit_seconds[1]:.2f} s per process to load the cache")
     print()
-    print("| vocab | merges | gpubpe s (count + merge) | HF s | speedup | gpubpe peak MiB | HF peak MiB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| vocab | merges | gpubpe s (count + merge) | HF s | speedup | gpubpe peak MiB "
+          "| HF peak MiB | Scaffold-BPE s | Scaffold / BPE |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['vocab_size']} | {r['merges']} | {r['gpubpe_s']:.2f} ({r['counting_s']:.2f} + "
               f"{r['merging_s']:.2f}) | {r['hf_s']:.2f} | {r['speedup']:.2f}x | "
-              f"{r['gpubpe_rss_mib']:.0f} | {r['hf_rss_mib']:.0f} |")
+              f"{r['gpubpe_rss_mib']:.0f} | {r['hf_rss_mib']:.0f} | {r['scaffold_s']:.2f} | "
+              f"{r['scaffold_over_bpe']:.2f} |")
 
 
 if __name__ == "__main__":
