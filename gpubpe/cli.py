@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(commands)
     _add_doctor(commands)
     _add_bench(commands)
+    _add_bitlevel_report(commands)
     return parser
 
 
@@ -72,23 +73,42 @@ def _add_training_options(p) -> None:
 
 def _add_encode(commands) -> None:
     p = commands.add_parser(
-        "encode", help="encode text to ids",
-        description="Encode each line of the input files (or --text) and print its ids, "
-                    "space-separated, one line per document.")
-    p.add_argument("files", nargs="*", type=Path, help="text files; each line is a document")
+        "encode", help="encode text to ids, printed or into a token file",
+        description="Encode documents: each line of a text file, the text field of each "
+                    ".jsonl line, or the text column of a .parquet file (needs pyarrow). "
+                    "Without -o, or with -o FILE.txt, print each document's ids, "
+                    "space-separated, one line per document. With -o FILE.npy, stream the ids "
+                    "into FILE.npy (flat, uint16 when the vocabulary fits, else uint32) and "
+                    "document offsets into FILE.offsets.npy (int64); with -o FILE.bin, raw ids "
+                    "(nanoGPT style) and raw int64 offsets in FILE.idx. Memory stays bounded "
+                    "and an interrupted run leaves no partial file under the final names.")
+    p.add_argument("files", nargs="*", type=Path, help="input files (.txt, .jsonl, .parquet)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
-    p.add_argument("--text", help="encode this text instead of files")
-    p.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    p.add_argument("--text", help="encode this text instead of files (ids are printed)")
+    p.add_argument("-o", "--output", type=Path,
+                   help="token file (.npy or .bin), or a text file for printed ids")
+    p.add_argument("--dtype", choices=["uint16", "uint32"],
+                   help="id type of a .npy/.bin output (default: uint16 when every id fits)")
+    p.add_argument("--append-special", metavar="TOKEN",
+                   help="special token appended to every document (e.g. '<|endoftext|>')")
+    p.add_argument("--text-field", default="text",
+                   help="field of .jsonl records / column of .parquet files (default: text)")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=_run_encode)
 
 
 def _add_decode(commands) -> None:
     p = commands.add_parser(
-        "decode", help="decode ids to text",
-        description="Decode ids given as arguments, or read from stdin: whitespace-separated "
-                    "ids, one document per line.")
-    p.add_argument("ids", nargs="*", help="ids to decode (default: read stdin)")
+        "decode", help="decode ids, or a token file, to text",
+        description="Decode ids given as arguments, a token file written by 'gpubpe encode -o' "
+                    "(FILE.npy with FILE.offsets.npy, or FILE.bin with FILE.idx), or ids read "
+                    "from stdin (whitespace-separated, one document per line). Prints one "
+                    "line per document.")
+    p.add_argument("ids", nargs="*", help="ids, or one .npy/.bin token file (default: stdin)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("--dtype", choices=["uint16", "uint32"],
+                   help="id type of a .bin file (default: uint16 when every id fits)")
     p.set_defaults(run=_run_decode)
 
 
@@ -138,37 +158,64 @@ def _run_train(args) -> int:
 
 
 def _run_encode(args) -> int:
+    from .encode_files import SUFFIXES, encode_files
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer)
     if args.text is None and not args.files:
         raise _usage("encode needs input files or --text")
-    documents = [args.text] if args.text is not None else _lines_of(args.files)
-    out = args.output.open("w") if args.output else sys.stdout
+    if args.output is not None and args.output.suffix in SUFFIXES:
+        if args.text is not None:
+            raise _usage(f"--text prints ids; to write {args.output.suffix} pass input files")
+        done = encode_files(tok, args.files, args.output, dtype=args.dtype,
+                            num_threads=args.threads, progress=not args.no_progress,
+                            text_field=args.text_field, append_special=args.append_special)
+        print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
+              f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
+              f"({done.input_bytes / 1e6 / max(done.seconds, 1e-9):.1f} MB/s) -> "
+              f"{done.ids_path}, {done.offsets_path}", file=sys.stderr)
+        return 0
+    if args.dtype:
+        raise _usage("--dtype applies to .npy and .bin outputs only")
+    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
-        for document in documents:
-            out.write(" ".join(map(str, tok.encode(document, disallowed_special=()))) + "\n")
+        for line in _lines_of(tok, args):
+            out.write(line)
     finally:
         if args.output:
             out.close()
     return 0
 
 
-def _lines_of(files):
-    from .pretokenize import check_readable
+def _lines_of(tok, args):
+    """One text line of space-separated ids per document of ``--text`` or the input files."""
+    from .encode_files import read_batches
 
-    for path in files:
-        check_readable(path)
-    for path in files:
-        with path.open("rb") as handle:
-            for line in handle:
-                yield line.rstrip(b"\n")
+    appended = [] if args.append_special is None else [tok.special_tokens.get(
+        args.append_special, None)]
+    if None in appended:
+        raise _usage(f"--append-special {args.append_special!r} is not a special token of "
+                     f"this tokenizer; it has {sorted(tok.special_tokens)}")
+    if args.text is not None:
+        yield " ".join(map(str, tok.encode(args.text, disallowed_special=()) + appended)) + "\n"
+        return
+    for batch in read_batches(args.files, args.text_field):
+        encoded = tok.encode_buffer(batch.data, batch.doc_start, batch.doc_end,
+                                    num_threads=args.threads)
+        for ids in encoded.tolist():
+            yield " ".join(map(str, ids + appended)) + "\n"
 
 
 def _run_decode(args) -> int:
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer)
+    if len(args.ids) == 1 and args.ids[0].endswith((".npy", ".bin")):
+        from .encode_files import decode_token_file
+
+        for text in decode_token_file(tok, args.ids[0], dtype=args.dtype):
+            sys.stdout.write(text + "\n")
+        return 0
     lines = [" ".join(args.ids)] if args.ids else sys.stdin
     for number, line in enumerate(lines, 1):
         try:
@@ -341,4 +388,43 @@ def _run_bench(args) -> int:
     print(format_rows(rows))
     if args.json:
         args.json.write_text(rows_json(rows))
+    return 0
+
+
+def _add_bitlevel_report(commands) -> None:
+    p = commands.add_parser(
+        "bitlevel-report", help="what the bit-level codec does to byte fallbacks (Table 3)",
+        description="Encode each corpus with the tokenizer, re-encode 3-byte UTF-8 byte "
+                    "fallbacks with the bit-level codec, and print the paper's Table 3 columns: "
+                    "tokens and byte-fallback tokens before/after, their reductions, Rényi "
+                    "efficiency of the whole and of the byte portion, and the relative gain.")
+    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("--paper-leads", action="store_true",
+                   help="lead bytes E4-EF as the paper (default: E0-EF)")
+    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+    p.set_defaults(run=_run_bitlevel_report)
+
+
+def _run_bitlevel_report(args) -> int:
+    from .bitlevel import PAPER_LEAD_BYTES, BitLevelCodec
+    from .compare import corpus_ids
+    from .metrics import bitlevel_report
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    leads = PAPER_LEAD_BYTES if args.paper_leads else range(0xE0, 0xF0)
+    codec = BitLevelCodec(tok.n_vocab, leads)
+    print("| corpus | tokens | after | Δ% | byte tokens | after | Δ% | eff. | after | "
+          "byte eff. | after | gain |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for path in args.files:
+        ids, offsets = corpus_ids(tok, [str(path)])
+        r = bitlevel_report(ids, codec, offsets=offsets, alpha=args.alpha)
+        print(f"| {path.name} | {r.tokens_before:,} | {r.tokens_after:,} | "
+              f"{-r.token_reduction_pct:.2f} | {r.byte_tokens_before:,} | "
+              f"{r.byte_tokens_after:,} | {-r.byte_token_reduction_pct:.2f} | "
+              f"{r.efficiency_before:.4f} | {r.efficiency_after:.4f} | "
+              f"{r.byte_efficiency_before:.4f} | {r.byte_efficiency_after:.4f} | "
+              f"{r.relative_gain:.4f} |")
     return 0

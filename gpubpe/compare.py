@@ -23,22 +23,36 @@ def corpus_token_counts(tok, corpus, text_field: str = "text") -> tuple[np.ndarr
     """(int64 count of every output id, corpus bytes) over every document of a corpus."""
     counts = np.zeros(tok.n_vocab, dtype=np.int64)
     n_bytes = 0
-    for batch in iter_batches(corpus, text_field):
-        starts = np.concatenate([[0], batch.doc_ends[:-1]]).tolist()
-        documents = [batch.data[a:b] for a, b in zip(starts, batch.doc_ends.tolist())]
-        for ids in _encode_documents(tok, documents):
-            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=tok.n_vocab)
+    for batch, ids, _ in _encoded_batches(tok, corpus, text_field):
+        counts += np.bincount(ids.astype(np.int64), minlength=tok.n_vocab)
         n_bytes += len(batch.data)
     return counts, n_bytes
 
 
-def _encode_documents(tok, documents: list[bytes]):
-    if hasattr(tok, "encode_arrays"):
-        batch = tok.encode_arrays(documents, disallowed_special=())
-        yield batch.ids
-    else:
-        for document in documents:
-            yield tok.encode(document, disallowed_special=())
+def corpus_ids(tok, corpus, text_field: str = "text") -> tuple[np.ndarray, np.ndarray]:
+    """Every document of a corpus encoded: flat uint32 ids and int64 document offsets."""
+    pieces, lengths = [], []
+    for _, ids, offsets in _encoded_batches(tok, corpus, text_field):
+        pieces.append(ids)
+        lengths.append(np.diff(offsets))
+    lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = np.concatenate(pieces).astype(np.uint32) if pieces else np.zeros(0, np.uint32)
+    return ids, offsets
+
+
+def _encoded_batches(tok, corpus, text_field):
+    """(batch, ids, offsets) for each batch of a corpus, special-token text as text."""
+    for batch in iter_batches(corpus, text_field):
+        starts = np.concatenate([[0], batch.doc_ends[:-1]]).tolist()
+        documents = [batch.data[a:b] for a, b in zip(starts, batch.doc_ends.tolist())]
+        if hasattr(tok, "encode_arrays"):
+            encoded = tok.encode_arrays(documents, disallowed_special=())
+            yield batch, np.asarray(encoded.ids), np.asarray(encoded.offsets)
+        else:
+            lists = [tok.encode(d, disallowed_special=()) for d in documents]
+            offsets = np.concatenate([[0], np.cumsum([len(x) for x in lists])]).astype(np.int64)
+            yield batch, np.array([i for x in lists for i in x], dtype=np.uint32), offsets
 
 
 def tokenization_stats(tok, corpus, alpha: float = 2.5, text_field: str = "text") -> dict:

@@ -1,26 +1,156 @@
 """Tokenizer: encode and decode with a trained or loaded vocabulary.
 
-Encoding pre-tokenizes, encodes each distinct word once with the Numba kernel
-(``gpubpe.kernels.encode``), keeps a bounded cache of word encodings across
-calls, and concatenates. Special tokens follow tiktoken's rules: text equal to
-a special token raises unless allowed (``allowed_special``), or is encoded as
-ordinary text when listed in ``disallowed_special=()``.
+Encoding works on whole batches: the documents become one UTF-8 buffer,
+special tokens cut it into pieces, the pieces are split into words (the exact
+Numba GPT-2 scanner, or ``regex`` for other patterns), every distinct word is
+encoded once (Numba, in threads without the GIL), and the ids are scattered
+into one ragged array (``RaggedBatch``: ids uint32, offsets int64). A bounded
+cache keeps the encodings of words across calls. ``encode`` is a batch of one.
+
+Special tokens follow tiktoken's rules: text equal to a special token raises
+unless allowed (``allowed_special``), or is encoded as ordinary text when
+excluded from ``disallowed_special`` (``disallowed_special=()``).
+
+Decoding is one gather from a flat byte table of every id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import gc
+import itertools
+import os
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import regex
 
-from .errors import SpecialTokenError
-from .kernels.encode import encode_words_cpu, rule_table
+from .errors import CorpusError, SpecialTokenError
+from .kernels.encode import (
+    build_pieces_cpu,
+    cache_admit_cpu,
+    clear_word_cache,
+    count_piece_tokens_cpu,
+    empty_word_cache,
+    encode_pieces_serial_cpu,
+    encode_word_list_cpu,
+    find_specials_cpu,
+    gather_token_bytes_cpu,
+    merge_new_words_cpu,
+    rule_table,
+    word_refs_given_cpu,
+    word_refs_gpt2_cpu,
+    write_piece_tokens_cpu,
+)
 from .model import Vocabulary
-from .pretokenize import as_text, resolve_pattern, special_splitter, split_words, word_bytes
+from .pretokenize import GPT2_PATTERN, code_point_classes, resolve_pattern
 
-_CACHE_LIMIT = 1 << 18
+# Word cache: at most this many words, of at most _CACHE_WORD_BYTES bytes each.
+_CACHE_WORDS = 1 << 17
+_CACHE_POOL_BYTES = 16 * _CACHE_WORDS
+_CACHE_WORD_BYTES = 64
+# A full cache is emptied for the batch's own words only when fewer than this
+# share of the batch's words were found in it (else it keeps serving well).
+_CACHE_MIN_HIT_RATE = 0.5
+# Batches smaller than this run on the calling thread only.
+_PARALLEL_MIN_BYTES = 1 << 18
+# Long GPT-2 documents are cut near every this many bytes (at least) so threads share them.
+_MIN_CUT_BYTES = 1 << 16
+
+Specials = Literal["all"] | Collection[str]
+
+
+class RaggedBatch:
+    """Token ids of a batch of documents: ``ids`` (uint32) and ``offsets`` (int64, B+1).
+
+    Document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``, also ``batch[i]``.
+
+    >>> batch = RaggedBatch(np.array([5, 6, 7], np.uint32), np.array([0, 2, 2, 3]))
+    >>> len(batch), batch[0].tolist(), batch.tolist()
+    (3, [5, 6], [[5, 6], [], [7]])
+    >>> ids, mask = batch.padded(pad_id=0)
+    >>> ids.tolist(), mask.tolist()
+    ([[5, 6], [0, 0], [7, 0]], [[1, 1], [0, 0], [1, 0]])
+    """
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        self.ids = np.asarray(ids, dtype=np.uint32)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise TypeError(f"a batch is indexed by document number, not {type(index).__name__}")
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"document {index} of a batch of {n}")
+        index = index % n
+        return self.ids[self.offsets[index]:self.offsets[index + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Ids per document (int64)."""
+        return np.diff(self.offsets)
+
+    def tolist(self) -> list[list[int]]:
+        """One list of ids per document."""
+        flat = self.ids.tolist()
+        bounds = self.offsets.tolist()
+        with _gc_paused():  # a list per document would trigger many full collections
+            return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    def padded(self, max_len: int | None = None, pad_id: int = 0, truncate: bool = False):
+        """``(ids, attention_mask)``, both 2-D ``(documents, max_len)``, padded on the right.
+
+        ``ids`` is uint32, ``attention_mask`` uint8 (1 on real ids). ``max_len``
+        defaults to the longest document; a longer document raises ValueError
+        unless ``truncate=True`` (then its first ``max_len`` ids are kept).
+        """
+        lengths = self.lengths
+        width = int(lengths.max(initial=0)) if max_len is None else _non_negative(max_len, "max_len")
+        if not 0 <= pad_id < 1 << 32 or isinstance(pad_id, bool):
+            raise ValueError(f"pad_id={pad_id!r} is not a uint32 id")
+        too_long = np.flatnonzero(lengths > width)
+        if too_long.size and not truncate:
+            doc = int(too_long[0])
+            raise ValueError(f"document {doc} has {lengths[doc]} ids, more than max_len={width}; "
+                             "pass truncate=True to keep only the first max_len ids")
+        kept = np.minimum(lengths, width)
+        mask = np.arange(width) < kept[:, None]
+        starts = np.repeat(self.offsets[:-1] - np.cumsum(kept) + kept, kept)
+        ids = np.full((len(self), width), pad_id, dtype=np.uint32)
+        ids[mask] = self.ids[starts + np.arange(starts.size)]
+        return ids, mask.astype(np.uint8)
+
+    def __repr__(self) -> str:
+        return f"RaggedBatch({len(self)} documents, {self.ids.size} ids)"
+
+
+@contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while building many containers (none are cyclic)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _non_negative(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, not {value!r}")
+    return int(value)
 
 
 class Tokenizer:
@@ -29,10 +159,14 @@ class Tokenizer:
     def __init__(self, vocab: Vocabulary):
         self._vocab = vocab
         self._pattern = resolve_pattern(vocab.pattern)
+        self._gpt2 = self._pattern == GPT2_PATTERN
         self._special_ids = vocab.special_ids()
-        self._special_re = special_splitter(vocab.special_tokens)
-        self._rule_keys, self._rule_values, self._rule_result = rule_table(vocab.rules)
-        self._cache: dict[bytes, list[int]] = {}
+        self._rules = rule_table(vocab.rules, vocab.demolish_ids, vocab.demolish_offsets)
+        self._special_tables: dict[frozenset, tuple] = {}
+        self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
+        self._cache = None
+        self._cache_lock = threading.Lock()
+        self._cache_readers = 0
 
     # ------------------------------------------------------------ introspection
     @property
@@ -75,6 +209,12 @@ class Tokenizer:
             return self._vocab.output_token_bytes[token_id]
         return self._vocab.special_tokens[token_id - self.vocab_size].encode("utf-8")
 
+    def __getstate__(self) -> dict:
+        return {"vocabulary": self._vocab}  # tables and caches are rebuilt, locks are not pickled
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["vocabulary"])
+
     def __repr__(self) -> str:
         return (f"Tokenizer(vocab_size={self.vocab_size}, special_tokens={len(self._special_ids)}, "
                 f"pattern={self._vocab.pattern!r})")
@@ -90,37 +230,153 @@ class Tokenizer:
         return cls(Vocabulary.load(path))
 
     # ------------------------------------------------------------ encoding
-    def encode(
-        self,
-        text: str | bytes,
-        *,
-        allowed_special: Literal["all"] | Collection[str] = (),
-        disallowed_special: Literal["all"] | Collection[str] = "all",
-    ) -> list[int]:
+    def encode(self, text: str | bytes, *, allowed_special: Specials = (),
+               disallowed_special: Specials = "all") -> list[int]:
         """Encode text (str, or bytes of any content) to ids.
 
         Special-token text raises SpecialTokenError unless it is in
         ``allowed_special`` (then it becomes its special id) or excluded from
         ``disallowed_special`` (then it is encoded as ordinary text).
         """
-        text = as_text(text, "text")
-        allowed = self._special_set(allowed_special)
-        disallowed = self._special_set(disallowed_special) - allowed
-        out: list[int] = []
-        for piece, special in self._split_special(text, allowed, disallowed):
-            if special is not None:
-                out.append(self._special_ids[special])
-            else:
-                out.extend(self._encode_ordinary_text(piece))
-        return out
+        data = _single_document(text)
+        batch = self._encode_documents(data, [0], [len(data)], allowed_special,
+                                       disallowed_special, 1)
+        return batch.ids.tolist()
 
     def encode_ordinary(self, text: str | bytes) -> list[int]:
         """Encode text, treating special-token text as ordinary text."""
-        return self._encode_ordinary_text(as_text(text, "text"))
+        return self.encode(text, disallowed_special=())
 
+    def encode_batch(self, texts: Sequence[str] | Sequence[bytes], *,
+                     num_threads: int | None = None, allowed_special: Specials = (),
+                     disallowed_special: Specials = "all") -> list[list[int]]:
+        """Encode many documents (all str or all bytes) on ``num_threads`` threads (default: all cores).
+
+        Same ids as :meth:`encode` on each document, whatever the thread count.
+        """
+        return self.encode_arrays(texts, num_threads=num_threads, allowed_special=allowed_special,
+                                  disallowed_special=disallowed_special).tolist()
+
+    def encode_ordinary_batch(self, texts: Sequence[str] | Sequence[bytes], *,
+                              num_threads: int | None = None) -> list[list[int]]:
+        """:meth:`encode_batch` treating special-token text as ordinary text."""
+        return self.encode_batch(texts, num_threads=num_threads, disallowed_special=())
+
+    def encode_arrays(self, texts: Sequence[str] | Sequence[bytes], *,
+                      num_threads: int | None = None, allowed_special: Specials = (),
+                      disallowed_special: Specials = "all") -> RaggedBatch:
+        """Encode many documents into one :class:`RaggedBatch` (no Python list per id)."""
+        data, starts, ends = _batch_as_bytes(texts)
+        return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
+                                      num_threads)
+
+    def encode_buffer(self, data: bytes, doc_start, doc_end, *, num_threads: int | None = None,
+                      allowed_special: Specials = (), disallowed_special: Specials = ()
+                      ) -> RaggedBatch:
+        """Encode documents given as byte ranges ``data[doc_start[d]:doc_end[d]]`` of one buffer.
+
+        For readers that already hold UTF-8 bytes (``gpubpe.encode_files``):
+        no Python object per document. Special-token text is ordinary text by default.
+        """
+        return self._encode_documents(data, doc_start, doc_end, allowed_special,
+                                      disallowed_special, num_threads)
+
+    def encode_words(self, words: list[bytes]) -> list[list[int]]:
+        """BPE-encode pre-tokenized words (no splitting), one id list per word."""
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        starts = np.zeros(len(words), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        data = np.frombuffer(b"".join(words), dtype=np.uint8)
+        ids, offsets = encode_word_list_cpu(data, starts, lengths, self._rules)
+        return RaggedBatch(ids, offsets).tolist()
+
+    def clear_cache(self) -> None:
+        """Forget the word encodings kept across calls (for timing; results never change)."""
+        with self._cache_lock:
+            if self._cache is not None and not self._cache_readers:
+                clear_word_cache(self._cache)
+
+    # ------------------------------------------------------------ the pipeline
+    def _encode_documents(self, data: bytes, doc_start, doc_end, allowed_special,
+                          disallowed_special, num_threads) -> RaggedBatch:
+        array = _readonly_bytes(data)
+        doc_start, doc_end = _document_ranges(doc_start, doc_end, array.size)
+        allowed = self._special_set(allowed_special)
+        disallowed = self._special_set(disallowed_special) - allowed
+        self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
+        threads = _thread_count(num_threads, array.size)
+        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, threads)
+        words = self._words_of(array, pieces)
+        with self._reading_cache() as cache:
+            ids, piece_offsets, new_words = _encode_pieces(array, pieces, words, cache,
+                                                           self._rules, threads)
+        self._admit(array, new_words)
+        return RaggedBatch(ids, piece_offsets[doc_first_piece])
+
+    def _pieces(self, array, doc_start, doc_end, allowed: set[str], threads: int):
+        """Cut documents at allowed special tokens (and long GPT-2 text near thread shares)."""
+        match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
+        if allowed:
+            token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+            match_at, match_token = find_specials_cpu(array, doc_start, doc_end, token_bytes,
+                                                      token_offsets, first_byte, np.int64(2**62))
+            match_len = np.diff(token_offsets)[match_token]
+            match_id = token_ids[match_token]
+        cut_bytes = 0
+        if self._gpt2 and threads > 1:
+            cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
+        if match_at.size == 0 and cut_bytes == 0:  # the pieces are the documents
+            pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
+            return pieces, np.arange(doc_start.size + 1, dtype=np.int64)
+        piece_start, piece_end, piece_special, doc_first_piece = build_pieces_cpu(
+            array, doc_start, doc_end, match_at, match_len, match_id, cut_bytes,
+            code_point_classes())
+        return (piece_start, piece_end, piece_special), doc_first_piece
+
+    def _words_of(self, array, pieces):
+        """None for GPT-2 (the Numba scanner splits), else the ``regex`` words (``_regex_words``)."""
+        if self._gpt2:
+            return None
+        return _regex_words(array, pieces, self._pattern)
+
+    @contextmanager
+    def _reading_cache(self):
+        with self._cache_lock:
+            if self._cache is None:
+                self._cache = empty_word_cache(_CACHE_WORDS, _CACHE_POOL_BYTES)
+            self._cache_readers += 1
+        try:
+            yield self._cache
+        finally:
+            with self._cache_lock:
+                self._cache_readers -= 1
+
+    def _admit(self, array, new: _NewWords) -> None:
+        """Keep the batch's new words, most frequent first; skipped while others read the cache.
+
+        A full cache is emptied for them only when it answered less than
+        ``_CACHE_MIN_HIT_RATE`` of this batch's words (the text has moved on).
+        """
+        if new.word_at.size == 0:
+            return
+        order = np.argsort(-new.count, kind="stable")
+        args = (array, new.word_at, new.word_len, new.word_key, new.ids, new.id_offsets, order,
+                _CACHE_WORD_BYTES)
+        with self._cache_lock:
+            if self._cache_readers:
+                return
+            all_fit = cache_admit_cpu(self._cache, *args)
+            if not all_fit and new.hit_rate < _CACHE_MIN_HIT_RATE:
+                clear_word_cache(self._cache)
+                cache_admit_cpu(self._cache, *args)
+
+    # ------------------------------------------------------------ special tokens
     def _special_set(self, value) -> set[str]:
         if value == "all":
             return set(self._special_ids)
+        if isinstance(value, str):
+            raise TypeError(f"special tokens must be 'all' or a collection of str, not {value!r}; "
+                            f"write {{{value!r}}} for one token")
         unknown = set(value) - set(self._special_ids)
         if unknown:
             raise SpecialTokenError(
@@ -129,79 +385,371 @@ class Tokenizer:
             )
         return set(value)
 
-    def _split_special(self, text: str, allowed: set[str], disallowed: set[str]):
-        """Yield (ordinary_text, None) and (None... , special) pieces in order."""
-        if self._special_re is None or not (allowed or disallowed):
-            yield text, None
+    def _special_table(self, tokens: set[str]):
+        """(bytes, offsets, first-byte mask, ids) of tokens, longest first; cached per set."""
+        key = frozenset(tokens)
+        if key not in self._special_tables:
+            ordered = sorted(tokens, key=lambda t: (-len(t.encode("utf-8")), t))
+            encoded = [t.encode("utf-8") for t in ordered]
+            offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+            np.cumsum([len(e) for e in encoded], out=offsets[1:])
+            first_byte = np.zeros(256, dtype=np.bool_)
+            first_byte[[e[0] for e in encoded]] = True
+            ids = np.array([self._special_ids[t] for t in ordered], dtype=np.int64)
+            self._special_tables[key] = (np.frombuffer(b"".join(encoded), dtype=np.uint8),
+                                         offsets, first_byte, ids)
+        return self._special_tables[key]
+
+    def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: set[str]) -> None:
+        if not disallowed:
             return
-        start = 0
-        for match in self._special_re.finditer(text):
-            token = match.group()
-            if token in disallowed:
-                raise SpecialTokenError(
-                    f"the text holds the special token {token!r} at character {match.start()}; "
-                    f"pass allowed_special={{{token!r}}} to encode it as a special token, or "
-                    "disallowed_special=() to encode it as ordinary text"
-                )
-            if token in allowed:
-                yield text[start:match.start()], None
-                yield "", token
-                start = match.end()
-        yield text[start:], None
-
-    def _encode_ordinary_text(self, text: str) -> list[int]:
-        words = [word_bytes(w) for w in split_words(text, self._pattern)]
-        self._encode_missing(words)
-        cache = self._cache
-        out: list[int] = []
-        for word in words:
-            out.extend(cache[word])
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        return out
-
-    def _encode_missing(self, words: Iterable[bytes]) -> None:
-        missing = [w for w in dict.fromkeys(words) if w not in self._cache]
-        if not missing:
+        token_bytes, token_offsets, first_byte, token_ids = self._special_table(disallowed)
+        match_at, match_token = find_specials_cpu(array, doc_start, doc_end, token_bytes,
+                                                  token_offsets, first_byte, np.int64(1))
+        if match_at.size == 0:
             return
-        for word, ids in zip(missing, self.encode_words(missing)):
-            self._cache[word] = ids
-
-    def encode_words(self, words: list[bytes]) -> list[list[int]]:
-        """BPE-encode pre-tokenized words (no splitting), one id list per word."""
-        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-        offsets = np.zeros(len(words) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        data = np.frombuffer(b"".join(words), dtype=np.uint8)
-        ids, id_offsets = encode_words_cpu(data, offsets, self._rule_keys, self._rule_values,
-                                           self._rule_result)
-        flat = ids.tolist()
-        bounds = id_offsets.tolist()
-        return [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+        at = int(match_at[0])
+        doc = int(np.searchsorted(doc_end, at, side="right"))
+        token = self._vocab.special_tokens[token_ids[match_token[0]] - self.vocab_size]
+        where = len(array[doc_start[doc]:at].tobytes().decode("utf-8", "surrogateescape"))
+        raise SpecialTokenError(
+            f"document {doc} holds the special token {token!r} at character {where}; "
+            f"pass allowed_special={{{token!r}}} to encode it as a special token, or "
+            "disallowed_special=() to encode it as ordinary text"
+        )
 
     # ------------------------------------------------------------ decoding
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for (special tokens as their UTF-8 text)."""
-        ids = list(ids)
-        self._check_ids(ids)
-        pieces = self._vocab.output_token_bytes
-        specials = self._vocab.special_tokens
-        size = self.vocab_size
-        return b"".join(
-            pieces[i] if i < size else specials[i - size].encode("utf-8") for i in ids
-        )
+        flat = self._id_array(ids)
+        table_bytes, table_offsets = self._byte_table()
+        out, _ = gather_token_bytes_cpu(flat, np.array([0, flat.size], dtype=np.int64),
+                                        table_bytes, table_offsets)
+        return out.tobytes()
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'."""
         return self.decode_bytes(ids).decode("utf-8", errors)
 
+    def decode_batch(self, batch: Iterable[Iterable[int]] | RaggedBatch,
+                     errors: str = "replace") -> list[str]:
+        """Decode many id sequences (or a RaggedBatch) with one gather."""
+        if isinstance(batch, RaggedBatch):
+            flat, offsets = self._id_array(batch.ids), batch.offsets
+        else:
+            flat, offsets = self._flatten_batch(batch)
+        table_bytes, table_offsets = self._byte_table()
+        out, bounds = gather_token_bytes_cpu(flat, offsets, table_bytes, table_offsets)
+        text = out.tobytes()
+        bounds = bounds.tolist()
+        return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
+
+    def _flatten_batch(self, batch) -> tuple[np.ndarray, np.ndarray]:
+        sequences = [s if isinstance(s, np.ndarray) else list(s) for s in batch]
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if all(isinstance(s, np.ndarray) for s in sequences) and sequences:
+            parts = [self._id_array(s, document=d) for d, s in enumerate(sequences)]
+            return np.concatenate(parts), offsets
+        try:
+            return self._id_array(list(itertools.chain.from_iterable(sequences))), offsets
+        except (TypeError, ValueError):
+            for d, sequence in enumerate(sequences):  # name the document of the bad id
+                self._id_array(sequence, document=d)
+            raise
+
+    def _byte_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Flat bytes of every id (normal, then special tokens) and their int64 offsets."""
+        if self._decode_table is None:
+            pieces = list(self._vocab.output_token_bytes)
+            pieces += [s.encode("utf-8") for s in self._vocab.special_tokens]
+            offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=offsets[1:])
+            self._decode_table = (np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets)
+        return self._decode_table
+
+    def _id_array(self, ids, document: int | None = None) -> np.ndarray:
+        """Ids as int64, checked: TypeError for non-ints, ValueError naming the first bad id."""
+        if not isinstance(ids, np.ndarray):
+            ids = list(ids)
+        array = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        if array.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        of_doc = "" if document is None else f" of document {document}"
+        if array.ndim != 1 or array.dtype.kind not in "iu":
+            flat = ids if isinstance(ids, list) else array.ravel().tolist()
+            for position, token_id in enumerate(flat):
+                if isinstance(token_id, bool) or not isinstance(token_id, int):
+                    raise TypeError(f"id at position {position}{of_doc} is {token_id!r}; "
+                                    "expected an int")
+            array = np.array([min(max(i, -1), 1 << 62) for i in flat], dtype=np.int64)
+        bad = np.flatnonzero((array < 0) | (array >= self.n_vocab))
+        if bad.size:
+            position = int(bad[0])
+            raise ValueError(
+                f"id {ids[position] if not isinstance(ids, np.ndarray) else array[position]} at "
+                f"position {position}{of_doc} is out of range: this tokenizer has ids "
+                f"0..{self.n_vocab - 1}; were the ids made by another vocabulary?"
+            )
+        return array.astype(np.int64, copy=False)
+
     def _check_ids(self, ids) -> None:
-        limit = self.n_vocab
-        for position, token_id in enumerate(ids):
-            if isinstance(token_id, bool) or not isinstance(token_id, int | np.integer):
-                raise TypeError(f"id at position {position} is {token_id!r}; expected an int")
-            if not 0 <= token_id < limit:
-                raise ValueError(
-                    f"id {token_id} at position {position} is out of range: this tokenizer "
-                    f"has ids 0..{limit - 1}; were the ids made by another vocabulary?"
-                )
+        self._id_array(list(ids))
+
+
+# ---------------------------------------------------------------- documents as bytes
+
+
+def _readonly_bytes(data) -> np.ndarray:
+    """A read-only uint8 view: one array type, so the kernels compile once (bytes are read-only)."""
+    array = np.frombuffer(data, dtype=np.uint8)
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def _document_ranges(doc_start, doc_end, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (start, end) arrays, checked: in bounds, in order, not overlapping."""
+    doc_start = np.ascontiguousarray(doc_start, dtype=np.int64)
+    doc_end = np.ascontiguousarray(doc_end, dtype=np.int64)
+    if doc_start.ndim != 1 or doc_start.shape != doc_end.shape:
+        raise ValueError(f"doc_start and doc_end must be 1-D and of one length, not "
+                         f"{doc_start.shape} and {doc_end.shape}")
+    bad = (doc_start > doc_end) | (doc_start < 0) | (doc_end > size)
+    bad[1:] |= doc_start[1:] < doc_end[:-1]
+    if bad.any():
+        d = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"document {d} spans bytes [{doc_start[d]}, {doc_end[d]}): ranges must "
+                         f"lie in the {size}-byte buffer, in order, without overlapping")
+    return doc_start, doc_end
+
+
+def _single_document(text) -> bytes:
+    if isinstance(text, str):
+        return _utf8(text, "text")
+    if isinstance(text, bytes | bytearray | memoryview):
+        return bytes(text)
+    raise TypeError(f"text is a {type(text).__name__}; expected str or bytes")
+
+
+def _utf8(text: str, where: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CorpusError(
+            f"{where} holds a lone surrogate {text[exc.start]!r} at character {exc.start}: "
+            "it is not encodable as UTF-8; remove it, or pass bytes"
+        ) from None
+
+
+def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """One UTF-8 buffer and document (start, end) offsets; TypeError naming a bad index."""
+    if isinstance(texts, str | bytes | bytearray):
+        raise TypeError("encode_batch takes a list of documents; for one text use encode()")
+    if not isinstance(texts, list | tuple):
+        texts = list(texts)
+    kinds = set(map(type, texts))
+    if kinds <= {str}:
+        try:
+            encoded = [text.encode("utf-8") for text in texts]
+        except UnicodeEncodeError:
+            encoded = [_utf8(text, f"texts[{i}]") for i, text in enumerate(texts)]
+    elif kinds <= {bytes, bytearray, memoryview}:
+        encoded = texts
+    else:
+        _raise_bad_kind(texts)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(lengths)
+    return b"".join(encoded), ends - lengths, ends
+
+
+def _raise_bad_kind(texts):
+    def kind(text):
+        return str if isinstance(text, str) else bytes
+
+    for index, text in enumerate(texts):
+        if not isinstance(text, str | bytes | bytearray | memoryview):
+            raise TypeError(f"texts[{index}] is a {type(text).__name__}; expected str or bytes")
+        if kind(text) is not kind(texts[0]):
+            raise TypeError(
+                f"texts[{index}] is {type(text).__name__} but texts[0] is "
+                f"{type(texts[0]).__name__}; a batch must hold only str or only bytes"
+            )
+
+
+# ---------------------------------------------------------------- the batch pipeline
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _thread_count(num_threads, n_bytes: int) -> int:
+    if num_threads is None:
+        num_threads = os.cpu_count() or 1
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int or None, not {num_threads!r}")
+    return 1 if n_bytes < _PARALLEL_MIN_BYTES else num_threads
+
+
+def _run_all(function, calls: list[tuple]) -> list:
+    """``function(*args)`` for every args tuple, on the shared pool when more than one."""
+    if len(calls) == 1:
+        return [function(*calls[0])]
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < len(calls):
+            _POOL = ThreadPoolExecutor(max(len(calls), os.cpu_count() or 1),
+                                       thread_name_prefix="gpubpe")
+        pool = _POOL
+    return list(pool.map(lambda args: function(*args), calls))
+
+
+def _shares(weights: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Contiguous (lo, hi) index ranges of about equal total weight, at most ``threads``."""
+    n = weights.size
+    if threads <= 1 or n <= 1:
+        return [(0, n)]
+    cumulative = np.cumsum(weights)
+    targets = cumulative[-1] * np.arange(1, threads) / threads
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(cumulative, targets) + 1, [n]]))
+    cuts = np.minimum(cuts, n)
+    return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
+
+
+@dataclass
+class _NewWords:
+    """The batch's distinct words that missed the cache, encoded: what the cache may admit."""
+
+    word_at: np.ndarray  # int64: first occurrence in the batch's bytes
+    word_len: np.ndarray  # int64
+    word_key: np.ndarray  # uint64 (``kernels.encode.word_key``)
+    count: np.ndarray  # int64: occurrences in the batch
+    ids: np.ndarray  # uint32: their output ids, end to end
+    id_offsets: np.ndarray  # int64, one more than the words
+    hit_rate: float  # share of the batch's word occurrences the cache answered
+
+
+def _encode_pieces(array, pieces, words, cache, rules, threads):
+    """Steps 1-4 of ``kernels.encode``: (ids, first id of each piece, the batch's _NewWords)."""
+    if words is None and threads == 1:
+        return _encode_pieces_serial(array, pieces, cache, rules)
+    piece_start, piece_end, _ = pieces
+    shards = _shares(piece_end - piece_start, threads)
+    piece_ref_end = np.empty(piece_start.size, dtype=np.int64)
+    shard_refs = _word_refs(array, pieces, words, cache, shards, piece_ref_end)
+    local_to_global, first, count = merge_new_words_cpu(
+        array, *(np.concatenate([refs[k] for refs in shard_refs]) for k in (1, 2, 3, 4)))
+    word_at, word_len, word_key = (np.concatenate([refs[k] for refs in shard_refs])[first]
+                                   for k in (1, 2, 4))
+    new_ids, new_offsets = _encode_unique_words(array, word_at, word_len, rules, threads)
+    ids, piece_offsets = _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global,
+                                      cache, new_ids, new_offsets)
+    n_words = sum(refs[0].size for refs in shard_refs)
+    hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
+    return ids, piece_offsets, _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets,
+                                         hit_rate)
+
+
+def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple]:
+    """Step 1 on every shard: ``(refs, new_at, new_len, new_count, new_key)`` per shard."""
+    piece_start, piece_end, piece_special = pieces
+    if words is None:
+        classes = code_point_classes()
+        return _run_all(word_refs_gpt2_cpu, [
+            (array, piece_start, piece_end, piece_special, lo, hi, classes, cache, piece_ref_end)
+            for lo, hi in shards])
+    word_starts, word_ends, piece_word_offsets = words
+    return _run_all(word_refs_given_cpu, [
+        (array, word_starts, word_ends, piece_word_offsets, lo, hi, cache, piece_ref_end)
+        for lo, hi in shards])
+
+
+def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cache, new_ids,
+                 new_offsets) -> tuple[np.ndarray, np.ndarray]:
+    """Step 4 on every shard: count each piece's ids, prefix-sum, write them in place."""
+    piece_special = pieces[2]
+    new_base = np.cumsum([0] + [refs[1].size for refs in shard_refs])
+    shard_args = [(refs[0], piece_ref_end, piece_special, lo, hi, local_to_global[base:])
+                  for refs, (lo, hi), base in zip(shard_refs, shards, new_base)]
+    piece_tokens = np.empty(piece_special.size, dtype=np.int64)
+    _run_all(count_piece_tokens_cpu, [(*a, cache, new_offsets, piece_tokens) for a in shard_args])
+    piece_offsets = np.zeros(piece_special.size + 1, dtype=np.int64)
+    np.cumsum(piece_tokens, out=piece_offsets[1:])
+    ids = np.empty(piece_offsets[-1], dtype=np.uint32)
+    _run_all(write_piece_tokens_cpu, [(*a, cache, new_ids, new_offsets, piece_offsets, ids)
+                                      for a in shard_args])
+    return ids, piece_offsets
+
+
+def _encode_pieces_serial(array, pieces, cache, rules):
+    """``_encode_pieces`` on the calling thread in one kernel call (GPT-2 pattern)."""
+    ids, piece_offsets, n_words, new_ids, new_offsets, word_at, word_len, count, word_key = \
+        encode_pieces_serial_cpu(array, *pieces, code_point_classes(), cache, rules)
+    hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
+    return ids, piece_offsets, _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets,
+                                         hit_rate)
+
+
+def _encode_unique_words(array, word_at, word_len, rules, threads):
+    """BPE on each unique word, split over threads by bytes: (ids, offsets)."""
+    shares = _shares(word_len, threads if word_len.sum() >= _PARALLEL_MIN_BYTES // 4 else 1)
+    parts = _run_all(encode_word_list_cpu, [(array, word_at[lo:hi], word_len[lo:hi], rules)
+                                            for lo, hi in shares])
+    if len(parts) == 1:
+        return parts[0]
+    ids = np.concatenate([p[0] for p in parts])
+    sizes = np.array([p[0].size for p in parts], dtype=np.int64)
+    shifts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)])
+    return ids, offsets.astype(np.int64)
+
+
+def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(word_starts, word_ends, piece_word_offsets)``: each ordinary piece's ``regex`` matches.
+
+    As ``regex.findall``: text no match covers is dropped. Pattern None: a
+    piece is one word. Character offsets become byte offsets through the
+    UTF-8 length of each character (1 for a surrogate-escaped raw byte).
+    """
+    piece_start, piece_end, piece_special = pieces
+    data = array.tobytes()
+    compiled = regex.compile(pattern) if pattern is not None else None
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    counts = np.zeros(piece_start.size, dtype=np.int64)
+    for p, (start, end, special) in enumerate(zip(piece_start.tolist(), piece_end.tolist(),
+                                                  piece_special.tolist())):
+        if special >= 0 or start == end:
+            continue
+        text = data[start:end].decode("utf-8", "surrogateescape")
+        spans = _match_spans(compiled, text)
+        if len(text) != end - start:
+            spans = _utf8_offsets(text)[spans]
+        starts.append(start + spans[:, 0])
+        ends.append(start + spans[:, 1])
+        counts[p] = spans.shape[0]
+    offsets = np.zeros(piece_start.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(starts).astype(np.int64) if starts else empty,
+            np.concatenate(ends).astype(np.int64) if ends else empty, offsets)
+
+
+def _match_spans(compiled, text: str) -> np.ndarray:
+    """(start, end) character spans of the non-empty matches, shape (n, 2)."""
+    if compiled is None:
+        return np.array([[0, len(text)]], dtype=np.int64)
+    spans = [m.span() for m in compiled.finditer(text, concurrent=True) if m.end() > m.start()]
+    return np.array(spans, dtype=np.int64).reshape(-1, 2)
+
+
+def _utf8_offsets(text: str) -> np.ndarray:
+    """Byte offset of every character boundary of ``text`` (len(text) + 1 values)."""
+    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    lengths = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
+    lengths[(code_points >= 0xD800) & (code_points <= 0xDFFF)] = 1  # surrogate-escaped bytes
+    offsets = np.zeros(code_points.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets

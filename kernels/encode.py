@@ -1,32 +1,130 @@
-"""Batched BPE encoding of unique words.
+"""Batched BPE encoding: word references, unique-word encoding, ragged outputs, decoding.
 
-Each word is encoded with the priority-queue + linked-list algorithm of
-``shared/seeds/002_*``: a min-heap of (rank, position) over the word's
-adjacent pairs that have a rule; the smallest rank wins, the leftmost at equal
-rank (positions keep their original left-to-right order). A popped entry is
-stale when its left token died or the pair under it changed; it is skipped.
-O(n log n) per word, so a 1 MB word costs well under a second.
+A batch is UTF-8 bytes cut into *pieces*: runs of ordinary text, or one
+special token each (``piece_special`` >= 0 holds its id). Pieces are handed
+to threads in contiguous runs (*shards*); every step below is exact, so the
+ids never depend on how many shards there are or where they start.
 
-Rules are looked up in a uint64 hash table: pair key -> rank; ``rule_result``
-maps a rank to the id the rule produces.
+1. ``word_refs_gpt2_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
+   GIL): split the pieces into words and look each word up, by its
+   ``word_key``, in the tokenizer's ``WordCache``; a miss goes into the
+   shard's own table of new words. Each word occurrence becomes a *ref*: a
+   cache slot (>= 0) or ``-1 - index`` of a new word.
+2. ``merge_new_words_cpu``: the shards' new words, deduplicated across
+   shards, in order of first occurrence in the batch.
+3. ``encode_word_list_cpu`` (split over threads): BPE on each distinct new
+   word (``bpe_word``), then the Scaffold demolish map when the vocabulary
+   has one.
+4. ``count_piece_tokens_cpu`` then ``write_piece_tokens_cpu`` (per shard):
+   the id count of each piece, a prefix sum (host), and the ids written in
+   place into one ``uint32`` array.
+5. ``cache_admit_cpu``: the batch's new words enter the cache while it has
+   room (the caller decides eviction).
+
+``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches.
+
+One word is encoded with the priority-queue + linked-list algorithm of
+``shared/seeds/002_*`` (``bpe_heap_word``): a min-heap of (rank, position)
+over the word's adjacent pairs that have a rule; the smallest rank wins, the
+leftmost at equal rank. A popped entry is stale when its left token died or
+the pair under it changed; it is skipped. O(n log n) per word, so a 1 MB word
+costs well under a second. Short words use a heap-free scan with the same
+order (``bpe_short_word``). Rules are looked up in a uint64 hash table: pair
+key -> rank.
+
+Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
+32K vocabulary; bench/encode_bench.py has the end-to-end numbers):
+
+- The split dominates: ~7 ns/byte for the GPT-2 scanner, mostly mispredicted
+  branches at word ends. Handling ASCII word starts inline
+  (``gpt2_word_end_fast``) gave +35%.
+- Cache lookups first cost ~45 ns per word: separate key and slot arrays,
+  then two offset arrays and the pooled bytes to compare, 4-5 dependent
+  loads. Words of up to 7 bytes are now their own key (no byte compare) and
+  each cell holds (key, slot) side by side: ~13 ns per word.
+- A NamedTuple of arrays passed to a helper that is really called costs
+  seven machine words per array; the per-word helpers are inlined at Numba IR
+  level (``inlined``): word refs 233 -> 163 ms per 10 MB with an empty cache.
+  Compile time was the same without it (the scanner kernel takes ~10 s to
+  compile once; it is cached on disk).
+- In a kernel that uses the Numba runtime, picking one of two arrays inside
+  the per-word loop (``a if c else b``) adds refcount traffic per word: the
+  write step went from 25 to 172 ms; count and write now run without it.
+- BPE of a distinct word: ~1 us for a 7-byte English word with the heap,
+  ~0.5 us with the heap-free scan. It matters little: 40 MB of English hold
+  ~160K distinct words for ~9M occurrences, and the cache keeps them.
+- Python threads over ``nogil`` kernels, not ``parallel=True``: the
+  workqueue threading layer aborts when two Python threads launch parallel
+  kernels at once, and the thread count is then the caller's to choose.
+- Tried and dropped: gathering Python int objects from an object array to
+  build ``list[list[int]]`` faster than ``ndarray.tolist`` (no gain).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ._jit import hot
-from .hashing import empty_table, table_find, table_put
+from .hashing import EMPTY_KEY, empty_table, grown_like, hash_bytes, mix64, table_find, table_put
 from .pairs import pair_key
+from .pretok import gpt2_safe_cut, gpt2_word_end_fast
+
+# Small helpers called once per word or per pair, inlined into their callers at
+# Numba IR level: a real call passes every array of a NamedTuple by value
+# (seven machine words each), which cost more than the work itself.
+inlined = njit(cache=True, _nrt=False, inline="always")
+# Kernels that allocate nothing run without the Numba runtime too (see ``_jit.hot``).
+hot_nogil = njit(cache=True, _nrt=False, nogil=True)
 
 
-def rule_table(rules: np.ndarray):
-    """Hash table pair key -> rank (the first rank when a pair repeats), and results."""
-    keys, values = empty_table(4 * max(len(rules), 1))
-    _fill_rule_table(keys, values, np.ascontiguousarray(rules[:, 0]),
+class RuleTable(NamedTuple):
+    """Merge rules for encoding, and the Scaffold demolish map (both empty for plain BPE)."""
+
+    keys: np.ndarray  # uint64 hash table of pair keys
+    ranks: np.ndarray  # int64: the rank stored under each key
+    result: np.ndarray  # int64: rank -> id the rule produces
+    demolish_ids: np.ndarray  # uint32: output ids of internal id t at demolish_offsets[t:t+2]
+    demolish_offsets: np.ndarray  # int64, one more than internal ids; empty: output == internal
+
+
+class WordCache(NamedTuple):
+    """Encoded words kept across calls: word key -> slot, then each slot's bytes and ids."""
+
+    table: np.ndarray  # uint64, 2 per cell: word key, slot (see ``word_key``)
+    byte_offsets: np.ndarray  # int64, max_words + 1: slot s's bytes in pool_bytes
+    id_offsets: np.ndarray  # int64, max_words + 1: slot s's ids in pool_ids
+    pool_bytes: np.ndarray  # uint8
+    pool_ids: np.ndarray  # uint32
+    used: np.ndarray  # int64[1]: slots in use
+
+
+class NewWords(NamedTuple):
+    """A shard's words that missed the cache: a table and, per word, where it was seen."""
+
+    table: np.ndarray  # uint64, 2 per cell: word key, index of the word
+    at: np.ndarray  # int64: byte offset of its first occurrence in the batch
+    length: np.ndarray  # int64: its length in bytes
+    count: np.ndarray  # int64: occurrences in the shard
+    key: np.ndarray  # uint64: its word key
+
+
+# ---------------------------------------------------------------- rules
+
+
+def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None) -> RuleTable:
+    """The encoding tables of a vocabulary's rules (first rank wins when a pair repeats)."""
+    keys, ranks = empty_table(4 * max(len(rules), 1))
+    _fill_rule_table(keys, ranks, np.ascontiguousarray(rules[:, 0]),
                      np.ascontiguousarray(rules[:, 1]))
-    return keys, values, np.ascontiguousarray(rules[:, 2])
+    if demolish_offsets is None:
+        demolish_ids = np.zeros(0, dtype=np.uint32)
+        demolish_offsets = np.zeros(0, dtype=np.int64)
+    return RuleTable(keys, ranks, np.ascontiguousarray(rules[:, 2], dtype=np.int64),
+                     np.ascontiguousarray(demolish_ids, dtype=np.uint32),
+                     np.ascontiguousarray(demolish_offsets, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -35,6 +133,13 @@ def _fill_rule_table(keys, values, left, right):
         key = pair_key(left[rank], right[rank])
         if table_find(keys, values, key) < 0:
             table_put(keys, values, key, rank)
+
+
+# ---------------------------------------------------------------- one word
+
+NO_RULE = np.int64(1) << np.int64(62)
+# Words up to this many bytes use the heap-free quadratic scan (measured faster).
+SHORT_WORD = 32
 
 
 @hot
@@ -71,44 +176,92 @@ def _pop_min(heap_rank, heap_pos, size):
     return size
 
 
-@hot
-def encode_word_cpu(symbols, table_keys, table_values, rule_result, nxt, prv, heap_rank, heap_pos):
-    """Encode one word in place: ``symbols`` (int64 ids) -> its merged ids, returns the count.
+@inlined
+def _push_pair(symbols, left, right, rules, heap_rank, heap_pos, size):
+    """Push (rank, left) when the pair at left/right has a rule; returns the new size."""
+    rank = table_find(rules.keys, rules.ranks, pair_key(symbols[left], symbols[right]))
+    if rank < 0:
+        return size
+    heap_rank[size], heap_pos[size] = rank, left
+    _sift_up(heap_rank, heap_pos, size)
+    return size + 1
 
-    Scratch arrays (``nxt``, ``prv``, ``heap_*``) have at least ``symbols.size`` entries.
+
+@inlined
+def _rule_rank(rules, left, right):
+    """Rank of the rule merging (left, right), or NO_RULE."""
+    rank = table_find(rules.keys, rules.ranks, pair_key(left, right))
+    return NO_RULE if rank < 0 else rank
+
+
+@hot
+def bpe_short_word(symbols, n, rules, pair_rank):
+    """Merge ``symbols[:n]`` in place by scanning for the lowest rank; returns the new length.
+
+    O(n^2) but without a heap: faster than ``bpe_heap_word`` below about
+    SHORT_WORD bytes. ``pair_rank[i]`` holds the rank of the pair at i.
     """
-    n = symbols.size
+    for i in range(n - 1):
+        pair_rank[i] = _rule_rank(rules, symbols[i], symbols[i + 1])
+    while n > 1:
+        best = NO_RULE
+        at = -1
+        for i in range(n - 1):
+            if pair_rank[i] < best:
+                best = pair_rank[i]
+                at = i
+        if at < 0:
+            break
+        symbols[at] = rules.result[best]
+        for k in range(at + 1, n - 1):
+            symbols[k] = symbols[k + 1]
+            pair_rank[k] = pair_rank[k + 1]
+        n -= 1
+        if at > 0:
+            pair_rank[at - 1] = _rule_rank(rules, symbols[at - 1], symbols[at])
+        if at < n - 1:
+            pair_rank[at] = _rule_rank(rules, symbols[at], symbols[at + 1])
+    return n
+
+
+@hot
+def bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
+    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left."""
+    if n <= SHORT_WORD:
+        return bpe_short_word(symbols, n, rules, heap_rank)
+    return bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
+
+
+@hot
+def bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
+    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left.
+
+    Scratch: ``nxt``, ``prv`` hold n entries, ``heap_rank``/``heap_pos`` 2n (each
+    merge pops one entry and pushes at most two, so the heap never passes 2n).
+    """
     size = 0
     for i in range(n):
         nxt[i] = i + 1 if i + 1 < n else -1
         prv[i] = i - 1
     for i in range(n - 1):
-        rank = table_find(table_keys, table_values, pair_key(symbols[i], symbols[i + 1]))
-        if rank >= 0:
-            heap_rank[size], heap_pos[size] = rank, i
-            _sift_up(heap_rank, heap_pos, size)
-            size += 1
+        size = _push_pair(symbols, i, i + 1, rules, heap_rank, heap_pos, size)
     while size > 0:
         rank, pos = heap_rank[0], heap_pos[0]
         size = _pop_min(heap_rank, heap_pos, size)
         right = nxt[pos]
         if symbols[pos] < 0 or right < 0:
             continue
-        if table_find(table_keys, table_values, pair_key(symbols[pos], symbols[right])) != rank:
+        if table_find(rules.keys, rules.ranks, pair_key(symbols[pos], symbols[right])) != rank:
             continue
-        symbols[pos] = rule_result[rank]
+        symbols[pos] = rules.result[rank]
         symbols[right] = -1
         nxt[pos] = nxt[right]
         if nxt[right] >= 0:
             prv[nxt[right]] = pos
-        for left in (prv[pos], pos):
-            if left >= 0 and nxt[left] >= 0:
-                found = table_find(table_keys, table_values,
-                                   pair_key(symbols[left], symbols[nxt[left]]))
-                if found >= 0:
-                    heap_rank[size], heap_pos[size] = found, left
-                    _sift_up(heap_rank, heap_pos, size)
-                    size += 1
+        if prv[pos] >= 0:
+            size = _push_pair(symbols, prv[pos], pos, rules, heap_rank, heap_pos, size)
+        if nxt[pos] >= 0:
+            size = _push_pair(symbols, pos, nxt[pos], rules, heap_rank, heap_pos, size)
     count = 0
     for i in range(n):
         if symbols[i] >= 0:
@@ -117,31 +270,618 @@ def encode_word_cpu(symbols, table_keys, table_values, rule_result, nxt, prv, he
     return count
 
 
-@njit(parallel=True, cache=True)
-def encode_words_cpu(data, offsets, table_keys, table_values, rule_result):
-    """Encode many words: bytes ``data`` split by ``offsets`` -> (ids uint32, id offsets int64)."""
-    n_words = offsets.size - 1
-    encoded = np.empty(data.size, dtype=np.int64)
-    lengths = np.zeros(n_words, dtype=np.int64)
-    for w in prange(n_words):
-        start, stop = offsets[w], offsets[w + 1]
-        n = stop - start
-        symbols = encoded[start:stop]
+@hot
+def _emit_output_ids(symbols, count, rules, out, out_at):
+    """Write the output ids of ``symbols[:count]`` at ``out[out_at:]``; returns how many."""
+    offsets = rules.demolish_offsets
+    if offsets.size == 0:
+        for k in range(count):
+            out[out_at + k] = symbols[k]
+        return count
+    written = 0
+    for k in range(count):
+        token = symbols[k]
+        for j in range(offsets[token], offsets[token + 1]):
+            out[out_at + written] = rules.demolish_ids[j]
+            written += 1
+    return written
+
+
+@njit(cache=True, nogil=True)
+def encode_word_list_cpu(data, word_at, word_len, rules):
+    """BPE-encode words ``data[word_at[w]:word_at[w] + word_len[w]]``: (ids uint32, offsets int64).
+
+    Launch: one call per thread on its own words. Scratch: five int64 arrays of
+    the longest word's length, allocated once. Output ids never outnumber the
+    input bytes (every output token holds at least one byte).
+    """
+    n_words = word_at.size
+    longest = 1
+    total = 0
+    for w in range(n_words):
+        longest = max(longest, word_len[w])
+        total += word_len[w]
+    symbols = np.empty(longest, np.int64)
+    nxt = np.empty(longest, np.int64)
+    prv = np.empty(longest, np.int64)
+    heap_rank = np.empty(2 * longest, np.int64)
+    heap_pos = np.empty(2 * longest, np.int64)
+    ids = np.empty(total, np.uint32)
+    offsets = np.zeros(n_words + 1, np.int64)
+    for w in range(n_words):
+        n = word_len[w]
+        start = word_at[w]
         for i in range(n):
             symbols[i] = data[start + i]
         if n > 1:
-            nxt = np.empty(n, np.int64)
-            prv = np.empty(n, np.int64)
-            heap_rank = np.empty(2 * n, np.int64)
-            heap_pos = np.empty(2 * n, np.int64)
-            n = encode_word_cpu(symbols, table_keys, table_values, rule_result, nxt, prv,
-                                heap_rank, heap_pos)
-        lengths[w] = n
-    out_offsets = np.zeros(n_words + 1, dtype=np.int64)
-    for w in range(n_words):
-        out_offsets[w + 1] = out_offsets[w] + lengths[w]
-    ids = np.empty(out_offsets[n_words], dtype=np.uint32)
-    for w in prange(n_words):
-        for i in range(lengths[w]):
-            ids[out_offsets[w] + i] = encoded[offsets[w] + i]
-    return ids, out_offsets
+            n = bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
+        offsets[w + 1] = offsets[w] + _emit_output_ids(symbols, n, rules, ids, offsets[w])
+    return ids[:offsets[n_words]], offsets
+
+
+# ---------------------------------------------------------------- word keys and tables
+
+# A word of up to 7 bytes is its own key: its length in the top byte, its bytes
+# below, so equal keys mean equal words and no bytes are compared. A longer
+# word's key is a 56-bit hash tagged LONG_WORD_TAG in the top byte; its bytes
+# are compared on a key match.
+LONG_WORD_TAG = np.uint64(8) << np.uint64(56)
+_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
+
+
+@inlined
+def _equal_bytes(a, a_at, b, b_at, length):
+    for k in range(length):
+        if a[a_at + k] != b[b_at + k]:
+            return False
+    return True
+
+
+@inlined
+def word_key(data, start, stop):
+    """The table key of ``data[start:stop]`` (never EMPTY_KEY)."""
+    length = stop - start
+    if length <= 7:
+        key = np.uint64(length) << np.uint64(56)
+        for k in range(length):
+            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
+        return key
+    return (hash_bytes(data, start, length) & _LOW_56) | LONG_WORD_TAG
+
+
+@inlined
+def _first_cell(table, key):
+    return (mix64(key) & np.uint64((table.size >> 1) - 1)) << np.uint64(1)
+
+
+@inlined
+def _next_cell(table, cell):
+    return (cell + np.uint64(2)) & np.uint64(table.size - 1)
+
+
+@inlined
+def _put_cell(table, key, value):
+    """Store ``value`` under ``key`` (absent) in an interleaved table."""
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        cell = _next_cell(table, cell)
+    table[cell] = key
+    table[cell + np.uint64(1)] = np.uint64(value)
+
+
+def empty_cells(n_cells: int) -> np.ndarray:
+    """An interleaved (key, value) table of ``n_cells`` cells (a power of two), all free."""
+    return np.full(2 * n_cells, EMPTY_KEY, dtype=np.uint64)
+
+
+@inlined
+def _cached_slot(data, start, length, key, cache):
+    """Cache slot of the word ``data[start:start+length]`` (key ``key``), or -1."""
+    table = cache.table
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        if table[cell] == key:
+            slot = np.int64(table[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG:
+                return slot
+            at = cache.byte_offsets[slot]
+            if (cache.byte_offsets[slot + 1] - at == length
+                    and _equal_bytes(data, start, cache.pool_bytes, at, length)):
+                return slot
+        cell = _next_cell(table, cell)
+    return -1
+
+
+@inlined
+def _new_word_index(data, start, length, key, new, n_new):
+    """(index of the word among the shard's new words, new n_new), adding it when absent."""
+    table = new.table
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        if table[cell] == key:
+            index = np.int64(table[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG or (new.length[index] == length and _equal_bytes(
+                    data, start, data, new.at[index], length)):
+                new.count[index] += 1
+                return index, n_new
+        cell = _next_cell(table, cell)
+    table[cell] = key
+    table[cell + np.uint64(1)] = np.uint64(n_new)
+    new.at[n_new] = start
+    new.length[n_new] = length
+    new.count[n_new] = 1
+    new.key[n_new] = key
+    return n_new, n_new + 1
+
+
+@inlined
+def _word_ref(data, start, stop, cache, new, n_new):
+    """(ref of the word data[start:stop], new n_new): a cache slot, or -1 - new-word index."""
+    key = word_key(data, start, stop)
+    slot = _cached_slot(data, start, stop - start, key, cache)
+    if slot >= 0:
+        return slot, n_new
+    index, n_new = _new_word_index(data, start, stop - start, key, new, n_new)
+    return -1 - index, n_new
+
+
+@inlined
+def _has_room(refs, new, n_refs, n_new):
+    return n_refs < refs.size and n_new < new.at.size and 4 * (n_new + 1) <= new.table.size
+
+
+@inlined
+def _save_cursor(cursor, piece, position, n_refs, n_new):
+    cursor[0], cursor[1], cursor[2], cursor[3] = piece, position, n_refs, n_new
+
+
+@hot
+def _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes, cache, new,
+                    refs, piece_ref_end, cursor):
+    """Split pieces with the GPT-2 scanner and ref each word, from ``cursor`` on.
+
+    ``cursor`` = (piece, byte, refs made, new words). Returns False when an
+    array is full (the caller grows it and calls again), True when done.
+    """
+    piece, i, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
+    while piece < piece_hi:
+        if piece_special[piece] < 0:
+            i = max(i, piece_start[piece])
+            end = piece_end[piece]
+            while i < end:
+                if not _has_room(refs, new, n_refs, n_new):
+                    _save_cursor(cursor, piece, i, n_refs, n_new)
+                    return False
+                stop = gpt2_word_end_fast(data, i, end, classes)
+                ref, n_new = _word_ref(data, i, stop, cache, new, n_new)
+                refs[n_refs] = ref
+                n_refs += 1
+                i = stop
+        piece_ref_end[piece] = n_refs
+        piece += 1
+        i = 0
+    _save_cursor(cursor, piece, 0, n_refs, n_new)
+    return True
+
+
+@hot
+def _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi, cache, new,
+                     refs, piece_ref_end, cursor):
+    """Ref each word of pieces already split (``word_starts``/``word_ends``), from ``cursor`` on.
+
+    ``cursor`` = (piece, word, refs made, new words); returns as ``_gpt2_refs_into``.
+    """
+    piece, w, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
+    while piece < piece_hi:
+        w = max(w, piece_word_offsets[piece])
+        while w < piece_word_offsets[piece + 1]:
+            if not _has_room(refs, new, n_refs, n_new):
+                _save_cursor(cursor, piece, w, n_refs, n_new)
+                return False
+            ref, n_new = _word_ref(data, word_starts[w], word_ends[w], cache, new, n_new)
+            refs[n_refs] = ref
+            n_refs += 1
+            w += 1
+        piece_ref_end[piece] = n_refs
+        piece += 1
+    _save_cursor(cursor, piece, 0, n_refs, n_new)
+    return True
+
+
+@njit(cache=True)
+def _empty_new_words(capacity):
+    return NewWords(np.full(4 * capacity, EMPTY_KEY, dtype=np.uint64),
+                    np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+                    np.empty(capacity, np.int64), np.empty(capacity, np.uint64))
+
+
+@njit(cache=True)
+def _grown_new_words(new, n_new):
+    """The table at twice the capacity, holding the same words."""
+    bigger = _empty_new_words(2 * new.at.size)
+    for index in range(n_new):
+        bigger.at[index] = new.at[index]
+        bigger.length[index] = new.length[index]
+        bigger.count[index] = new.count[index]
+        bigger.key[index] = new.key[index]
+        _put_cell(bigger.table, new.key[index], index)
+    return bigger
+
+
+@njit(cache=True)
+def _refs_result(refs, new, cursor):
+    n_refs, n_new = cursor[2], cursor[3]
+    return (refs[:n_refs].copy(), new.at[:n_new].copy(), new.length[:n_new].copy(),
+            new.count[:n_new].copy(), new.key[:n_new].copy())
+
+
+@njit(cache=True, nogil=True)
+def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, classes,
+                       cache, piece_ref_end):
+    """Step 1 for the GPT-2 pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+
+    Writes ``piece_ref_end[p]`` (refs made up to the end of piece p, counted from
+    the shard's first piece) and returns ``(refs, new_at, new_len, new_count,
+    new_key)``. Scratch: refs start at a quarter of the shard's bytes, the
+    new-word table at 1024 words; both double when full.
+    """
+    n_bytes = 0
+    for piece in range(piece_lo, piece_hi):
+        n_bytes += piece_end[piece] - piece_start[piece]
+    refs = np.empty(max(n_bytes // 4, 16), np.int64)
+    new = _empty_new_words(1024)
+    cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
+    while not _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes,
+                              cache, new, refs, piece_ref_end, cursor):
+        if cursor[2] == refs.size:
+            refs = grown_like(refs, 0)
+        else:
+            new = _grown_new_words(new, cursor[3])
+    return _refs_result(refs, new, cursor)
+
+
+@njit(cache=True, nogil=True)
+def word_refs_given_cpu(data, word_starts, word_ends, piece_word_offsets, piece_lo, piece_hi,
+                        cache, piece_ref_end):
+    """Step 1 for words already split (other patterns): as ``word_refs_gpt2_cpu``.
+
+    Piece p's words are ``data[word_starts[w]:word_ends[w]]`` for w in
+    ``piece_word_offsets[p]:piece_word_offsets[p+1]``; text between them
+    (which a pattern may skip) is not encoded.
+    """
+    n_words = piece_word_offsets[piece_hi] - piece_word_offsets[piece_lo]
+    refs = np.empty(max(n_words, 1), np.int64)
+    new = _empty_new_words(1024)
+    cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
+    while not _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi, cache,
+                               new, refs, piece_ref_end, cursor):
+        new = _grown_new_words(new, cursor[3])
+    return _refs_result(refs, new, cursor)
+
+
+@njit(cache=True, nogil=True)
+def merge_new_words_cpu(data, word_at, word_len, word_count, word_keys):
+    """Step 2: distinct words among the shards' new words, in order of first occurrence.
+
+    Input: the shards' lists end to end (each already distinct within its
+    shard). Returns ``(local_to_global, first, global_count)``: global word g
+    is input word ``first[g]``.
+    """
+    n = word_at.size
+    n_cells = 16
+    while n_cells < 2 * n:
+        n_cells *= 2
+    table = np.full(2 * n_cells, EMPTY_KEY, dtype=np.uint64)
+    local_to_global = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    global_count = np.zeros(n, np.int64)
+    n_global = 0
+    for w in range(n):
+        key = word_keys[w]
+        cell = _first_cell(table, key)
+        found = -1
+        while table[cell] != EMPTY_KEY:
+            g = np.int64(table[cell + np.uint64(1)])
+            if table[cell] == key and (key < LONG_WORD_TAG or (
+                    word_len[first[g]] == word_len[w]
+                    and _equal_bytes(data, word_at[w], data, word_at[first[g]], word_len[w]))):
+                found = g
+                break
+            cell = _next_cell(table, cell)
+        if found < 0:
+            found = n_global
+            table[cell] = key
+            table[cell + np.uint64(1)] = np.uint64(found)
+            first[found] = w
+            n_global += 1
+        local_to_global[w] = found
+        global_count[found] += word_count[w]
+    return local_to_global, first[:n_global].copy(), global_count[:n_global].copy()
+
+
+# ---------------------------------------------------------------- ragged output
+
+
+@inlined
+def _ref_ids(ref, local_to_global, cache, new_offsets):
+    """(source is the cache, first id, id count) of a word ref."""
+    if ref >= 0:
+        at = cache.id_offsets[ref]
+        return True, at, cache.id_offsets[ref + 1] - at
+    g = local_to_global[-1 - ref]
+    return False, new_offsets[g], new_offsets[g + 1] - new_offsets[g]
+
+
+@hot_nogil
+def count_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_hi,
+                           local_to_global, cache, new_offsets, piece_tokens):
+    """Step 4a (one shard): ``piece_tokens[p]`` = ids piece p encodes to (a special: 1)."""
+    r = 0
+    for piece in range(piece_lo, piece_hi):
+        if piece_special[piece] >= 0:
+            piece_tokens[piece] = 1
+            continue
+        total = 0
+        while r < piece_ref_end[piece]:
+            _, _, n = _ref_ids(refs[r], local_to_global, cache, new_offsets)
+            total += n
+            r += 1
+        piece_tokens[piece] = total
+
+
+@hot_nogil
+def write_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_hi,
+                           local_to_global, cache, new_ids, new_offsets, piece_token_offsets,
+                           ids):
+    """Step 4b (one shard): write each piece's ids at ``ids[piece_token_offsets[p]:]``."""
+    r = 0
+    for piece in range(piece_lo, piece_hi):
+        out = piece_token_offsets[piece]
+        if piece_special[piece] >= 0:
+            ids[out] = piece_special[piece]
+            continue
+        while r < piece_ref_end[piece]:
+            from_cache, at, n = _ref_ids(refs[r], local_to_global, cache, new_offsets)
+            if from_cache:
+                for k in range(n):
+                    ids[out + k] = cache.pool_ids[at + k]
+            else:
+                for k in range(n):
+                    ids[out + k] = new_ids[at + k]
+            out += n
+            r += 1
+
+
+@njit(cache=True, nogil=True)
+def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, classes, cache, rules):
+    """Steps 1-4 for the GPT-2 pattern on one thread, in one call (small batches).
+
+    Returns ``(ids, piece_offsets, n_words, new_ids, new_offsets, new_at,
+    new_len, new_count, new_key)``: the batch's ids, each piece's first id, its
+    word count, and its new words (already distinct: one shard) for
+    ``cache_admit_cpu``.
+    """
+    n_pieces = piece_start.size
+    piece_ref_end = np.empty(n_pieces, np.int64)
+    refs, new_at, new_len, new_count, new_key = word_refs_gpt2_cpu(
+        data, piece_start, piece_end, piece_special, 0, n_pieces, classes, cache, piece_ref_end)
+    new_ids, new_offsets = encode_word_list_cpu(data, new_at, new_len, rules)
+    local_to_global = np.arange(new_at.size)
+    piece_tokens = np.empty(n_pieces, np.int64)
+    count_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
+                           cache, new_offsets, piece_tokens)
+    piece_offsets = np.zeros(n_pieces + 1, np.int64)
+    for piece in range(n_pieces):
+        piece_offsets[piece + 1] = piece_offsets[piece] + piece_tokens[piece]
+    ids = np.empty(piece_offsets[n_pieces], np.uint32)
+    write_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
+                           cache, new_ids, new_offsets, piece_offsets, ids)
+    return ids, piece_offsets, refs.size, new_ids, new_offsets, new_at, new_len, new_count, new_key
+
+
+# ---------------------------------------------------------------- the word cache
+
+
+def empty_word_cache(max_words: int, pool_bytes: int) -> WordCache:
+    """A cache for ``max_words`` words holding ``pool_bytes`` bytes (and as many ids) in all."""
+    n_cells = 1 << (2 * max_words - 1).bit_length()
+    return WordCache(empty_cells(n_cells), np.zeros(max_words + 1, np.int64),
+                     np.zeros(max_words + 1, np.int64), np.empty(pool_bytes, np.uint8),
+                     np.empty(pool_bytes, np.uint32), np.zeros(1, np.int64))
+
+
+def clear_word_cache(cache: WordCache) -> None:
+    cache.table.fill(EMPTY_KEY)
+    cache.used[0] = 0
+
+
+@njit(cache=True, nogil=True)
+def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id_offsets, order,
+                    max_word_len):
+    """Step 5: put words (in ``order``) into the cache until it is full.
+
+    Returns True when every word fit (or was skipped), False when the cache filled up.
+
+    Words longer than ``max_word_len`` bytes are skipped; a word already cached
+    (another call may have added it) is not added twice.
+    """
+    used = cache.used[0]
+    max_words = cache.byte_offsets.size - 1
+    room = True
+    for w in order:
+        length = word_len[w]
+        if length > max_word_len:
+            continue
+        id_at = word_id_offsets[w]
+        n_ids = word_id_offsets[w + 1] - id_at
+        byte_end = cache.byte_offsets[used] + length
+        id_end = cache.id_offsets[used] + n_ids
+        if (used == max_words or 4 * (used + 1) > cache.table.size
+                or byte_end > cache.pool_bytes.size or id_end > cache.pool_ids.size):
+            room = False
+            break
+        if _cached_slot(data, word_at[w], length, word_keys[w], cache) >= 0:
+            continue
+        byte_at = cache.byte_offsets[used]
+        for k in range(length):
+            cache.pool_bytes[byte_at + k] = data[word_at[w] + k]
+        out_at = cache.id_offsets[used]
+        for k in range(n_ids):
+            cache.pool_ids[out_at + k] = word_ids[id_at + k]
+        cache.byte_offsets[used + 1] = byte_end
+        cache.id_offsets[used + 1] = id_end
+        _put_cell(cache.table, word_keys[w], used)
+        used += 1
+    cache.used[0] = used
+    return room
+
+
+# ---------------------------------------------------------------- special tokens and pieces
+
+
+@hot
+def _special_at(data, i, end, token_bytes, token_offsets):
+    """Index of the first token (the caller sorts them longest first) found at byte i, or -1."""
+    for t in range(token_offsets.size - 1):
+        length = token_offsets[t + 1] - token_offsets[t]
+        if i + length <= end and _equal_bytes(data, i, token_bytes, token_offsets[t], length):
+            return t
+    return -1
+
+
+@hot
+def _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte, match_at,
+                   match_token, limit):
+    """Leftmost-longest, non-overlapping token matches inside segments; returns how many.
+
+    Matches past ``match_at.size`` are counted, not written; the scan stops at ``limit``.
+    """
+    n = 0
+    for s in range(seg_start.size):
+        i = seg_start[s]
+        end = seg_end[s]
+        while i < end:
+            if first_byte[data[i]]:
+                t = _special_at(data, i, end, token_bytes, token_offsets)
+                if t >= 0:
+                    if n < match_at.size:
+                        match_at[n] = i
+                        match_token[n] = t
+                    n += 1
+                    if n >= limit:
+                        return n
+                    i += token_offsets[t + 1] - token_offsets[t]
+                    continue
+            i += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def find_specials_cpu(data, seg_start, seg_end, token_bytes, token_offsets, first_byte, limit):
+    """Special-token matches in the segments, as regex alternation longest-first finds them.
+
+    Returns ``(match_at, match_token)`` (byte offset, index into the token
+    list), at most ``limit`` of them. ``first_byte[b]`` is True when a token
+    starts with byte b: other bytes cost one load each.
+    """
+    match_at = np.empty(64, np.int64)
+    match_token = np.empty(64, np.int64)
+    n = _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
+                       match_at, match_token, limit)
+    if n > match_at.size:
+        match_at = np.empty(n, np.int64)
+        match_token = np.empty(n, np.int64)
+        _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
+                       match_at, match_token, limit)
+    return match_at[:n], match_token[:n]
+
+
+@hot
+def _emit_piece(pieces, n, start, end, special):
+    piece_start, piece_end, piece_special = pieces
+    if n < piece_start.size:
+        piece_start[n] = start
+        piece_end[n] = end
+        piece_special[n] = special
+    return n + 1
+
+
+@hot
+def _emit_text(data, start, end, cut_bytes, classes, pieces, n):
+    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at GPT-2-safe points."""
+    if cut_bytes > 0:
+        while end - start > cut_bytes:
+            cut = gpt2_safe_cut(data, start + cut_bytes, end, classes)
+            if cut >= end:
+                break
+            n = _emit_piece(pieces, n, start, cut, -1)
+            start = cut
+    return _emit_piece(pieces, n, start, end, -1)
+
+
+@hot
+def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
+                 pieces, doc_first_piece):
+    """Cut documents into pieces at special-token matches; returns the piece count.
+
+    Every document gets at least one piece (an empty text piece if need be),
+    so ``doc_first_piece`` is defined for all. Writes only what fits.
+    """
+    n = 0
+    k = 0
+    for d in range(doc_start.size):
+        if d < doc_first_piece.size:
+            doc_first_piece[d] = n
+        position = doc_start[d]
+        while k < match_at.size and match_at[k] < doc_end[d]:
+            n = _emit_text(data, position, match_at[k], cut_bytes, classes, pieces, n)
+            n = _emit_piece(pieces, n, match_at[k], match_at[k] + match_len[k], match_id[k])
+            position = match_at[k] + match_len[k]
+            k += 1
+        n = _emit_text(data, position, doc_end[d], cut_bytes, classes, pieces, n)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes):
+    """Pieces of a batch: ``(piece_start, piece_end, piece_special, doc_first_piece)``.
+
+    ``match_*`` are the allowed special tokens found (sorted by position);
+    ``cut_bytes`` > 0 cuts long text pieces at GPT-2-safe points (0: no cuts).
+    """
+    empty = np.empty(0, np.int64)
+    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
+                     (empty, empty, empty), empty)
+    pieces = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
+    doc_first_piece = np.empty(doc_start.size + 1, np.int64)
+    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
+                 pieces, doc_first_piece)
+    doc_first_piece[doc_start.size] = n
+    return pieces[0], pieces[1], pieces[2], doc_first_piece
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@njit(cache=True, nogil=True)
+def gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets):
+    """The bytes of every document's ids: ``(bytes uint8, doc_byte_offsets int64)``.
+
+    Ids must be valid (the caller checks). Two passes: lengths, then one copy.
+    """
+    n_docs = doc_offsets.size - 1
+    doc_byte_offsets = np.zeros(n_docs + 1, np.int64)
+    for d in range(n_docs):
+        total = 0
+        for k in range(doc_offsets[d], doc_offsets[d + 1]):
+            token = ids[k]
+            total += table_offsets[token + 1] - table_offsets[token]
+        doc_byte_offsets[d + 1] = doc_byte_offsets[d] + total
+    out = np.empty(doc_byte_offsets[n_docs], np.uint8)
+    at = 0
+    for k in range(ids.size):
+        token = ids[k]
+        for j in range(table_offsets[token], table_offsets[token + 1]):
+            out[at] = table_bytes[j]
+            at += 1
+    return out, doc_byte_offsets

@@ -217,3 +217,70 @@ def count_gpt2_words(data, segment_start, segment_end, classes):
         word_count = grown_like(word_count, 0)
     n = cursor[2]
     return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1
+
+
+# ---------------------------------------------------------------- cutting long segments
+
+
+@hot
+def gpt2_safe_cut(data, at, end, classes):
+    """First byte p in [at, end) where the GPT-2 split surely has a word boundary, else ``end``.
+
+    p qualifies when byte p is ASCII whitespace and byte p-1 is ASCII and not
+    whitespace. No alternative of the pattern matches a non-space character
+    followed by a whitespace character (a space can only lead a word, and
+    whitespace runs hold only whitespace), so the word holding p-1 ends at p
+    whatever the scan did before. Splitting the segment at p and scanning both
+    halves gives the same words as scanning it whole, which lets one long
+    document be split over threads. ``at`` must be past the segment's first byte.
+    """
+    for p in range(at, end):
+        byte = data[p]
+        before = data[p - 1]
+        if byte < 0x80 and before < 0x80 and classes[byte] == SPACE and classes[before] != SPACE:
+            return p
+    return end
+
+
+# Inlined into the caller at Numba IR level: called once per word, it is small
+# and a real call (with the class table passed by value) cost a third of the scan.
+_inlined = njit(cache=True, _nrt=False, inline="always")
+
+
+@_inlined
+def _ascii_run_end(data, i, end, classes, wanted):
+    """End of the run of class ``wanted`` from i: an ASCII loop, decoding only non-ASCII."""
+    while i < end:
+        byte = data[i]
+        if byte < 0x80:
+            if classes[byte] != wanted:
+                return i
+            i += 1
+        else:
+            code_point, length = decode_multibyte(data, i, end)
+            cls = classes[code_point] if code_point >= 0 else OTHER
+            if cls != wanted:
+                return i
+            i += length
+    return i
+
+
+@_inlined
+def gpt2_word_end_fast(data, i, end, classes):
+    """``gpt2_word_end`` with the common ASCII starts handled inline (same results).
+
+    A word starting with an ASCII letter, digit or symbol, or a space and one
+    of those, is a run of one class; whitespace runs, contractions and
+    non-ASCII starts go to ``gpt2_word_end``. About 1.4x faster on English.
+    """
+    byte = data[i]
+    if byte >= 0x80:
+        return gpt2_word_end(data, i, end, classes)
+    cls = classes[byte]
+    if byte == 32:
+        if i + 1 < end and data[i + 1] < 0x80 and classes[data[i + 1]] != SPACE:
+            return _ascii_run_end(data, i + 2, end, classes, classes[data[i + 1]])
+        return gpt2_word_end(data, i, end, classes)
+    if byte == 39 or cls == SPACE:
+        return gpt2_word_end(data, i, end, classes)
+    return _ascii_run_end(data, i + 1, end, classes, cls)

@@ -15,7 +15,6 @@ import textwrap
 import numba
 import numpy as np
 import pytest
-from gpubpe.kernels import bitpack
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from gpubpe.bitlevel import (
     BitLevelEncodeError,
 )
 from gpubpe.errors import ConfigError, GpubpeError
+from gpubpe.kernels import bitpack
 
 BASE = 1000  # a small base vocabulary: bytes 0-255, merged tokens 256-997, specials 998-999
 FFFD = [0xEF, 0xBF, 0xBD]

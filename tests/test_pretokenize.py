@@ -6,11 +6,11 @@ from collections import Counter
 
 import numpy as np
 import regex
-from gpubpe.kernels.pretok import count_gpt2_words, gpt2_split
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpubpe import pretokenize
+from gpubpe.kernels.pretok import count_gpt2_words, gpt2_split
 from gpubpe.pretokenize import GPT2_PATTERN, count_words, word_bytes
 
 # Characters that exercise every branch: contractions, the optional space, letters,

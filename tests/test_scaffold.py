@@ -42,32 +42,37 @@ def test_fast_scaffold_equals_reference_on_real_text(vocab_size):
     assert any(expected[1]), "this corpus should make some scaffold tokens"
 
 
-def test_golden_zona_becomes_scaffold_and_is_demolished():
+def test_golden_zona_becomes_scaffold_is_demolished_and_readmitted():
     # Words: "Arizona" x10, "zona" x2, "zon" x3 (pattern=None: each document is one word).
-    # 1. (o,n) and (z,o) both occur 15 times; HF's order takes (o,n) -> on (256), f(on) = 15.
-    # 2. (z,on) 15 -> zon (257); f(on) = 0 < head (zon,a) = 12  => on is scaffold.
-    # 3. (zon,a) 12 -> zona (258); f(zon) = 15 - 12 = 3 < head 10  => zon is scaffold.
-    # 4. (A,r), (r,i), (i,zona) tie at 10; 'A' is the smallest -> Ar (259).
+    # |V| counts normal tokens; we ask for 259.
+    # 1. (o,n) and (z,o) both occur 15 times; HF's order takes (o,n) -> on (256). |V| 257.
+    # 2. (z,on) 15 -> zon (257); f(on) = 0 < head (zon,a) = 12  => on is scaffold. |V| 257.
+    # 3. (zon,a) 12 -> zona (258); f(zon) = 15 - 12 = 3 < head 10  => zon is scaffold. |V| 257.
+    # 4. (A,r), (r,i), (i,zona) tie at 10; 'A' is the smallest -> Ar (259). |V| 258.
     # 5. (Ar,i) and (i,zona) tie at 10; byte 'i' ranks before id 259 -> izona (260);
-    #    f(zona) = 12 - 10 = 2 < head (Ar,izona) = 10  => zona is scaffold.
+    #    f(zona) = 12 - 10 = 2 < head (Ar,izona) = 10  => zona is scaffold. |V| 258.
     # 6. (Ar,izona) 10 -> Arizona (261); f(Ar) = f(izona) = 0 < head (token zon, 3)
-    #    => Ar and izona are scaffold. |V| = 256 + 6 - 5 = 257.
-    # 7. The head is the scaffold token zon (f = 3 > zona's 2): re-admitted, |V| = 258. Stop.
+    #    => Ar and izona are scaffold (f = 0: never queued again). |V| 257.
+    # 7. The head is the scaffold token zon (f = 3): re-admitted. |V| 258.
+    # 8. The head is the scaffold token zona (f = 2): re-admitted. |V| 259: stop.
     events = []
-    rules, flags = _reference.train_scaffold_bpe(count_words(ARIZONA, pattern=None), 258, events)
+    rules, flags = _reference.train_scaffold_bpe(count_words(ARIZONA, pattern=None), 259, events)
     names = _reference.token_bytes_of(rules)
     assert [(kind, names[t]) for kind, t in events] == [
         ("scaffold", b"on"), ("scaffold", b"zon"), ("scaffold", b"zona"), ("scaffold", b"Ar"),
-        ("scaffold", b"izona"), ("readmit", b"zon")]
-    tok = gpubpe.train(ARIZONA, 258, scaffold=True, pattern=None, progress=False)
-    assert tok.vocab_size == 258
-    assert tok.scaffold_tokens == [b"on", b"zona", b"Ar", b"izona"]
-    # Output ids: bytes 0-255, then the normal tokens in creation order: zon 256, Arizona 257.
-    assert tok.encode("Arizona") == [257]
-    # Scaffolding builds "zona" (258), a scaffold token; Demolishing gives zon + a (the
-    # paper's Figure 4).
-    assert tok.encode("zona") == [256, ord("a")]
-    assert tok.decode([256, ord("a")]) == "zona"
+        ("scaffold", b"izona"), ("readmit", b"zon"), ("readmit", b"zona")]
+    tok = gpubpe.train(ARIZONA, 259, scaffold=True, pattern=None, progress=False)
+    assert tok.vocab_size == 259
+    assert tok.scaffold_tokens == [b"on", b"Ar", b"izona"]
+    # Output ids: bytes 0-255, then normal tokens in creation order: zon 256, zona 257,
+    # Arizona 258.
+    assert tok.encode("Arizona") == [258]
+    assert tok.encode("zona") == [257]
+    # Scaffolding builds "izona" (260) and "Ar" (259), scaffold tokens; Demolishing splits
+    # them through the rules that made them: izona = i + zona, Ar = A + r.
+    assert tok.encode("izona") == [ord("i"), 257]
+    assert tok.encode("Ar") == [ord("A"), ord("r")]
+    assert tok.decode([ord("i"), 257]) == "izona"
 
 
 @given(st.text(max_size=50))

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from gpubpe.kernels.merge import merge_batch_cpu
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gpubpe
 from gpubpe import _reference, pretokenize
 from gpubpe.errors import ConfigError, CorpusError
+from gpubpe.kernels.merge import merge_batch_cpu
 from gpubpe.pretokenize import count_words
 from gpubpe.trainer import train_from_counts
 

@@ -1,0 +1,270 @@
+"""Encoding benchmark: gpubpe's CPU path against tiktoken and HF tokenizers, side by side.
+
+One vocabulary (32K, trained by gpubpe on the English bench corpus and cached in
+``bench/out/``), one text (the first ``--megabytes`` of the corpus), used two
+ways: as one long text, and as a batch of short documents (its lines). tiktoken
+and HF get the same vocabulary (tiktoken: ranks = gpubpe ids; HF: a ByteLevel
+BPE built from the merges), and every tool's ids are checked equal to gpubpe's
+before anything is timed.
+
+Each measurement runs in its own child process (HF's thread pool is fixed per
+process): warm-up call first, then the best of ``--repeats`` timed calls. The
+Numba JIT is timed apart: compiling from an empty cache, and loading the
+on-disk cache in a new process. gpubpe keeps a cache of word encodings across
+calls; "cold" rows clear it before every timed call, "warm" rows do not.
+
+    python bench/encode_bench.py [--megabytes 8] [--threads 1 2] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "corpora" / "english.txt"
+VOCAB = HERE / "out" / "english-32000.json"
+# tiktoken's own GPT-2 (r50k) pattern: the same split as gpubpe's "gpt2" pattern.
+R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+# (tool, call, input): what a child can time. Inputs: "long" is the whole text as
+# one str; "lines" its lines (~37 bytes each); "paragraphs" its lines joined
+# into documents of at least 1,000 bytes.
+CASES = [
+    ("gpubpe", "encode (cold cache)", "long"),
+    ("gpubpe", "encode (warm cache)", "long"),
+    ("tiktoken", "encode_ordinary", "long"),
+    ("gpubpe", "encode_batch (cold cache)", "paragraphs"),
+    ("gpubpe", "encode_batch (warm cache)", "paragraphs"),
+    ("gpubpe", "encode_arrays (cold cache)", "paragraphs"),
+    ("tiktoken", "encode_ordinary_batch", "paragraphs"),
+    ("hf", "encode_batch", "paragraphs"),
+    ("gpubpe", "encode_batch (cold cache)", "lines"),
+    ("tiktoken", "encode_ordinary_batch", "lines"),
+    ("hf", "encode_batch", "lines"),
+]
+INPUT_NAMES = {"long": "one long text", "paragraphs": "~1 KB documents",
+               "lines": "~37 B documents"}
+
+
+def corpus_text(megabytes: float) -> str:
+    if not CORPUS.exists():
+        subprocess.run([sys.executable, str(HERE / "corpora.py"), "english"], check=True)
+    data = CORPUS.read_bytes()[:int(megabytes * 1e6)]
+    return data[:data.rfind(b"\n") + 1].decode("utf-8")
+
+
+def documents(text: str, kind: str):
+    """The text as one str, or as documents: lines, or lines joined to >= 1,000 bytes."""
+    if kind == "long":
+        return text
+    lines = text.splitlines(keepends=True)
+    if kind == "lines":
+        return lines
+    paragraphs, current, size = [], [], 0
+    for line in lines:
+        current.append(line)
+        size += len(line)
+        if size >= 1000:
+            paragraphs.append("".join(current))
+            current, size = [], 0
+    return paragraphs + ["".join(current)] if current else paragraphs
+
+
+def vocabulary():
+    import gpubpe
+
+    if not VOCAB.exists():
+        VOCAB.parent.mkdir(parents=True, exist_ok=True)
+        gpubpe.train([str(CORPUS)], 32000, progress=False).save(VOCAB)
+    return gpubpe.load(VOCAB)
+
+
+def tiktoken_encoding(tok):
+    import tiktoken
+
+    ranks = {piece: i for i, piece in enumerate(tok.vocabulary.token_bytes)}
+    return tiktoken.Encoding("gpubpe-english-32000", pat_str=R50K_PATTERN,
+                             mergeable_ranks=ranks, special_tokens={})
+
+
+def hf_tokenizer(tok):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from gpubpe._reference import gpt2_byte_to_unicode
+
+    chars = gpt2_byte_to_unicode()
+    pieces = tok.vocabulary.token_bytes
+
+    def as_hf(piece: bytes) -> str:
+        return "".join(chars[b] for b in piece)
+
+    merges = [(as_hf(pieces[a]), as_hf(pieces[b])) for a, b, _ in tok.vocabulary.rules.tolist()]
+    hf = Tokenizer(models.BPE(vocab={as_hf(p): i for i, p in enumerate(pieces)}, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    return hf
+
+
+def encoder(tool: str, call: str, threads: int, tok):
+    """A function of the input (long text or list of documents) that encodes it once."""
+    if tool == "gpubpe":
+        cold = "cold" in call
+
+        def run(data):
+            if cold:
+                tok.clear_cache()
+            if call.startswith("encode_arrays"):
+                return tok.encode_arrays(data, num_threads=threads, disallowed_special=())
+            if call.startswith("encode_batch"):
+                return tok.encode_batch(data, num_threads=threads, disallowed_special=())
+            return tok.encode_batch([data], num_threads=threads, disallowed_special=())[0]
+        return run
+    if tool == "tiktoken":
+        enc = tiktoken_encoding(tok)
+        if call == "encode_ordinary":
+            return enc.encode_ordinary
+        return lambda docs: enc.encode_ordinary_batch(docs, num_threads=threads)
+    hf = hf_tokenizer(tok)
+    return lambda docs: hf.encode_batch(docs, add_special_tokens=False)
+
+
+def child(case: int, threads: int, megabytes: float, repeats: int) -> None:
+    tool, call, kind = CASES[case]
+    text = corpus_text(megabytes)
+    data = documents(text, kind)
+    run = encoder(tool, call, threads, vocabulary())
+    run(data)  # warm-up: JIT, thread pools, caches
+    best = min(_timed(run, data) for _ in range(repeats))
+    print(json.dumps({"seconds": best, "megabytes": len(text.encode()) / 1e6}))
+
+
+def _timed(run, data) -> float:
+    started = time.perf_counter()
+    run(data)
+    return time.perf_counter() - started
+
+
+def jit_child() -> None:
+    """Time of the first encode in a fresh process (compile or cache load)."""
+    started = time.perf_counter()
+    import gpubpe
+
+    imported = time.perf_counter()
+    tok = gpubpe.Tokenizer.load(VOCAB)
+    tok.encode_batch(["warm up the kernels, all of them"] * 2)
+    tok.encode_batch(["a long warm-up text " * 30_000], num_threads=2)
+    done = time.perf_counter()
+    print(json.dumps({"import": imported - started, "first_encode": done - imported}))
+
+
+def run_child(args: list[str], **env_extra) -> dict:
+    env = dict(os.environ, **env_extra)
+    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                          env=env)
+    if done.returncode:
+        raise SystemExit(f"child {args} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def check_outputs_equal(megabytes: float) -> dict[str, int]:
+    """Every tool's ids equal gpubpe's on every input; returns the documents per input."""
+    tok = vocabulary()
+    text = corpus_text(megabytes)
+    enc, hf = tiktoken_encoding(tok), hf_tokenizer(tok)
+    if tok.encode(text, disallowed_special=()) != enc.encode_ordinary(text):
+        raise SystemExit("tiktoken ids differ from gpubpe on the long text; nothing timed")
+    sizes = {"long": 1}
+    for kind in ("paragraphs", "lines"):
+        docs = documents(text, kind)
+        ours = tok.encode_batch(docs, disallowed_special=())
+        if enc.encode_ordinary_batch(docs) != ours:
+            raise SystemExit(f"tiktoken ids differ from gpubpe on {kind}; nothing timed")
+        if [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)] != ours:
+            raise SystemExit(f"HF ids differ from gpubpe on {kind}; nothing timed")
+        sizes[kind] = len(docs)
+    return sizes
+
+
+def machine() -> str:
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{name}, {os.cpu_count()} cores (load average {load:.1f} at start)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=8.0)
+    parser.add_argument("--threads", type=int, nargs="+", default=sorted({1, os.cpu_count()}))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--jit-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.jit_child:
+        return jit_child()
+    if args.child is not None:
+        return child(args.child, args.threads[0], args.megabytes, args.repeats)
+    vocabulary()
+    header = machine()
+    sizes = check_outputs_equal(args.megabytes)
+    with tempfile.TemporaryDirectory() as empty_cache:
+        cold = run_child(["--jit-child"], NUMBA_CACHE_DIR=empty_cache)
+    warm = run_child(["--jit-child"])
+    rows = []
+    for threads in args.threads:
+        for case in range(len(CASES)):
+            result = run_child(["--child", str(case), "--threads", str(threads),
+                                "--megabytes", str(args.megabytes), "--repeats",
+                                str(args.repeats)], RAYON_NUM_THREADS=str(threads))
+            rows.append((case, threads, result["megabytes"] / result["seconds"]))
+    print_table(header, args, sizes, cold, warm, rows)
+
+
+def print_table(header, args, sizes, cold, warm, rows) -> None:
+    import numba
+    import tiktoken
+    import tokenizers
+
+    import gpubpe
+
+    print(f"machine: {header}; date: {date.today()}; Python {platform.python_version()}, "
+          f"gpubpe {gpubpe.__version__}, numba {numba.__version__}, tiktoken "
+          f"{tiktoken.__version__}, tokenizers {tokenizers.__version__}")
+    print(f"corpus: first {args.megabytes:g} MB of {CORPUS.name}: as one long text, as "
+          f"{sizes['paragraphs']:,} documents of ~1 KB (lines joined), as {sizes['lines']:,} "
+          f"documents (its lines). Vocabulary: {VOCAB.name} (32K, GPT-2 split). Ids checked "
+          f"equal for all three tools on every input first. MB/s of UTF-8 input, best of "
+          f"{args.repeats} runs after a warm-up, each tool in its own process.")
+    print(f"Numba JIT, not in the table: {cold['first_encode']:.1f} s to compile every encoding "
+          f"kernel once (empty cache), {warm['first_encode']:.2f} s to load them from the "
+          f"on-disk cache in a new process (import: {warm['import']:.2f} s).")
+    print()
+    print("| tool | call | input | threads | MB/s | vs tiktoken, same input and threads |")
+    print("|---|---|---|---:|---:|---:|")
+    speed = {(c, t): s for c, t, s in rows}
+    for case, threads, mbps in rows:
+        tool, call, kind = CASES[case]
+        base = next(speed[(i, threads)] for i, (t, _, k) in enumerate(CASES)
+                    if t == "tiktoken" and k == kind)
+        note = " (one thread always)" if tool == "tiktoken" and kind == "long" else ""
+        print(f"| {tool} | {call}{note} | {INPUT_NAMES[kind]} | {threads} | {mbps:.1f} | "
+              f"{mbps / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
