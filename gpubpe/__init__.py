@@ -3,17 +3,24 @@
 This is the public API; everything else is internal::
 
     import gpubpe
-    tok = gpubpe.train(["corpus.txt"], vocab_size=8000)
+    tok = gpubpe.train(["corpus.txt"], vocab_size=8000)          # scaffold=True for Scaffold-BPE
     ids = tok.encode("hello world")
     assert tok.decode(ids) == "hello world"
+    batch = tok.encode_arrays(["many", "documents"])              # ragged: batch.ids, batch.offsets
+    gpubpe.encode_files(tok, ["big.jsonl"], "tokens.npy")         # streamed, bounded memory
+    coded = gpubpe.BitLevelCodec(tok.n_vocab).encode(ids)         # bit-level re-encoding
 """
 
 __version__ = "0.1.0"
 
+from . import metrics
 from .backend import available_backends
+from .bitlevel import BitLevelCodec
+from .encode_files import encode_files
 from .tokenizer import Tokenizer
 from .trainer import train
 
 load = Tokenizer.load
 
-__all__ = ["Tokenizer", "available_backends", "load", "train", "__version__"]
+__all__ = ["BitLevelCodec", "Tokenizer", "available_backends", "encode_files", "load", "metrics",
+           "train", "__version__"]

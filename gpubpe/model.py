@@ -45,6 +45,7 @@ class Vocabulary:
     output_bytes: list[bytes] | None = None  # bytes of each output id, when they differ
 
     scaffold: np.ndarray | None = None  # bool per internal id (Scaffold-BPE), or None
+    bitlevel_leads: list[int] | None = None  # lead bytes of the bit-level codec, if it is on
 
     @classmethod
     def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None,
@@ -106,6 +107,8 @@ class Vocabulary:
             "special_tokens": self.special_tokens,
             "merges": self.rules.tolist(),
             "scaffold": self.scaffold_ids,
+            "bitlevel": None if self.bitlevel_leads is None else {
+                "lead_bytes": list(self.bitlevel_leads)},
             "demolish": {str(t): self.demolished_internal(t) for t in self.scaffold_ids},
             "metadata": self.metadata,
         }
@@ -168,10 +171,17 @@ class Vocabulary:
             raise ModelFormatError(f"{where}: special_tokens must be distinct non-empty strings")
         scaffold, demolish = _scaffold_fields(data, len(rules), where)
         try:
-            return cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
-                                  scaffold, demolish)
+            vocab = cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
+                                   scaffold, demolish)
         except ValueError as exc:
             raise ModelFormatError(f"{where}: {exc}") from None
+        bitlevel = data.get("bitlevel")
+        if bitlevel is not None:
+            leads = bitlevel.get("lead_bytes") if isinstance(bitlevel, dict) else None
+            if not (isinstance(leads, list) and leads and all(isinstance(b, int) for b in leads)):
+                raise ModelFormatError(f"{where}: 'bitlevel' must be {{'lead_bytes': [ints]}}")
+            vocab.bitlevel_leads = leads
+        return vocab
 
 
 def _scaffold_fields(data: dict, n_rules: int, where: str):

@@ -16,6 +16,7 @@ Decoding is one gather from a flat byte table of every id.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import os
@@ -30,7 +31,9 @@ from typing import Literal
 import numpy as np
 import regex
 
-from .errors import CorpusError, SpecialTokenError
+from . import interop
+from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
+from .errors import ConfigError, CorpusError, SpecialTokenError
 from .kernels.encode import (
     build_pieces_cpu,
     cache_admit_cpu,
@@ -177,7 +180,7 @@ class Tokenizer:
     @property
     def n_vocab(self) -> int:
         """Every id the tokenizer can emit: normal plus special tokens."""
-        return self.vocab_size + len(self._special_ids)
+        return self._vocab.vocab_size + len(self._special_ids)
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -205,9 +208,9 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one id (special tokens: their UTF-8 text)."""
         self._check_ids([token_id])
-        if token_id < self.vocab_size:
+        if token_id < self._vocab.vocab_size:
             return self._vocab.output_token_bytes[token_id]
-        return self._vocab.special_tokens[token_id - self.vocab_size].encode("utf-8")
+        return self._vocab.special_tokens[token_id - self._vocab.vocab_size].encode("utf-8")
 
     def __getstate__(self) -> dict:
         return {"vocabulary": self._vocab}  # tables and caches are rebuilt, locks are not pickled
@@ -227,7 +230,49 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         """Read a tokenizer written by :meth:`save`; a bad file raises ModelFormatError."""
-        return cls(Vocabulary.load(path))
+        vocab = Vocabulary.load(path)
+        if vocab.bitlevel_leads is not None:
+            return BitLevelTokenizer(vocab)
+        return cls(vocab)
+
+    # ------------------------------------------------------------ other formats
+    def to_hf_json(self) -> dict:
+        """The tokenizer as a HF ``tokenizer.json`` object (same ids; see gpubpe.interop)."""
+        return interop.to_hf_json(self._vocab)
+
+    def to_hf(self, path: str | Path) -> None:
+        """Write a HF ``tokenizer.json`` that ``tokenizers`` loads and encodes identically."""
+        interop.save_hf(self._vocab, path)
+
+    def to_tiktoken(self, name: str = "gpubpe"):
+        """A ``tiktoken.Encoding`` with these ranks, pattern and special tokens."""
+        return interop.to_tiktoken(self._vocab, name)
+
+    @classmethod
+    def from_hf(cls, source, *, strict: bool = True) -> Tokenizer:
+        """Import a HF ByteLevel-BPE ``tokenizer.json`` (a path, JSON text or dict)."""
+        return cls(interop.from_hf(source, strict=strict))
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_json, merges_txt) -> Tokenizer:
+        """Import GPT-2 style ``vocab.json`` + ``merges.txt``."""
+        return cls(interop.from_gpt2_files(vocab_json, merges_txt))
+
+    @classmethod
+    def from_tiktoken(cls, encoding) -> Tokenizer:
+        """Import a ``tiktoken.Encoding`` (its merges are recovered from the ranks)."""
+        return cls(interop.from_tiktoken(encoding))
+
+    def with_bitlevel(self, lead_bytes=DEFAULT_LEAD_BYTES) -> BitLevelTokenizer:
+        """This tokenizer with the bit-level codec on its output (DESIGN §3).
+
+        3-byte UTF-8 characters left as byte tokens are re-encoded as a prefix
+        id and two 9-bit ids; the codec's ids follow every id of this tokenizer.
+        ``lead_bytes``: E0-EF by default, ``gpubpe.bitlevel.PAPER_LEAD_BYTES``
+        (E4-EF) as the paper.
+        """
+        vocab = dataclasses.replace(self._vocab, bitlevel_leads=[int(b) for b in lead_bytes])
+        return BitLevelTokenizer(vocab)
 
     # ------------------------------------------------------------ encoding
     def encode(self, text: str | bytes, *, allowed_special: Specials = (),
@@ -753,3 +798,61 @@ def _utf8_offsets(text: str) -> np.ndarray:
     offsets = np.zeros(code_points.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
+
+
+class BitLevelTokenizer(Tokenizer):
+    """A tokenizer whose output passes through a :class:`~gpubpe.bitlevel.BitLevelCodec`.
+
+    Made by :meth:`Tokenizer.with_bitlevel`; ``save`` / ``load`` keep the codec's
+    lead bytes. Base ids keep their values; the codec's 256 value ids and one id
+    per prefix follow every base id (special tokens included), so ``vocab_size``
+    and ``n_vocab`` grow by the codec's ids.
+    """
+
+    def __init__(self, vocab: Vocabulary):
+        super().__init__(vocab)
+        self.codec = BitLevelCodec(super().n_vocab, vocab.bitlevel_leads)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab.vocab_size + self.codec.vocab_size - self.codec.base_vocab_size
+
+    @property
+    def n_vocab(self) -> int:
+        return self.codec.vocab_size
+
+    def token_bytes(self, token_id: int) -> bytes:
+        if token_id >= self.codec.base_vocab_size:
+            raise ValueError(f"id {token_id} is a bit-level codec id ({self.codec.describe(token_id)}"
+                             "): it stands for bits of a character, not bytes; decode a "
+                             "sequence instead")
+        return super().token_bytes(token_id)
+
+    def _encode_documents(self, *args, **kwargs) -> RaggedBatch:
+        batch = super()._encode_documents(*args, **kwargs)
+        ids, offsets = self.codec.encode_batch(batch.ids, batch.offsets)
+        return RaggedBatch(np.asarray(ids, dtype=np.uint32), np.asarray(offsets, dtype=np.int64))
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return super().decode_bytes(self.codec.decode(self._codec_ids(ids)))
+
+    def decode_batch(self, batch, errors: str = "replace") -> list[str]:
+        if isinstance(batch, RaggedBatch):
+            flat, offsets = self._codec_ids(batch.ids), batch.offsets
+        else:
+            flat, offsets = self._flatten_batch(batch)
+        ids, offsets = self.codec.decode_batch(flat.astype(np.uint32), offsets)
+        return super().decode_batch(RaggedBatch(np.asarray(ids, np.uint32), offsets), errors)
+
+    def _codec_ids(self, ids) -> np.ndarray:
+        return self._id_array(ids).astype(np.uint32)
+
+    def to_hf_json(self):
+        raise ConfigError("a bit-level tokenizer cannot be exported: HF tokenizer.json has no "
+                          "sub-byte ids; export the base tokenizer and apply the codec apart")
+
+    to_hf = to_hf_json
+
+    def to_tiktoken(self, name: str = "gpubpe"):
+        raise ConfigError("a bit-level tokenizer cannot be exported to tiktoken (no sub-byte "
+                          "ids); export the base tokenizer and apply the codec apart")
