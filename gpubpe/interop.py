@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +63,7 @@ import regex
 
 from ._reference import gpt2_byte_to_unicode
 from .errors import ConfigError, ModelFormatError
-from .model import Vocabulary
+from .model import Vocabulary, write_text_atomically
 from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, NAMED_PATTERNS, resolve_pattern, split_words
 
 BYTE_TO_CHAR = gpt2_byte_to_unicode()
@@ -137,7 +136,7 @@ def to_hf_json(vocab: Vocabulary) -> dict:
 def save_hf(vocab: Vocabulary, path) -> None:
     """Write :func:`to_hf_json` to ``path`` (a ``tokenizer.json``), atomically."""
     text = json.dumps(to_hf_json(vocab), ensure_ascii=False, indent=1)
-    _write_atomically(Path(path), text)
+    write_text_atomically(Path(path), text)
 
 
 def _check_plain_bpe(vocab: Vocabulary, target: str) -> None:
@@ -240,17 +239,6 @@ def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
     first = next(i for i, pair in enumerate(zip(theirs + [None], ours + [None]))
                  if pair[0] != pair[1])
     return f"word {first}: HF {theirs[first:first + 1]}, gpubpe {ours[first:first + 1]}"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # ================================================================ import: HF

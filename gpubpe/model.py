@@ -121,16 +121,8 @@ class Vocabulary:
 
     def save(self, path) -> None:
         """Write the vocabulary as JSON, atomically: a crash never leaves half a file."""
-        path = Path(path)
-        text = json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_text_atomically(Path(path), json.dumps(self.to_json(), ensure_ascii=False,
+                                                     separators=(",", ":")))
 
     @classmethod
     def load(cls, path) -> Vocabulary:
@@ -182,6 +174,18 @@ class Vocabulary:
                 raise ModelFormatError(f"{where}: 'bitlevel' must be {{'lead_bytes': [ints]}}")
             vocab.bitlevel_leads = leads
         return vocab
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write UTF-8 text to a temporary file beside ``path``, then rename it into place."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _scaffold_fields(data: dict, n_rules: int, where: str):
