@@ -386,7 +386,6 @@ def test_every_cuda_kernel_compiles_to_ptx():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     result = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True,
                             text=True, timeout=600)
-    if result.returncode == 3:
-        pytest.skip(result.stdout.strip())
-    assert result.returncode == 0, result.stderr
+    # No NVVM means no PTX check: that fails the build rather than passing unchecked.
+    assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split() == list(bitpack.CUDA_KERNEL_SIGNATURES)
