@@ -5,7 +5,7 @@ This is the public API; everything else is internal::
     import gpubpe
     tok = gpubpe.train(["corpus.txt"], vocab_size=8000)          # scaffold=True for Scaffold-BPE
     ids = tok.encode("hello world")
-    assert tok.decode(ids) == "hello world"
+    text = tok.decode(ids)                                         # "hello world"
     batch = tok.encode_arrays(["many", "documents"])              # ragged: batch.ids, batch.offsets
     gpubpe.encode_files(tok, ["big.jsonl"], "tokens.npy")         # streamed, bounded memory
     coded = gpubpe.BitLevelCodec(tok.n_vocab).encode(ids)         # bit-level re-encoding

@@ -46,13 +46,8 @@ def _encoded_batches(tok, corpus, text_field):
     for batch in iter_batches(corpus, text_field):
         starts = np.concatenate([[0], batch.doc_ends[:-1]]).tolist()
         documents = [batch.data[a:b] for a, b in zip(starts, batch.doc_ends.tolist())]
-        if hasattr(tok, "encode_arrays"):
-            encoded = tok.encode_arrays(documents, disallowed_special=())
-            yield batch, np.asarray(encoded.ids), np.asarray(encoded.offsets)
-        else:
-            lists = [tok.encode(d, disallowed_special=()) for d in documents]
-            offsets = np.concatenate([[0], np.cumsum([len(x) for x in lists])]).astype(np.int64)
-            yield batch, np.array([i for x in lists for i in x], dtype=np.uint32), offsets
+        encoded = tok.encode_arrays(documents, disallowed_special=())
+        yield batch, np.asarray(encoded.ids), np.asarray(encoded.offsets)
 
 
 def tokenization_stats(tok, corpus, alpha: float = 2.5, text_field: str = "text") -> dict:

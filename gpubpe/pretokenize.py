@@ -48,10 +48,6 @@ NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
-# A document boundary "\n|next" is unsafe when whitespace touches it on either
-# side (o200k also lets punctuation take a following "/"): only such matches
-# of the named patterns can then span it.
-_UNSAFE_BOUNDARY = regex.compile(r"(?<=\s\n)|(?<=\n)(?=[\s/])")
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
@@ -100,13 +96,8 @@ def as_bytes(document: str | bytes, where: str) -> bytes:
     raise CorpusError(f"{where} is a {type(document).__name__}; expected str or bytes")
 
 
-def as_text(document: str | bytes, where: str) -> str:
-    """A document as str; bytes that are not UTF-8 survive through surrogateescape."""
-    return as_bytes(document, where).decode("utf-8", "surrogateescape")
-
-
 def word_bytes(word: str) -> bytes:
-    """Inverse of ``as_text`` for one word."""
+    """A word found by ``regex`` in surrogateescape-decoded text, back to its bytes."""
     return word.encode("utf-8", "surrogateescape")
 
 
