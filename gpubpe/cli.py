@@ -13,7 +13,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .errors import GpubpeError
+from .errors import DeviceError, GpubpeError
 
 EXIT_USAGE = 2
 
@@ -66,8 +66,7 @@ def _add_training_options(p) -> None:
     p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads for word counting (default: all cores)")
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="where the heavy work runs (default: auto)")
+    _add_backend_option(p)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -81,7 +80,10 @@ def _add_encode(commands) -> None:
                     "into FILE.npy (flat, uint16 when the vocabulary fits, else uint32) and "
                     "document offsets into FILE.offsets.npy (int64); with -o FILE.bin, raw ids "
                     "(nanoGPT style) and raw int64 offsets in FILE.idx. Memory stays bounded "
-                    "and an interrupted run leaves no partial file under the final names.")
+                    "and an interrupted run leaves no partial file under the final names. "
+                    "With --backend cuda the GPU encodes the distinct words; if it fails "
+                    "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
+                    "and the error says which --skip-documents finishes the job.")
     p.add_argument("files", nargs="*", type=Path, help="input files (.txt, .jsonl, .parquet)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--text", help="encode this text instead of files (ids are printed)")
@@ -94,8 +96,18 @@ def _add_encode(commands) -> None:
     p.add_argument("--text-field", default="text",
                    help="field of .jsonl records / column of .parquet files (default: text)")
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    _add_backend_option(p)
+    p.add_argument("--skip-documents", type=int, default=0, metavar="N",
+                   help="leave out the first N documents (to finish a run a GPU failure "
+                        "stopped; the error names N)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=_run_encode)
+
+
+def _add_backend_option(p) -> None:
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where the heavy work runs: cuda needs a GPU and cupy; auto uses one "
+                        "when usable and the batch is large enough (default: auto)")
 
 
 def _add_decode(commands) -> None:
@@ -109,6 +121,7 @@ def _add_decode(commands) -> None:
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--dtype", choices=["uint16", "uint32"],
                    help="id type of a .bin file (default: uint16 when every id fits)")
+    _add_backend_option(p)
     p.set_defaults(run=_run_decode)
 
 
@@ -127,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
+    except DeviceError as exc:  # not a usage error: the run failed
+        print(f"gpubpe {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except (GpubpeError, OSError) as exc:
         print(f"gpubpe {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -161,7 +177,7 @@ def _run_encode(args) -> int:
     from .encode_files import SUFFIXES, encode_files
     from .tokenizer import Tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
+    tok = Tokenizer.load(args.tokenizer, backend=args.backend)
     if args.text is None and not args.files:
         raise _usage("encode needs input files or --text")
     if args.output is not None and args.output.suffix in SUFFIXES:
@@ -169,7 +185,8 @@ def _run_encode(args) -> int:
             raise _usage(f"--text prints ids; to write {args.output.suffix} pass input files")
         done = encode_files(tok, args.files, args.output, dtype=args.dtype,
                             num_threads=args.threads, progress=not args.no_progress,
-                            text_field=args.text_field, append_special=args.append_special)
+                            text_field=args.text_field, append_special=args.append_special,
+                            skip_documents=args.skip_documents)
         print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
               f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
               f"({done.input_bytes / 1e6 / max(done.seconds, 1e-9):.1f} MB/s) -> "
@@ -199,7 +216,7 @@ def _lines_of(tok, args):
     if args.text is not None:
         yield " ".join(map(str, tok.encode(args.text, disallowed_special=()) + appended)) + "\n"
         return
-    for batch in read_batches(args.files, args.text_field):
+    for batch in read_batches(args.files, args.text_field, skip_documents=args.skip_documents):
         encoded = tok.encode_buffer(batch.data, batch.doc_start, batch.doc_end,
                                     num_threads=args.threads)
         for ids in encoded.tolist():
@@ -209,7 +226,7 @@ def _lines_of(tok, args):
 def _run_decode(args) -> int:
     from .tokenizer import Tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
+    tok = Tokenizer.load(args.tokenizer, backend=args.backend)
     if len(args.ids) == 1 and args.ids[0].endswith((".npy", ".bin")):
         from .encode_files import decode_token_file
 

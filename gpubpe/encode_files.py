@@ -23,6 +23,12 @@ Memory stays bounded: input is read in batches of whole documents (about
 and ids and offsets go to disk batch by batch. Output is written under
 temporary names in the output's folder and renamed at the end, so an
 interrupted run leaves no half-written file under the final names.
+
+If the GPU fails mid-run (``DeviceError``), the documents finished before the
+failed batch are kept, complete and valid, under the *partial* names
+(``tokens.partial.npy`` + ``tokens.partial.offsets.npy``), and the error says
+how many; ``skip_documents=N`` (``--skip-documents N``) then encodes the rest
+into another file. The two files end to end are the whole output.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, CorpusError
+from .errors import ConfigError, CorpusError, DeviceError
 from .pretokenize import check_readable
 
 # Input bytes per encoded batch: large enough to keep every core busy, small
@@ -75,18 +81,23 @@ class _Batch:
 
 def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None = None,
                  progress: bool = True, text_field: str = "text", allowed_special=(),
-                 append_special: str | None = None,
-                 batch_bytes: int = BATCH_BYTES) -> EncodedFiles:
+                 append_special: str | None = None, batch_bytes: int = BATCH_BYTES,
+                 skip_documents: int = 0, backend: str | None = None) -> EncodedFiles:
     """Encode the documents of ``paths`` into ``output`` (``.npy`` or ``.bin``, see above).
 
     ``tokenizer`` is a :class:`~gpubpe.Tokenizer` or the path of a tokenizer
     file. Special-token text is ordinary text unless listed in
     ``allowed_special``; ``append_special`` (e.g. ``"<|endoftext|>"``) is a
     special token appended to every document, as nanoGPT does.
+    ``skip_documents``: leave out the first N documents (to finish a run a
+    device failure stopped). ``backend``: 'auto', 'cpu' or 'cuda' (default: the
+    tokenizer's own).
     """
     from .tokenizer import Tokenizer
 
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    if backend is not None:
+        tok = tok.with_backend(backend)
     paths = _input_paths(paths)
     output = Path(output)
     if output.suffix not in SUFFIXES:
@@ -94,11 +105,12 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     id_dtype = token_dtype(tok.n_vocab, dtype)
     appended = _appended_id(tok, append_special)
     started = time.perf_counter()
+    batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
     writer = _TokenFileWriter(output, id_dtype)
     input_bytes = 0
     try:
-        for batch in _read_ahead(read_batches(paths, text_field, batch_bytes)):
+        for batch in _read_ahead(batches):
             encoded = tok.encode_buffer(batch.data, batch.doc_start, batch.doc_end,
                                         num_threads=num_threads, allowed_special=allowed_special)
             ids, offsets = _with_appended(encoded.ids, encoded.offsets, appended)
@@ -106,6 +118,8 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
             bar.update(batch.input_bytes)
             input_bytes += batch.input_bytes
         writer.commit()
+    except DeviceError as exc:
+        raise _kept_partial(writer, skip_documents, exc) from exc
     except BaseException:
         writer.abort()
         raise
@@ -113,6 +127,23 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
         bar.close()
     return EncodedFiles(output, writer.offsets_path, id_dtype, writer.documents, writer.tokens,
                         input_bytes, time.perf_counter() - started)
+
+
+def _kept_partial(writer: _TokenFileWriter, skipped: int, exc: DeviceError) -> DeviceError:
+    """Keep the finished documents under the partial names; the error that says so."""
+    ids_path, offsets_path = writer.commit_partial()
+    done = skipped + writer.documents
+    return DeviceError(
+        f"{exc}\nThe {writer.documents:,} documents finished before the failure were kept in "
+        f"{ids_path} and {offsets_path} (documents {skipped:,} to {done - 1:,} of the input); "
+        f"encode the rest with skip_documents={done} (gpubpe encode --skip-documents {done}) "
+        "and put the two files end to end.")
+
+
+def partial_path_of(output: Path) -> Path:
+    """``tokens.npy`` -> ``tokens.partial.npy``: where a run stopped by the device keeps its work."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.partial{output.suffix}")
 
 
 def offsets_path_of(output: Path) -> Path:
@@ -153,10 +184,20 @@ def _input_paths(paths) -> list[Path]:
     return paths
 
 
-def read_batches(paths, text_field: str = "text", batch_bytes: int = BATCH_BYTES
-                 ) -> Iterator[_Batch]:
-    """Batches of whole documents from files (checked readable first), as described above."""
-    paths = _input_paths(paths)
+def read_batches(paths, text_field: str = "text", batch_bytes: int = BATCH_BYTES,
+                 skip_documents: int = 0) -> Iterator[_Batch]:
+    """Batches of whole documents from files (checked readable first), as described above.
+
+    The first ``skip_documents`` documents are left out (their bytes still count
+    as consumed).
+    """
+    if isinstance(skip_documents, bool) or not isinstance(skip_documents, int) \
+            or skip_documents < 0:
+        raise ConfigError(f"skip_documents must be an int >= 0, not {skip_documents!r}")
+    return _skipping(_file_batches(_input_paths(paths), text_field, batch_bytes), skip_documents)
+
+
+def _file_batches(paths: list[Path], text_field: str, batch_bytes: int) -> Iterator[_Batch]:
     for path in paths:
         if path.suffix == ".jsonl":
             yield from _jsonl_batches(path, text_field, batch_bytes)
@@ -267,6 +308,20 @@ def _arrow_strings_batch(column, path: Path, text_field: str, first_row: int,
     return _Batch(data, offsets[:-1], offsets[1:], input_bytes)
 
 
+def _skipping(batches: Iterator[_Batch], n_documents: int) -> Iterator[_Batch]:
+    """The batches without their first ``n_documents`` documents (their bytes still count)."""
+    for batch in batches:
+        if n_documents >= batch.doc_start.size:
+            n_documents -= batch.doc_start.size
+            yield _Batch(b"", batch.doc_start[:0], batch.doc_end[:0], batch.input_bytes)
+            continue
+        if n_documents:
+            batch = _Batch(batch.data, batch.doc_start[n_documents:],
+                           batch.doc_end[n_documents:], batch.input_bytes)
+            n_documents = 0
+        yield batch
+
+
 def _read_ahead(batches: Iterator[_Batch]) -> Iterator[_Batch]:
     """Read the next batch on a thread while the caller encodes this one."""
     slots: queue.Queue = queue.Queue(maxsize=1)
@@ -353,6 +408,16 @@ class _TokenFileWriter:
         self.documents += int(offsets.size - 1)
 
     def commit(self) -> None:
+        self._finish(self.ids_path, self.offsets_path)
+
+    def commit_partial(self) -> tuple[Path, Path]:
+        """Keep what was appended under the partial names; returns them."""
+        ids_path = partial_path_of(self.ids_path)
+        offsets_path = offsets_path_of(ids_path)
+        self._finish(ids_path, offsets_path)
+        return ids_path, offsets_path
+
+    def _finish(self, ids_path: Path, offsets_path: Path) -> None:
         if self.npy:
             self._ids.seek(0)
             self._ids.write(npy_header(self.dtype, self.tokens))
@@ -362,8 +427,8 @@ class _TokenFileWriter:
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
-        os.replace(self._offsets_temp, self.offsets_path)
-        os.replace(self._ids_temp, self.ids_path)
+        os.replace(self._offsets_temp, offsets_path)
+        os.replace(self._ids_temp, ids_path)
 
     def abort(self) -> None:
         for handle, path in ((self._ids, self._ids_temp), (self._offsets, self._offsets_temp)):

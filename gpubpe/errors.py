@@ -30,3 +30,11 @@ class SpecialTokenError(GpubpeError, ValueError):
 
 class BackendUnavailable(GpubpeError, RuntimeError):
     """The requested backend cannot run here; the message says why."""
+
+
+class DeviceError(GpubpeError, RuntimeError):
+    """The CUDA device failed during a run (out of memory, a fault, a lost device).
+
+    The message says what was running, what the device said, and what output
+    was kept; ``__cause__`` holds the device library's own exception.
+    """

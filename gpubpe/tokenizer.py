@@ -12,6 +12,12 @@ unless allowed (``allowed_special``), or is encoded as ordinary text when
 excluded from ``disallowed_special`` (``disallowed_special=()``).
 
 Decoding is one gather from a flat byte table of every id.
+
+Backends (``backend=``, DESIGN §4): ``cpu`` runs everything above in Numba;
+``cuda`` also hands the BPE of the batch's distinct new words and the decoding
+gather to the GPU (``gpubpe.device``); ``auto`` (the default) is ``cuda`` when
+a device is usable, for batches with at least ``_AUTO_DEVICE_MIN_WORK`` bytes of
+new words (or ids to decode), else ``cpu``. Every backend gives the same ids.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ import numpy as np
 import regex
 
 from . import interop
+from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
+from .device import DeviceCodec
 from .errors import ConfigError, CorpusError, SpecialTokenError
 from .kernels.encode import (
     build_pieces_cpu,
@@ -64,6 +72,9 @@ _CACHE_MIN_HIT_RATE = 0.5
 _PARALLEL_MIN_BYTES = 1 << 18
 # Long GPT-2 documents are cut near every this many bytes (at least) so threads share them.
 _MIN_CUT_BYTES = 1 << 16
+# With backend="auto", the device takes a step only with this much work (bytes of new
+# words, or ids to decode): below it a kernel launch and the copies cost more than the CPU.
+_AUTO_DEVICE_MIN_WORK = 1 << 20
 
 Specials = Literal["all"] | Collection[str]
 
@@ -159,12 +170,18 @@ def _non_negative(value, name: str) -> int:
 class Tokenizer:
     """A byte-level BPE tokenizer (see :func:`gpubpe.train` and :meth:`Tokenizer.load`)."""
 
-    def __init__(self, vocab: Vocabulary):
+    def __init__(self, vocab: Vocabulary, backend: str = "auto"):
         self._vocab = vocab
         self._pattern = resolve_pattern(vocab.pattern)
         self._gpt2 = self._pattern == GPT2_PATTERN
         self._special_ids = vocab.special_ids()
         self._rules = rule_table(vocab.rules, vocab.demolish_ids, vocab.demolish_offsets)
+        self._backend_name = backend
+        chosen = resolve_backend(backend)
+        self._device = None
+        if chosen.name == "cuda":
+            self._device = DeviceCodec(chosen, self._rules)
+        self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
         self._cache = None
@@ -176,6 +193,19 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Normal tokens (256 bytes included, special tokens excluded)."""
         return self._vocab.vocab_size
+
+    @property
+    def backend(self) -> str:
+        """Where encoding and decoding run: 'cpu' or 'cuda' (what 'auto' picked)."""
+        return "cpu" if self._device is None else "cuda"
+
+    def with_backend(self, backend: str) -> Tokenizer:
+        """This tokenizer on another backend ('auto', 'cpu' or 'cuda'); the same ids on each.
+
+        ``backend='cuda'`` without a usable device raises BackendUnavailable
+        naming the reason.
+        """
+        return type(self)(self._vocab, backend=backend)
 
     @property
     def n_vocab(self) -> int:
@@ -213,10 +243,11 @@ class Tokenizer:
         return self._vocab.special_tokens[token_id - self._vocab.vocab_size].encode("utf-8")
 
     def __getstate__(self) -> dict:
-        return {"vocabulary": self._vocab}  # tables and caches are rebuilt, locks are not pickled
+        # tables and caches are rebuilt, locks and device arrays are not pickled
+        return {"vocabulary": self._vocab, "backend": self._backend_name}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["vocabulary"])
+        self.__init__(state["vocabulary"], state.get("backend", "auto"))
 
     def __repr__(self) -> str:
         return (f"Tokenizer(vocab_size={self.vocab_size}, special_tokens={len(self._special_ids)}, "
@@ -228,12 +259,12 @@ class Tokenizer:
         self._vocab.save(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
+    def load(cls, path: str | Path, backend: str = "auto") -> Tokenizer:
         """Read a tokenizer written by :meth:`save`; a bad file raises ModelFormatError."""
         vocab = Vocabulary.load(path)
         if vocab.bitlevel_leads is not None:
-            return BitLevelTokenizer(vocab)
-        return cls(vocab)
+            return BitLevelTokenizer(vocab, backend)
+        return cls(vocab, backend)
 
     # ------------------------------------------------------------ other formats
     def to_hf_json(self) -> dict:
@@ -272,7 +303,7 @@ class Tokenizer:
         (E4-EF) as the paper.
         """
         vocab = dataclasses.replace(self._vocab, bitlevel_leads=[int(b) for b in lead_bytes])
-        return BitLevelTokenizer(vocab)
+        return BitLevelTokenizer(vocab, self._backend_name)
 
     # ------------------------------------------------------------ encoding
     def encode(self, text: str | bytes, *, allowed_special: Specials = (),
@@ -332,7 +363,7 @@ class Tokenizer:
         starts = np.zeros(len(words), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         data = np.frombuffer(b"".join(words), dtype=np.uint8)
-        ids, offsets = encode_word_list_cpu(data, starts, lengths, self._rules)
+        ids, offsets = self._word_encoder(1)(data, starts, lengths)
         return RaggedBatch(ids, offsets).tolist()
 
     def clear_cache(self) -> None:
@@ -354,9 +385,12 @@ class Tokenizer:
         words = self._words_of(array, pieces)
         with self._reading_cache() as cache:
             ids, piece_offsets, new_words = _encode_pieces(array, pieces, words, cache,
-                                                           self._rules, threads)
+                                                           self._word_encoder(threads), threads)
         self._admit(array, new_words)
         return RaggedBatch(ids, piece_offsets[doc_first_piece])
+
+    def _word_encoder(self, threads: int) -> _WordEncoder:
+        return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
     def _pieces(self, array, doc_start, doc_end, allowed: set[str], threads: int):
         """Cut documents at allowed special tokens (and long GPT-2 text near thread shares)."""
@@ -467,9 +501,7 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for (special tokens as their UTF-8 text)."""
         flat = self._id_array(ids)
-        table_bytes, table_offsets = self._byte_table()
-        out, _ = gather_token_bytes_cpu(flat, np.array([0, flat.size], dtype=np.int64),
-                                        table_bytes, table_offsets)
+        out, _ = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))
         return out.tobytes()
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
@@ -483,11 +515,18 @@ class Tokenizer:
             flat, offsets = self._id_array(batch.ids), batch.offsets
         else:
             flat, offsets = self._flatten_batch(batch)
-        table_bytes, table_offsets = self._byte_table()
-        out, bounds = gather_token_bytes_cpu(flat, offsets, table_bytes, table_offsets)
+        out, bounds = self._gather_bytes(flat, offsets)
         text = out.tobytes()
         bounds = bounds.tolist()
         return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
+
+    def _gather_bytes(self, flat: np.ndarray, doc_offsets) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes of valid int64 ids and each document's byte offsets, on the backend."""
+        table_bytes, table_offsets = self._byte_table()
+        doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
+        if self._device is not None and flat.size >= max(self._device_min_work, 1):
+            return self._device.gather_bytes(flat, doc_offsets, table_bytes, table_offsets)
+        return gather_token_bytes_cpu(flat, doc_offsets, table_bytes, table_offsets)
 
     def _flatten_batch(self, batch) -> tuple[np.ndarray, np.ndarray]:
         sequences = [s if isinstance(s, np.ndarray) else list(s) for s in batch]
@@ -676,10 +715,30 @@ class _NewWords:
     hit_rate: float  # share of the batch's word occurrences the cache answered
 
 
-def _encode_pieces(array, pieces, words, cache, rules, threads):
+@dataclass
+class _WordEncoder:
+    """How one call encodes distinct words: CPU threads, or the device for enough work."""
+
+    rules: object  # kernels.encode.RuleTable
+    threads: int
+    device: DeviceCodec | None
+    device_min_work: int  # bytes of words below which the CPU does it anyway
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.device is None or (self.device_min_work > 0 and self.threads == 1)
+
+    def __call__(self, array, word_at, word_len) -> tuple[np.ndarray, np.ndarray]:
+        """BPE on each unique word: (ids, offsets)."""
+        if self.device is not None and word_len.sum() >= self.device_min_work:
+            return self.device.encode_words(array, word_at, word_len)
+        return _encode_unique_words(array, word_at, word_len, self.rules, self.threads)
+
+
+def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads):
     """Steps 1-4 of ``kernels.encode``: (ids, first id of each piece, the batch's _NewWords)."""
-    if words is None and threads == 1:
-        return _encode_pieces_serial(array, pieces, cache, rules)
+    if words is None and threads == 1 and encoder.cpu_only:
+        return _encode_pieces_serial(array, pieces, cache, encoder.rules)
     piece_start, piece_end, _ = pieces
     shards = _shares(piece_end - piece_start, threads)
     piece_ref_end = np.empty(piece_start.size, dtype=np.int64)
@@ -688,7 +747,7 @@ def _encode_pieces(array, pieces, words, cache, rules, threads):
         array, *(np.concatenate([refs[k] for refs in shard_refs]) for k in (1, 2, 3, 4)))
     word_at, word_len, word_key = (np.concatenate([refs[k] for refs in shard_refs])[first]
                                    for k in (1, 2, 4))
-    new_ids, new_offsets = _encode_unique_words(array, word_at, word_len, rules, threads)
+    new_ids, new_offsets = encoder(array, word_at, word_len)
     ids, piece_offsets = _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global,
                                       cache, new_ids, new_offsets)
     n_words = sum(refs[0].size for refs in shard_refs)
@@ -809,8 +868,8 @@ class BitLevelTokenizer(Tokenizer):
     and ``n_vocab`` grow by the codec's ids.
     """
 
-    def __init__(self, vocab: Vocabulary):
-        super().__init__(vocab)
+    def __init__(self, vocab: Vocabulary, backend: str = "auto"):
+        super().__init__(vocab, backend)
         self.codec = BitLevelCodec(super().n_vocab, vocab.bitlevel_leads)
 
     @property

@@ -387,4 +387,4 @@ def train(
         tie_break=tie_break,
         scaffold=bool(scaffold),
     )
-    return Tokenizer(vocab)
+    return Tokenizer(vocab, backend)

@@ -47,6 +47,28 @@ def launch(kernel, n_items: int, *args) -> None:
     launch_counts[kernel.py_func.__name__] += 1
 
 
+def device_function(function):
+    """An ``@njit(inline="always")`` helper as CUDA kernels call it.
+
+    Built for a GPU (PTX), Numba inlines the helper into the kernel. The
+    simulator runs kernels as Python over wrapped arrays that ``@njit`` code
+    cannot take; there the helper gets the NumPy arrays underneath and runs
+    compiled for the CPU: the same source, with the same argument types.
+    """
+    if not numba.config.ENABLE_CUDASIM:
+        return function
+
+    def on_simulator(*args):
+        return function(*(_simulated_array(arg) for arg in args))
+
+    return on_simulator
+
+
+def _simulated_array(arg):
+    item = getattr(arg, "__dict__", {}).get("_item")
+    return item._ary if item is not None and hasattr(item, "_ary") else arg
+
+
 def exclusive_scan(xp, values):
     """int64 exclusive prefix sums with the total appended (length n + 1)."""
     out = xp.zeros(values.size + 1, dtype=xp.int64)

@@ -3,6 +3,11 @@
 The table is two arrays of a power-of-two size: ``keys`` (``EMPTY_KEY`` marks
 a free cell) and ``values`` (int64). Linear probing; callers keep the load
 below one half and call ``table_grown`` when it would pass that.
+
+CUDA kernels call ``table_find_inline``: Numba-CUDA compiles a called ``@njit``
+function as a device function only when it knows the device, so a kernel built
+for PTX without a GPU must have its helpers inlined at Numba IR level
+(``inline="always"``, as ``mix64`` is). CPU code keeps ``table_find``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
 STRING_HASH_BASE = np.uint64(0x100000001B3)
 
 
-@hot
+@njit(inline="always", cache=True)
 def mix64(key):
     """splitmix64's finaliser: spreads the bits of a pair key over the table."""
     key = (key ^ (key >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -31,8 +36,7 @@ def empty_table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full(size, EMPTY_KEY, dtype=np.uint64), np.zeros(size, dtype=np.int64)
 
 
-@hot
-def table_find(keys, values, key):
+def _table_find(keys, values, key):
     """The value stored under ``key``, or -1."""
     mask = np.uint64(keys.size - 1)
     cell = mix64(key) & mask
@@ -43,6 +47,12 @@ def table_find(keys, values, key):
         if stored == EMPTY_KEY:
             return -1
         cell = (cell + np.uint64(1)) & mask
+
+
+table_find = hot(_table_find)
+# Not cached: it is only ever inlined, and a second cached dispatcher of one Python
+# function would share the first one's cache file names.
+table_find_inline = njit(inline="always")(_table_find)
 
 
 @hot

@@ -30,7 +30,7 @@ from .hashing import empty_table, table_find, table_put
 SIZES_LENGTH = 10
 
 
-@hot
+@njit(inline="always", cache=True)
 def pair_key(left, right):
     return (np.uint64(left) << np.uint64(32)) | np.uint64(right)
 

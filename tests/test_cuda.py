@@ -92,11 +92,15 @@ def test_end_to_end_train_with_cuda_backend_on_real_text():
 def test_cuda_without_simulator_or_device_is_a_clear_error():
     code = ("import gpubpe\n"
             "try:\n    gpubpe.train(['ab ab'], 257, backend='cuda', progress=False)\n"
-            "except gpubpe.errors.BackendUnavailable as e:\n    print('unavailable:', e)\n")
+            "except gpubpe.errors.BackendUnavailable as e:\n    print('unavailable:', e)\n"
+            "try:\n"
+            "    gpubpe.train(['ab ab'], 257, backend='cpu', progress=False).with_backend('cuda')\n"
+            "except gpubpe.errors.BackendUnavailable as e:\n    print('tokenizer unavailable:', e)\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=300)
     assert "unavailable: backend='cuda' cannot run here:" in out.stdout, out.stderr
+    assert "tokenizer unavailable: backend='cuda' cannot run here:" in out.stdout
     assert "cupy" in out.stdout or "device" in out.stdout
     assert issubclass(BackendUnavailable, RuntimeError)
 
@@ -131,11 +135,13 @@ CUPY_SHARED = {
     "int64", "maximum", "ones", "stack", "uint8", "uint32", "uint64", "zeros", "bool_",
     "int32", "zeros_like", "empty_like", "where", "searchsorted", "diff", "repeat", "unique",
     "nonzero", "count_nonzero", "minimum", "sort", "take", "ascontiguousarray", "bincount",
+    "array",
 }
 
 
 @pytest.mark.parametrize("module", ["kernels/_cuda.py", "kernels/pairs.py", "kernels/merge.py",
-                                    "kernels/bitpack.py", "gpubpe/trainer.py"])
+                                    "kernels/bitpack.py", "kernels/encode.py",
+                                    "gpubpe/trainer.py", "gpubpe/device.py"])
 def test_orchestration_uses_only_the_api_cupy_shares(module):
     tree = ast.parse((ROOT / module).read_text())
     used = {node.attr for node in ast.walk(tree)

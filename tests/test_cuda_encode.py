@@ -1,0 +1,207 @@
+"""Encoding and decoding with backend="cuda" in Numba's CUDA simulator: equal to the CPU.
+
+The conftest switches the simulator on, so ``Tokenizer(..., backend="cuda")``
+runs the real ``@cuda.jit`` word-encoding and decoding kernels on NumPy arrays;
+``launch_counts`` proves they ran. Also: long words taken by the CPU, chunks
+sized by (simulated) free device memory, and a device failure in the middle of
+``encode_files`` keeping the finished documents.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpubpe
+from gpubpe import device
+from gpubpe._reference import encode_word
+from gpubpe.encode_files import encode_files, read_token_file
+from gpubpe.errors import DeviceError
+from gpubpe.kernels import _cuda
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "multiscript.txt"
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return DATA.read_text(encoding="utf-8").split("\n")[:1200]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["bpe", "scaffold"])
+def cpu_tok(request, lines) -> gpubpe.Tokenizer:
+    return gpubpe.train([line.encode() for line in lines[:600]], 800, scaffold=request.param,
+                        special_tokens=["<|endoftext|>"], progress=False, backend="cpu")
+
+
+def launches(name: str) -> int:
+    return _cuda.launch_counts[name]
+
+
+def test_cuda_tokenizer_encodes_real_text_as_the_cpu_does(cpu_tok, lines):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    assert (cpu_tok.backend, gpu_tok.backend) == ("cpu", "cuda")
+    if cpu_tok.scaffold_tokens:
+        assert cpu_tok.vocabulary.demolish_offsets is not None  # demolishing runs on the device
+    before = launches("encode_words_kernel"), launches("write_output_kernel")
+    gpu = gpu_tok.encode_arrays(lines[600:])  # text the vocabulary was not trained on
+    cpu = cpu_tok.encode_arrays(lines[600:])
+    assert gpu.ids.tolist() == cpu.ids.tolist() and gpu.offsets.tolist() == cpu.offsets.tolist()
+    assert launches("encode_words_kernel") == before[0] + 1
+    assert launches("write_output_kernel") == before[1] + 1
+    copies = launches("copy_token_bytes_kernel")
+    assert gpu_tok.decode_batch(gpu) == lines[600:]
+    assert launches("copy_token_bytes_kernel") == copies + 1
+
+
+@settings(max_examples=25)
+@given(st.lists(st.text(alphabet=st.sampled_from("ab cd\u00e9\u4e2d\U0001F600\n'0"), max_size=40),
+                min_size=1, max_size=6))
+def test_cuda_words_equal_the_reference(texts):
+    tok = _small_tokenizer()
+    gpu_tok = tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    assert gpu_tok.encode_batch(texts) == tok.encode_batch(texts)
+    words = sorted({w for t in texts for w in t.encode().split(b" ") if w})
+    expected = [encode_word(w, tok.vocabulary.rules) for w in words]
+    assert gpu_tok.encode_words(words) == expected
+    assert gpu_tok.decode_batch(gpu_tok.encode_batch(texts)) == texts
+
+
+_SMALL = {}
+
+
+def _small_tokenizer() -> gpubpe.Tokenizer:
+    if not _SMALL:
+        docs = [("ab cd abab cdcd \u00e9\u00e9 \u4e2d\u4e2d\u4e2d " * 3).encode()] * 4
+        _SMALL["tok"] = gpubpe.train(docs, 268, progress=False, backend="cpu")
+    return _SMALL["tok"]
+
+
+def test_long_words_go_to_the_cpu_and_keep_their_place(cpu_tok):
+    long_word = "x" * (device.DEVICE_MAX_WORD_BYTES + 50)
+    texts = [f"short {long_word} words", "more short", "y" * 300 + " end"]
+    gpu_tok = cpu_tok.with_backend("cuda")
+    before = launches("encode_words_kernel")
+    assert gpu_tok.encode_batch(texts) == cpu_tok.encode_batch(texts)
+    assert launches("encode_words_kernel") == before + 1  # the short words went to the device
+
+
+def test_chunks_follow_free_device_memory(cpu_tok, lines, monkeypatch):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    expected = cpu_tok.encode_arrays(lines[600:700])
+    before = launches("encode_words_kernel")
+    monkeypatch.setenv("GPUBPE_SIM_DEVICE_BYTES", "6000")  # half of it, 3000 B, per chunk
+    got = gpu_tok.encode_arrays(lines[600:700])
+    assert got.ids.tolist() == expected.ids.tolist()
+    assert launches("encode_words_kernel") - before >= 3
+    copies = launches("copy_token_bytes_kernel")
+    assert gpu_tok.decode_batch(got) == lines[600:700]
+    assert launches("copy_token_bytes_kernel") - copies > 1
+
+
+def test_too_little_device_memory_is_a_clear_error(cpu_tok, monkeypatch):
+    monkeypatch.setenv("GPUBPE_SIM_DEVICE_BYTES", "100")
+    with pytest.raises(DeviceError, match="not enough free device memory"):
+        cpu_tok.with_backend("cuda").encode("a word never seen before: qwertzuiop")
+
+
+def test_chunk_bounds_fit_the_budget():
+    costs = np.array([5, 5, 5, 9, 1, 1, 1, 10], dtype=np.int64)
+    assert device.chunk_bounds(costs, 10) == [(0, 2), (2, 3), (3, 5), (5, 7), (7, 8)]
+    assert device.even_chunk_bounds(7, 3, 10) == [(0, 3), (3, 6), (6, 7)]
+    with pytest.raises(DeviceError, match="one item needs 11"):
+        device.chunk_bounds(np.array([11]), 10)
+
+
+def test_device_failure_mid_encode_files_keeps_finished_documents(tmp_path, cpu_tok, lines,
+                                                                  monkeypatch):
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines[600:1200]) + "\n", encoding="utf-8")
+    real_kernel = device.encode_word_list_cuda
+    calls = []
+
+    def failing_on_third_call(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise CudaAPIError(700, "an illegal memory access was encountered")
+        return real_kernel(*args)
+
+    monkeypatch.setattr(device, "encode_word_list_cuda", failing_on_third_call)
+    output = tmp_path / "tokens.npy"
+    with pytest.raises(DeviceError, match="illegal memory access") as failure:
+        encode_files(cpu_tok, [corpus], output, batch_bytes=4000, progress=False,
+                     backend="cuda", num_threads=1)
+    assert not output.exists()  # nothing under the final names
+    kept_ids, kept_offsets = read_token_file(tmp_path / "tokens.partial.npy")
+    kept = kept_offsets.size - 1
+    assert kept > 0 and f"--skip-documents {kept}" in str(failure.value)
+    assert isinstance(failure.value.__cause__, DeviceError)
+    monkeypatch.setattr(device, "encode_word_list_cuda", real_kernel)
+    encode_files(cpu_tok, [corpus], tmp_path / "rest.npy", skip_documents=kept, progress=False,
+                 backend="cuda")
+    rest_ids, rest_offsets = read_token_file(tmp_path / "rest.npy")
+    whole = cpu_tok.encode_arrays(lines[600:1200])
+    assert np.concatenate([kept_ids, rest_ids]).tolist() == whole.ids.tolist()
+    assert kept_offsets.tolist() + (rest_offsets[1:] + kept_ids.size).tolist() == \
+        whole.offsets.tolist()
+
+
+def test_tokenizer_after_a_device_failure_still_encodes(cpu_tok, monkeypatch):
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    gpu_tok = cpu_tok.with_backend("cuda")
+
+    def failing(*args):
+        raise CudaAPIError(2, "out of memory")
+
+    monkeypatch.setattr(device, "encode_word_list_cuda", failing)
+    with pytest.raises(DeviceError, match="while encoding 2 words.*backend='cpu'"):
+        gpu_tok.encode("zyxw vuts")
+    monkeypatch.undo()
+    assert gpu_tok.encode("zyxw vuts") == cpu_tok.encode("zyxw vuts")
+
+
+def test_backend_choice_travels_with_the_tokenizer(cpu_tok, tmp_path):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    assert pickle.loads(pickle.dumps(gpu_tok)).backend == "cuda"
+    assert gpu_tok.with_bitlevel().backend == "cuda"
+    assert gpubpe.Tokenizer(cpu_tok.vocabulary).backend == "cpu"  # auto: no real device here
+    path = tmp_path / "tok.json"
+    cpu_tok.save(path)
+    assert gpubpe.load(path, backend="cuda").backend == "cuda"
+    coded = gpu_tok.with_bitlevel()
+    text = "\u4e2d\u6587 and text"
+    assert coded.decode(coded.encode(text)) == text
+
+
+def test_cli_encode_and_decode_with_cuda_backend(tmp_path, cpu_tok, lines, capsys):
+    from gpubpe.cli import main
+
+    tok_path, corpus = tmp_path / "tok.json", tmp_path / "corpus.txt"
+    cpu_tok.save(tok_path)
+    corpus.write_text("\n".join(lines[600:700]) + "\n", encoding="utf-8")
+    for backend in ("cpu", "cuda"):
+        assert main(["encode", "-t", str(tok_path), str(corpus), "-o",
+                     str(tmp_path / f"{backend}.npy"), "--backend", backend,
+                     "--no-progress"]) == 0
+    cpu_ids, cpu_offsets = read_token_file(tmp_path / "cpu.npy")
+    gpu_ids, gpu_offsets = read_token_file(tmp_path / "cuda.npy")
+    assert gpu_ids.tolist() == cpu_ids.tolist() and gpu_offsets.tolist() == cpu_offsets.tolist()
+    capsys.readouterr()
+    assert main(["decode", "-t", str(tok_path), str(tmp_path / "cuda.npy"),
+                 "--backend", "cuda"]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == lines[600:700]
+    assert main(["encode", "-t", str(tok_path), str(corpus), "--skip-documents", "98"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [[int(i) for i in line.split()] for line in printed] == \
+        cpu_tok.encode_batch(lines[698:700])
+    assert main(["encode", "-t", str(tok_path), str(corpus), "--skip-documents", "-1"]) == 2
+    assert "skip_documents must be an int >= 0, not -1" in capsys.readouterr().err
