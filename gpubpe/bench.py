@@ -13,6 +13,8 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .backend import BackendUnavailable, resolve_backend
 
 
@@ -39,7 +41,7 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
     documents = text.splitlines(keepends=True)
     megabytes = len(text.encode("utf-8")) / 1e6
     rows: list[Row] = []
-    reference = None
+    reference = first_ids = None
     train(documents[:50], 300, progress=False)  # warm-up: JIT load/compile, reported apart
     for name in backends:
         try:
@@ -54,19 +56,25 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
         reference = reference or tok
         note = "" if tok.merges == reference.merges else "MERGES DIFFER"
         rows.append(Row("train", f"gpubpe {name}", seconds, megabytes / seconds, note))
-        rows.append(_encode_row(tok, documents, megabytes, f"gpubpe {name}", backend))
+        row, ids = _encode_row(tok, documents, megabytes, f"gpubpe {name}", backend, first_ids)
+        first_ids = ids if first_ids is None else first_ids
+        rows.append(row)
     if reference is not None:
         rows += _reference_rows(reference, corpus_path, documents, vocab_size, megabytes)
     return rows
 
 
-def _encode_row(tok, documents, megabytes, contender, backend) -> Row:
+def _encode_row(tok, documents, megabytes, contender, backend, expected) -> tuple[Row, object]:
+    """Encode every document with an empty word cache (every distinct word is BPE'd)."""
     tok.encode_batch(documents[:100])
+    tok.clear_cache()
     started = time.perf_counter()
-    tok.encode_batch(documents)
+    batch = tok.encode_arrays(documents)
     synchronize(backend)
     seconds = time.perf_counter() - started
-    return Row("encode", contender, seconds, megabytes / seconds)
+    same = expected is None or np.array_equal(batch.ids, expected)
+    note = "cold word cache" + ("" if same else "; IDS DIFFER from the first backend")
+    return Row("encode", contender, seconds, megabytes / seconds, note), batch.ids
 
 
 def _reference_rows(tok, corpus_path, documents, vocab_size, megabytes) -> list[Row]:

@@ -70,3 +70,13 @@ def test_bench_cpu_rows_and_json(tmp_path, corpus, capsys):
     assert ("train", "gpubpe cpu") in contenders and ("encode", "gpubpe cpu") in contenders
     assert all("DIFFER" not in r["note"] for r in rows)
     assert "| train | gpubpe cpu |" in capsys.readouterr().out
+
+
+def test_bench_cuda_rows_in_the_simulator_match_the_cpu(tmp_path, corpus):
+    out = tmp_path / "bench.json"
+    assert main(["bench", str(corpus), "--backend", "cpu,cuda", "--vocab-size", "290",
+                 "--json", str(out)]) == 0
+    rows = {(r["task"], r["contender"]): r for r in json.loads(out.read_text())}
+    assert rows[("encode", "gpubpe cuda")]["seconds"] > 0
+    assert rows[("train", "gpubpe cuda")]["note"] == ""  # merges equal the CPU's
+    assert rows[("encode", "gpubpe cuda")]["note"] == "cold word cache"  # ids equal the CPU's
