@@ -870,7 +870,10 @@ class BitLevelTokenizer(Tokenizer):
 
     def __init__(self, vocab: Vocabulary, backend: str = "auto"):
         super().__init__(vocab, backend)
-        self.codec = BitLevelCodec(super().n_vocab, vocab.bitlevel_leads)
+        # The codec's kernels go to the device when it was asked for by name ("auto"
+        # keeps them on the CPU: elementwise work that costs a copy each way).
+        codec_backend = "cuda" if backend == "cuda" else "cpu"
+        self.codec = BitLevelCodec(super().n_vocab, vocab.bitlevel_leads, backend=codec_backend)
 
     @property
     def vocab_size(self) -> int:

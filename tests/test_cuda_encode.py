@@ -178,7 +178,11 @@ def test_backend_choice_travels_with_the_tokenizer(cpu_tok, tmp_path):
     cpu_tok.save(path)
     assert gpubpe.load(path, backend="cuda").backend == "cuda"
     coded = gpu_tok.with_bitlevel()
-    text = "\u4e2d\u6587 and text"
+    assert coded.codec.backend == "cuda"
+    text = "\u4e2d\u6587 and text \u4e2d\u6587"
+    before = launches("encode_scatter_kernel")
+    assert coded.encode(text) == cpu_tok.with_bitlevel().encode(text)
+    assert launches("encode_scatter_kernel") == before + 1
     assert coded.decode(coded.encode(text)) == text
 
 
