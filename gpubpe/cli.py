@@ -168,8 +168,8 @@ def _run_train(args) -> int:
     tok.save(args.output)
     meta = tok.metadata
     print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges) on "
-          f"{meta['corpus_bytes']:,} bytes in {time.perf_counter() - started:.2f} s "
-          f"-> {args.output}", file=sys.stderr)
+          f"{meta['corpus_bytes']:,} bytes in {time.perf_counter() - started:.2f} s on "
+          f"{_backend_said(args.backend, meta['backend'])} -> {args.output}", file=sys.stderr)
     return 0
 
 
@@ -189,8 +189,9 @@ def _run_encode(args) -> int:
                             skip_documents=args.skip_documents)
         print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
               f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
-              f"({done.input_bytes / 1e6 / max(done.seconds, 1e-9):.1f} MB/s) -> "
-              f"{done.ids_path}, {done.offsets_path}", file=sys.stderr)
+              f"({done.input_bytes / 1e6 / max(done.seconds, 1e-9):.1f} MB/s) on "
+              f"{_backend_said(args.backend, tok.backend)} -> {done.ids_path}, "
+              f"{done.offsets_path}", file=sys.stderr)
         return 0
     if args.dtype:
         raise _usage("--dtype applies to .npy and .bin outputs only")
@@ -202,6 +203,15 @@ def _run_encode(args) -> int:
         if args.output:
             out.close()
     return 0
+
+
+def _backend_said(asked: str, used: str) -> str:
+    """'cpu', or 'cpu (auto: <why not cuda>)' when auto picked it."""
+    if asked != "auto" or used == "cuda":
+        return used
+    from .backend import resolve_backend
+
+    return f"{used} ({resolve_backend('auto').reason})"
 
 
 def _lines_of(tok, args):

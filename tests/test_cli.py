@@ -26,6 +26,7 @@ def corpus(tmp_path):
 def test_train_encode_decode_round_trip(tmp_path, corpus, capsys):
     out = tmp_path / "tok.json"
     assert main(["train", str(corpus), "-o", str(out), "--vocab-size", "270", "--no-progress"]) == 0
+    assert "on cpu (auto picked the CPU: " in capsys.readouterr().err  # auto says what it chose
     tok = gpubpe.load(out)
     assert tok.vocab_size == 270
     assert main(["encode", "-t", str(out), "--text", "lowest newer"]) == 0
