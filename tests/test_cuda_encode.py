@@ -209,3 +209,20 @@ def test_cli_encode_and_decode_with_cuda_backend(tmp_path, cpu_tok, lines, capsy
         cpu_tok.encode_batch(lines[698:700])
     assert main(["encode", "-t", str(tok_path), str(corpus), "--skip-documents", "-1"]) == 2
     assert "skip_documents must be an int >= 0, not -1" in capsys.readouterr().err
+
+
+def test_auto_sends_only_large_work_to_the_device(cpu_tok, lines, monkeypatch):
+    # What backend="auto" does on a GPU machine (here the simulator stands in for it).
+    import gpubpe.tokenizer as tokenizer_module
+
+    tok = cpu_tok.with_backend("cuda")
+    tok._device_min_work = tokenizer_module._AUTO_DEVICE_MIN_WORK
+    before = launches("encode_words_kernel"), launches("copy_token_bytes_kernel")
+    small = tok.encode_arrays(lines[600:650])
+    assert tok.decode_batch(small) == lines[600:650]
+    assert (launches("encode_words_kernel"), launches("copy_token_bytes_kernel")) == before
+    monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1)
+    tok._device_min_work = 100  # bytes of new words: the next batch has more
+    assert tok.encode_arrays(lines[650:700]).ids.tolist() == \
+        cpu_tok.encode_arrays(lines[650:700]).ids.tolist()
+    assert launches("encode_words_kernel") == before[0] + 1
