@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import cuda, njit, prange
+from llvmlite import ir
+from numba import cuda, njit, prange, types
+from numba.core.extending import intrinsic
 
 from ._cuda import array_module, exclusive_scan, launch, launch_counts
 
@@ -346,23 +348,136 @@ _N_VALUES = np.uint64(256)
 _NO_LEAD = np.uint32(0)
 
 
-@njit(cache=True)
-def _encode_span(ids, start, stop, sequence_stop, lead_prefix_ids, value_ids, base, out,
-                 out_start):
-    """Encode the units starting in [start, stop) of one sequence; write from out[out_start].
+# The CPU loops take the data 64 positions at a time. A loop that LLVM vectorises marks
+# in a bit mask where the units that need work start (encoding: characters; decoding:
+# codec ids); the scalar loop then visits only those, one count-trailing-zeros away
+# from the next, and copies the plain ids between them in 16-id vector moves, so
+# "plain id or not" is never a branch. Where nearly every id needs work the branch is
+# predictable and the per-id loops (_encode_dense, _decode_dense) are faster: each
+# span switches between the two by the density of the positions just seen.
+BLOCK = 64  # positions per bit mask
+DENSE_CHARS = 16  # characters per 64 positions from which the per-id loop is faster
+DENSE_PLAIN = 16  # decoding: base ids per 64 positions below which the per-id loop is faster
+DENSE_RUN = 4096  # positions the per-id loop takes before the density is looked at again
+COPY_STEP = 16  # ids per step of _copy_run, which may write up to this many past its end
+_GATHER_BYTE_BITS = np.uint64(0x0102040810204080)
+_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+_63, _64 = np.uint64(63), np.uint64(64)
 
-    Returns (next input position, next output position, first bad position or -1).
-    The prefix is written unconditionally and the cursor moves past it only when it
-    differs from the prefix in force: one data-dependent branch fewer.
+
+@intrinsic
+def _trailing_zeros(typingctx, word):
+    """The number of trailing zero bits of a nonzero uint64 (LLVM cttz: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def _count_ones(typingctx, word):
+    """The number of set bits of a uint64 (LLVM ctpop: one popcnt instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
+@njit(cache=True)
+def _char_start_bits(ids, block, n, lead_mask, flags, flag_words):
+    """Bit k set where a character starts at ids[block + k], for k < n <= 64 (the two ids
+    after each such position must be in the sequence). ``lead_mask`` bit b is set when
+    0xC0 + b is a lead byte of the set.
+
+    Scratch: ``flags`` uint8[64] and ``flag_words``, the same memory as uint64[8]. The
+    flags are packed eight at a time by a multiply that gathers the low bits of 8 bytes
+    into the top byte of the product.
     """
-    i, o = np.uint64(start), np.uint64(out_start)
-    stop, sequence_stop, base = np.uint64(stop), np.uint64(sequence_stop), np.uint32(base)
-    prefix_in_force = _NO_LEAD
+    for k in range(n):
+        p = np.uint64(block + k)
+        x, next1, next2 = np.int64(ids[p]), np.int64(ids[p + _U1]), np.int64(ids[p + _U2])
+        is_lead = ((x >> 6) == 3) & (((lead_mask >> (x & 63)) & 1) != 0)
+        flags[k] = is_lead & (((next1 ^ 0x80) | (next2 ^ 0x80)) < 0x40)
+    for k in range(max(n, 0), BLOCK):
+        flags[k] = 0
+    bits = _U0
+    for w in range(8):
+        bits |= ((flag_words[w] * _GATHER_BYTE_BITS) >> np.uint64(56)) << np.uint64(8 * w)
+    return bits
+
+
+@njit(inline="always", cache=True)
+def _any_at_least(ids, block, n, threshold):
+    """Whether any of ids[block : block + n] is >= threshold (a vectorised reduction)."""
+    found = False
+    for k in range(n):
+        found |= ids[np.uint64(block + k)] >= threshold
+    return found
+
+
+@njit(inline="always", cache=True)
+def _copy8(ids, p, out, o):
+    """out[o : o + 8] = ids[p : p + 8], every load before any store: one vector move."""
+    a0, a1, a2, a3 = ids[p], ids[p + _U1], ids[p + _U2], ids[p + _U3]
+    a4, a5, a6, a7 = (ids[p + np.uint64(4)], ids[p + np.uint64(5)], ids[p + np.uint64(6)],
+                      ids[p + np.uint64(7)])
+    out[o], out[o + _U1], out[o + _U2], out[o + _U3] = a0, a1, a2, a3
+    out[o + np.uint64(4)], out[o + np.uint64(5)] = a4, a5
+    out[o + np.uint64(6)], out[o + np.uint64(7)] = a6, a7
+
+
+@njit(inline="always", cache=True)
+def _copy_run(ids, p, q, out, o, has_room):
+    """Copy the plain ids ids[p:q] to out[o:]; return the next output position.
+
+    With ``has_room`` (COPY_STEP ids after q in ids, and after o + q - p in this
+    thread's part of out), copies COPY_STEP ids at a time, past q: the ids after the
+    run are written over next.
+    """
+    length = q - p
+    if not has_room:
+        for k in range(length):
+            out[o + np.uint64(k)] = ids[p + np.uint64(k)]
+        return o + length
+    done = _U0
+    while True:
+        _copy8(ids, p + done, out, o + done)
+        _copy8(ids, p + done + np.uint64(8), out, o + done + np.uint64(8))
+        done += np.uint64(COPY_STEP)
+        if done >= length:
+            return o + length
+
+
+@njit(inline="always", cache=True)
+def _encode_char(ids, q, lead_prefix_ids, value_ids, out, o, prefix_in_force):
+    """Write the character starting at ids[q] from out[o]; return (next o, its prefix).
+
+    The prefix is written always and kept only when it differs from the one in force.
+    """
+    b1, b2, b3 = ids[q], ids[q + _U1], ids[q + _U2]
+    prefix = lead_prefix_ids[b1]
+    out[o] = prefix
+    o += np.uint64(prefix != prefix_in_force)
+    out[o] = value_ids[np.uint64(hi_value(b1, b2))]
+    out[o + _U1] = value_ids[np.uint64(lo_value(b2, b3))]
+    return o + _U2, prefix
+
+
+@njit(cache=True)
+def _encode_dense(ids, start, stop, span_stop, lead_prefix_ids, value_ids, base, out, o,
+                  prefix_in_force):
+    """Encode the units starting in [start, stop) one by one, branching on each id (the
+    loop this module had before the bit masks); characters may run to ``span_stop``.
+    For character-dense output, where the branch "character or not" is predicted well.
+
+    Returns (next input position, next output position, prefix in force, first bad
+    position or -1). No counters in the loop: one more live register made it ~10% slower.
+    """
+    i, o = np.uint64(start), np.uint64(o)
+    stop, span_stop, base = np.uint64(stop), np.uint64(span_stop), np.uint32(base)
     first_bad = -1
     while i < stop:
         b1 = ids[i]
         lead_prefix = lead_prefix_ids[b1] if b1 < 256 else _NO_LEAD
-        if lead_prefix != 0 and i + _U2 < sequence_stop and starts_char(
+        if lead_prefix != 0 and i + _U2 < span_stop and starts_char(
             lead_prefix, ids[i + _U1], ids[i + _U2]
         ):
             b2, b3 = ids[i + _U1], ids[i + _U2]
@@ -380,28 +495,104 @@ def _encode_span(ids, start, stop, sequence_stop, lead_prefix_ids, value_ids, ba
             o += _U1
             prefix_in_force = _NO_LEAD
             i += _U1
-    return np.int64(i), np.int64(o), first_bad
+    return i, o, prefix_in_force, first_bad
 
 
 @njit(cache=True)
-def _encode_chunk(ids, offsets, chunk, bounds, lead_prefix_ids, value_ids, base, out,
-                  sequence_out, sequence_chunk):
+def _encode_span(ids, start, stop, lead_mask, lead_prefix_ids, value_ids, base, out, out_start,
+                 write_stop, dense, flags, flag_words):
+    """Encode ids[start:stop], all of one sequence, no character across ``stop``; write
+    from out[out_start]. Nothing is written at or after ``write_stop`` (<= len(ids)).
+
+    Returns (next output position, first bad position or -1, dense). Goes a block at a
+    time: DENSE_RUN positions by ``_encode_dense`` while the positions before were
+    dense in characters (``dense``: DENSE_CHARS or more per 64), else BLOCK positions by
+    the start bit mask. A bad id (>= base) is never part of a character, so the first
+    one is the first id >= base. Scratch: ``flags`` and ``flag_words`` of
+    ``_char_start_bits``.
+    """
+    p, o = np.uint64(start), np.uint64(out_start)
+    prefix_in_force = _NO_LEAD
+    first_bad = -1
+    dense_blocks = 0
+    block = start
+    while block < stop:
+        if dense:
+            block_stop = min(block + DENSE_RUN, stop)
+            p, o, prefix_in_force, bad = _encode_dense(
+                ids, p, block_stop, stop, lead_prefix_ids, value_ids, base, out, o,
+                prefix_in_force)
+            if first_bad < 0:
+                first_bad = bad
+            sample = max(block_stop - BLOCK, block)  # the density of the run's last block
+            sample_starts = _char_start_bits(ids, sample, min(block_stop, stop - 2) - sample,
+                                             lead_mask, flags, flag_words)
+            dense = np.int64(_count_ones(sample_starts)) * BLOCK >= DENSE_CHARS * (
+                block_stop - sample)
+            block = np.int64(p)
+            continue
+        n = min(BLOCK, stop - block)
+        if first_bad < 0 and _any_at_least(ids, block, n, base):
+            first_bad = block + np.argmax(ids[block : block + n] >= base)
+        starts = _char_start_bits(ids, block, min(n, stop - 2 - block), lead_mask, flags,
+                                  flag_words)
+        # Two dense blocks in a row before a long per-id run: on mixed output one block
+        # in ~70 is dense by chance.
+        dense_blocks = dense_blocks + 1 if _count_ones(starts) >= DENSE_CHARS else 0
+        dense = dense_blocks >= 2
+        has_room = block + BLOCK + COPY_STEP <= write_stop  # output is never ahead of input
+        while starts:
+            q = np.uint64(block) + _trailing_zeros(starts)
+            starts &= starts - _U1
+            prefix_in_force = prefix_in_force if q == p else _NO_LEAD
+            o = _copy_run(ids, p, q, out, o, has_room)
+            o, prefix_in_force = _encode_char(ids, q, lead_prefix_ids, value_ids, out, o,
+                                              prefix_in_force)
+            p = q + _U3
+        # The plain ids after the last character are copied with the next run, or here
+        # before a dense block.
+        if dense:
+            block = np.int64(p)
+        else:
+            block = max(block + BLOCK, np.int64(p))
+    o = _copy_run(ids, p, np.uint64(stop), out, o, stop + COPY_STEP <= write_stop)
+    return np.int64(o), first_bad, dense
+
+
+@njit(cache=True)
+def _encode_chunk(ids, offsets, chunk, bounds, lead_mask, lead_prefix_ids, value_ids, base,
+                  out, sequence_out, sequence_chunk):
     """Encode chunk ``chunk``; record where each sequence starting in it begins in ``out``."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     i = o = start
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
+    dense = False
+    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
+    flags = flag_words.view(np.uint8)
     while i < stop:
         while offsets[sequence + 1] <= i:
             sequence += 1
             sequence_out[sequence] = o
             sequence_chunk[sequence] = chunk
         sequence_stop = offsets[sequence + 1]
-        i, o, bad = _encode_span(ids, i, min(stop, sequence_stop), sequence_stop,
-                                 lead_prefix_ids, value_ids, base, out, o)
+        span_stop = min(stop, sequence_stop)
+        o, bad, dense = _encode_span(ids, i, span_stop, lead_mask, lead_prefix_ids, value_ids,
+                                     base, out, o, stop, dense, flags, flag_words)
+        i = span_stop
         if first_bad < 0:
             first_bad = bad
     return o - start, first_bad
+
+
+def _lead_mask(lead_prefix_ids):
+    """int64 bit mask of the lead bytes of the set: bit b for byte 0xC0 + b."""
+    leads = np.flatnonzero(lead_prefix_ids)
+    if leads.size and leads[0] < 0xC0:
+        raise ValueError(f"lead_prefix_ids gives {leads[0]:#x} a prefix: not a UTF-8 lead byte")
+    bits = np.bitwise_or.reduce(np.uint64(1) << (leads - 0xC0).astype(np.uint64),
+                                initial=np.uint64(0))
+    return int(np.array(bits, dtype=np.uint64).view(np.int64))
 
 
 def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
@@ -417,14 +608,16 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
                           lead_prefix_ids, base_vocab_size, 0)
     out = np.empty(ids.size, dtype=np.uint32)  # NumPy's allocator: huge pages, see the notes
     chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
-        ids, offsets, bounds, lead_prefix_ids, value_ids, base_vocab_size, out)
+        ids, offsets, bounds, _lead_mask(lead_prefix_ids), lead_prefix_ids, value_ids,
+        base_vocab_size, out)
     joined, out_offsets = _join_chunks(out, bounds, 1, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _encode_chunks(ids, offsets, bounds, lead_prefix_ids, value_ids, base_vocab_size, out):
+def _encode_chunks(ids, offsets, bounds, lead_mask, lead_prefix_ids, value_ids,
+                   base_vocab_size, out):
     """Run ``_encode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
@@ -432,7 +625,7 @@ def _encode_chunks(ids, offsets, bounds, lead_prefix_ids, value_ids, base_vocab_
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
     for c in prange(n_chunks):
-        result = _encode_chunk(ids, offsets, c, bounds, lead_prefix_ids, value_ids,
+        result = _encode_chunk(ids, offsets, c, bounds, lead_mask, lead_prefix_ids, value_ids,
                                base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
@@ -455,19 +648,48 @@ def _decode_entry(x, decode_table, base):
 
 
 @njit(cache=True)
-def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_start):
-    """Decode the units starting in [start, stop) of one sequence; write from out[out_start].
+def _codec_id_bits(ids, block, n, base, flags, flag_words):
+    """Bit k set where ids[block + k] >= base (a codec id), for k < n <= 64; scratch and
+    packing as in ``_char_start_bits``."""
+    for k in range(n):
+        flags[k] = ids[np.uint64(block + k)] >= base
+    for k in range(max(n, 0), BLOCK):
+        flags[k] = 0
+    bits = _U0
+    for w in range(8):
+        bits |= ((flag_words[w] * _GATHER_BYTE_BITS) >> np.uint64(56)) << np.uint64(8 * w)
+    return bits
 
-    Returns (next input position, next output position, malformed units, first one or -1).
-    Fast paths, written out here: a base id, and ``[prefix] hi lo``. Whether a prefix
-    id comes first is read from the id's range (not from the table), so the next
-    position depends on one load and no mispredicted branch. Anything else goes to
-    ``_decode_slow_unit``.
+
+@njit(inline="always", cache=True)
+def _char_prefix(first_entry, hi_entry, lo_entry, has_prefix, prefix):
+    """The prefix of a well-formed ``[prefix] hi lo`` with these decode entries (the first
+    one read only ``has_prefix``), or NO_PREFIX if it is not one."""
+    char_prefix = entry_payload(first_entry) if has_prefix else prefix
+    well_formed = entry_kind(hi_entry) == KIND_HI and entry_kind(lo_entry) == KIND_LO
+    return char_prefix if well_formed else NO_PREFIX
+
+
+@njit(inline="always", cache=True)
+def _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o):
+    hi, lo = entry_payload(hi_entry), entry_payload(lo_entry)
+    out[o] = lead_byte(char_prefix, hi)
+    out[o + _U1] = middle_byte(hi, lo)
+    out[o + _U2] = last_byte(lo)
+
+
+@njit(cache=True)
+def _decode_dense(ids, start, stop, sequence_stop, decode_table, base, out, o, prefix):
+    """Decode the units starting in [start, stop) one by one, branching on each id. The
+    loop for output dense in codec ids, where "base id or not" is predicted well.
+
+    Returns (next input position, next output position, prefix in force, malformed
+    units, first one or -1). No counters in the loop: one more live register made it
+    ~10% slower.
     """
-    i, o = np.uint64(start), np.uint64(out_start)
+    i, o = np.uint64(start), np.uint64(o)
     stop, sequence_stop, base = np.uint64(stop), np.uint64(sequence_stop), np.uint64(base)
     table_size = np.uint64(decode_table.size)
-    prefix = NO_PREFIX
     n_bad = 0
     first_bad = -1
     while i < stop:
@@ -478,6 +700,9 @@ def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_s
             prefix = NO_PREFIX
             i += _U1
             continue
+        # [prefix] hi lo, the lookups written out (array-taking helpers with branches
+        # cost an NRT incref/decref pair per call). Whether a prefix id comes first is
+        # read from the id's range, not the table: the next position waits on one load.
         first = np.uint64(x) - base
         has_prefix = first >= _N_VALUES
         j = i + np.uint64(has_prefix)
@@ -485,15 +710,12 @@ def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_s
             hi_index = np.uint64(ids[j]) - base  # wraps to a huge value for base ids
             lo_index = np.uint64(ids[j + _U1]) - base
             if hi_index < _N_VALUES and lo_index < _N_VALUES:
-                first_entry = decode_table[first]  # loaded either way: a select, not a branch
                 hi_entry, lo_entry = decode_table[hi_index], decode_table[lo_index]
-                char_prefix = entry_payload(first_entry) if has_prefix else prefix
-                if (entry_kind(hi_entry) == KIND_HI and entry_kind(lo_entry) == KIND_LO
-                        and char_prefix != NO_PREFIX):
-                    hi, lo = entry_payload(hi_entry), entry_payload(lo_entry)
-                    out[o] = lead_byte(char_prefix, hi)
-                    out[o + _U1] = middle_byte(hi, lo)
-                    out[o + _U2] = last_byte(lo)
+                # the first entry is loaded either way: a select, not a branch
+                char_prefix = _char_prefix(decode_table[first], hi_entry, lo_entry,
+                                           has_prefix, prefix)
+                if char_prefix != NO_PREFIX:
+                    _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o)
                     o += _U3
                     i = j + _U2
                     prefix = char_prefix
@@ -506,7 +728,87 @@ def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_s
                 first_bad = np.int64(i)
         i += step
         o += written
-    return np.int64(i), np.int64(o), n_bad, first_bad
+    return i, o, prefix, n_bad, first_bad
+
+
+@njit(cache=True)
+def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_start,
+                 write_stop, dense, flags, flag_words):
+    """Decode the units starting in [start, stop) of one sequence; write from out[out_start].
+
+    Returns (next output position, malformed units, first one or -1, dense). Goes a
+    block at a time: DENSE_RUN positions by ``_decode_dense`` while the positions
+    before were dense in codec ids (``dense``: fewer than DENSE_PLAIN base ids per 64),
+    else BLOCK positions by the codec id bit mask: base ids copied in runs, the units
+    that start with a codec id visited one by one. Nothing is written at or after
+    ``write_stop``; each position writes at most 3 ids. Scratch: ``flags`` and
+    ``flag_words`` of ``_codec_id_bits``.
+    """
+    p, o = np.uint64(start), np.uint64(out_start)
+    sequence_stop, base = np.uint64(sequence_stop), np.uint64(base)
+    table_size = np.uint64(decode_table.size)
+    prefix = NO_PREFIX
+    n_bad = 0
+    first_bad = -1
+    dense_blocks = 0
+    block = start
+    while block < stop:
+        if dense:
+            block_stop = min(block + DENSE_RUN, stop)
+            p, o, prefix, run_bad, run_first_bad = _decode_dense(
+                ids, p, block_stop, sequence_stop, decode_table, base, out, o, prefix)
+            n_bad += run_bad
+            if first_bad < 0:
+                first_bad = run_first_bad
+            sample = max(block_stop - BLOCK, block)  # the density of the run's last block
+            n = block_stop - sample
+            n_plain = n - np.int64(_count_ones(_codec_id_bits(ids, sample, n, base, flags,
+                                                              flag_words)))
+            dense = n_plain * BLOCK < DENSE_PLAIN * n
+            block = np.int64(p)
+            continue
+        block_start = np.uint64(block)
+        n = min(BLOCK, stop - block)
+        coded = _codec_id_bits(ids, block, n, base, flags, flag_words)
+        dense_blocks = dense_blocks + 1 if np.int64(_count_ones(coded)) > n - DENSE_PLAIN else 0
+        dense = dense_blocks >= 2  # as in _encode_span
+        has_room = (3 * (block + BLOCK) + COPY_STEP <= write_stop
+                    and block + BLOCK + COPY_STEP <= ids.size)
+        while coded:
+            i = block_start + _trailing_zeros(coded)
+            prefix = prefix if i == p else NO_PREFIX  # a base id ends the prefix in force
+            o = _copy_run(ids, p, i, out, o, has_room)
+            first = np.uint64(ids[i]) - base  # as in _decode_dense
+            has_prefix = first >= _N_VALUES
+            j = i + np.uint64(has_prefix)
+            char_prefix = NO_PREFIX
+            if j + _U1 < sequence_stop and first < table_size:
+                hi_index = np.uint64(ids[j]) - base
+                lo_index = np.uint64(ids[j + _U1]) - base
+                if hi_index < _N_VALUES and lo_index < _N_VALUES:
+                    hi_entry, lo_entry = decode_table[hi_index], decode_table[lo_index]
+                    char_prefix = _char_prefix(decode_table[first], hi_entry, lo_entry,
+                                               has_prefix, prefix)
+                    if char_prefix != NO_PREFIX:
+                        _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o)
+                        o += _U3
+                        p = j + _U2
+                        prefix = char_prefix
+            if char_prefix == NO_PREFIX:
+                step, written, is_bad, prefix = _decode_slow_unit(
+                    ids, i, sequence_stop, decode_table, base, prefix, out, o)
+                if is_bad:
+                    n_bad += 1
+                    if first_bad < 0:
+                        first_bad = np.int64(i)
+                p = i + step
+                o += written
+            taken = p - block_start
+            coded &= (_ALL_BITS << (taken & _63)) if taken < _64 else _U0
+        block = np.int64(p) if dense else max(block + BLOCK, np.int64(p))
+    o = _copy_run(ids, p, np.uint64(stop), out, o, 3 * stop + COPY_STEP <= write_stop
+                  and stop + COPY_STEP <= ids.size)
+    return np.int64(o), n_bad, first_bad, dense
 
 
 @njit(cache=True)
@@ -543,14 +845,20 @@ def _decode_chunk(ids, offsets, chunk, bounds, decode_table, base, out, sequence
     sequence = np.searchsorted(offsets, start) - 1
     n_bad = 0
     first_bad = -1
+    dense = False
+    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
+    flags = flag_words.view(np.uint8)
     while i < stop:
         while offsets[sequence + 1] <= i:
             sequence += 1
             sequence_out[sequence] = o
             sequence_chunk[sequence] = chunk
         sequence_stop = offsets[sequence + 1]
-        i, o, span_bad, span_first = _decode_span(ids, i, min(stop, sequence_stop),
-                                                  sequence_stop, decode_table, base, out, o)
+        span_stop = min(stop, sequence_stop)
+        o, span_bad, span_first, dense = _decode_span(ids, i, span_stop, sequence_stop,
+                                                      decode_table, base, out, o, 3 * stop,
+                                                      dense, flags, flag_words)
+        i = span_stop
         n_bad += span_bad
         if first_bad < 0:
             first_bad = span_first
@@ -816,41 +1124,79 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 
 # Performance notes
 # -----------------
-# bench/bitlevel_bench.py, one thread, 20M ids, on a shared 2-core Xeon VM (other jobs
-# running, so +-30% between runs); ratio = np.copy time / codec time, same input array.
-# Now: encode 0.69 / decode 0.49 of copy speed on byte-heavy output ("bytes" corpus),
-# 0.36 / 0.35 when byte fallbacks and merged tokens alternate at random ("mixed").
+# bench/bitlevel_bench.py, one thread, 20M ids, on a shared 2-core Xeon VM (another job
+# running, so +-30% between runs and the machine's speed drifts by up to 2x over minutes);
+# ratio = np.copy time / codec time, same input array. Compare only ratios from one run,
+# or old and new kernels interleaved in one process. Numbers: bench/RESULTS.md.
 #
 # What helped, in the order it was found:
 # - Output allocated by NumPy in the Python wrapper, not by np.empty inside @njit:
 #   NumPy asks for transparent huge pages, Numba's allocator does not, and first-touch
 #   page faults were most of the cost (alloc + fill of 20M ids: 44 ms -> 23-30 ms;
-#   np.copy itself spends about 2/3 of its time in page faults here).
+#   np.copy itself spends about half of its time in page faults here).
 # - uint64 indices in the hot loops: Numba adds a negative-index fix-up to every signed
 #   index. Encode on byte-heavy ids: 0.25 -> 0.48 G ids/s in a micro benchmark.
 # - Typed arithmetic: Numba widens uint32 to uint64, and uint64 meets int64 as float64;
 #   the decode loop compared kinds as doubles. Found by scanning the LLVM IR for
 #   sitofp/fcmp; the helpers now cast to int64 and none remain.
-# - No array arguments to inline="always" helpers: Numba-IR inlining left an atomic
-#   NRT incref/decref pair around every inlined call in the decode loop. Table
-#   lookups are now written in the loop; helpers take scalars.
+# - No array arguments to inline="always" helpers that branch or return early:
+#   Numba-IR inlining leaves an atomic NRT incref/decref pair around every call (seen
+#   again in 2026-11: a decode helper with three returns made decode 2-3x slower).
+#   Branch-free helpers with one basic block (_encode_char, _copy8) are fine; the
+#   decoders write their table lookups in the loop.
 # - Branches made selects where the data decides at random: "is there a prefix id
 #   before this hi" comes from the id's range (cmov for the next position), and the
 #   prefix entry is loaded unconditionally so LLVM selects instead of branching
 #   (decode, byte-heavy: loop time ~30 -> ~18 ms per 10M ids); the encoder writes the
 #   prefix unconditionally and advances past it only when it changes.
 # - One test for both continuation bytes: ((b2 ^ 0x80) | (b3 ^ 0x80)) < 0x40.
+# - Bit masks instead of a branch per id (2026-11), for mixed output: a vectorised
+#   loop flags where characters (codec ids) start in 64 positions, the scalar loop
+#   walks the set bits (tzcnt/blsr) and copies the ids between them 16 at a time.
+#   The mispredicted "byte or merged token" branch becomes one loop exit per 64
+#   positions. Old and new interleaved in one process, mixed: encode 1.5-1.7x
+#   (0.26-0.30 -> 0.39-0.52 of copy speed), decode 1.2-1.3x (0.30-0.34 -> 0.36-0.43).
+# - Packing 64 flag bytes into a word with 8 multiplies (flags * 0x0102040810204080
+#   >> 56 gathers 8 flags), not `mask |= flag << k`: LLVM vectorised the latter as a
+#   64-bit-lane reduction; the mask pass went 23-28 ms -> 15-17 ms per 20M ids (about
+#   9 ms of it is reading the input from memory).
+# - Dense output keeps the per-id loop: where nearly every id is a byte of a character
+#   the branch is predicted and the mask pass is pure overhead (bit-mask path on
+#   "bytes": encode 0.32-0.40 vs 0.47-0.55 for the old loop). Each span switches per
+#   block: two dense bit-mask blocks in a row (DENSE_CHARS characters per 64; decoding:
+#   fewer than DENSE_PLAIN base ids) hand over to the per-id loop, which runs DENSE_RUN
+#   positions at a time while a 64-position sample at the end of each run is dense.
+#   A sample, not a counter in the loop: a counter cost the per-id loops ~10% (one
+#   more live register). Runs of 256 instead of 4096 cost "bytes" ~5-10%; one dense
+#   block by chance (1 in ~70 on "mixed") is why two in a row are asked for.
+# - Copies of 8 ids written as 8 loads, then 8 stores: LLVM then emits one vector move
+#   (a plain loop stays scalar: it cannot rule out that out and ids overlap).
 #
 # Tried and dropped:
 # - A fully branch-free step per character or per id: the position of the next step
 #   then waits on a load, a table lookup and a compare (a loop-carried chain); slower
 #   than the predicted branches even on "mixed" (0.22-0.25 vs 0.28-0.31 G ids/s).
+#   Tried again (2026-11) as one store per input position (prefix at the lead byte,
+#   hi and lo at the continuation bytes, advance 0 or 1): ~75 instructions per id
+#   after LLVM's select-to-branch passes were worked around; 0.11-0.18 of copy speed.
+#   LLVM turns selects whose operand is a table load back into branches
+#   (CodeGenPrepare, x86 cmov conversion); only global LLVM options stop it.
 # - Two passes (output lengths, then scatter), as on the GPU: 0.06-0.07 G ids/s; more
-#   memory traffic, and the first pass did not vectorise with table gathers.
+#   memory traffic, and the first pass did not vectorise with table gathers. Retried
+#   (2026-11) in L1-sized blocks of 1024 (vectorised "what each position writes", then
+#   a scalar compacting loop doing the table look-up): 0.28 mixed / 0.33 bytes. LLVM
+#   emits no gathers for this CPU (checked: a plain table[idx[k]] loop stays scalar).
 # - Joining the decoder's range tests into one "&" branch with clamped loads: more
 #   work on every character; decode got slower (22 -> 27 ms per 10M ids).
+# - The bit-mask decoder continuing through a run of codec ids without going back to
+#   the mask: no gain on "mixed"; the per-id loop does that better on dense output.
+# - COPY_STEP 8 instead of 16: runs over 8 ids (9% of them on "mixed") take a second,
+#   mispredicted, step; not faster.
+# - Moving the output 2 KiB off the input's 4 KiB alignment (4K aliasing): no change.
 #
-# What is left: on "mixed" output the branch "byte or merged token" goes wrong about
-# once every three units; on byte-heavy output each character costs ~45 instructions
-# and 3 stores. Several threads help only where cores are free: on this busy 2-core VM
-# two threads were slower than one (each chunk's output is also copied once to join).
+# What is left: on mixed output each character still costs ~30 instructions plus a
+# copy; the bit loop mispredicts once per 64 positions; the decoder's next unit waits
+# on the previous one (tzcnt after a mask update that depends on a load). Both
+# encoders' first pass reads the input from memory, which alone is ~1/3 of np.copy's
+# time. Several threads help only where cores are free: on this busy 2-core VM two
+# threads were slower than one (each chunk's output is also copied once to join).

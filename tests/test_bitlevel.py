@@ -389,3 +389,53 @@ def test_every_cuda_kernel_compiles_to_ptx():
     # No NVVM means no PTX check: that fails the build rather than passing unchecked.
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split() == list(bitpack.CUDA_KERNEL_SIGNATURES)
+
+
+def _density_segments(rng, n_segments: int) -> np.ndarray:
+    """Runs of very different density of 3-byte characters (all, some, none), thousands of
+    ids each, so the CPU loops switch between their per-id and bit-mask paths."""
+    lead = rng.integers(0xE3, 0xF0, 40_000)
+    chars = np.stack([lead, rng.integers(0x80, 0xC0, lead.size),
+                      rng.integers(0x80, 0xC0, lead.size)], axis=1).ravel()
+    plain = rng.integers(256, BASE, 40_000)
+    parts = []
+    for _ in range(n_segments):
+        length = int(rng.integers(100, 9000))
+        kind = rng.integers(0, 4)
+        if kind == 0:  # nearly every id a character byte
+            part = chars[:3 * (length // 3)].copy()
+        elif kind == 1:  # merged tokens only, with ASCII
+            part = np.where(rng.random(length) < 0.1, rng.integers(0x20, 0x7F, length),
+                            plain[:length])
+        else:  # characters and tokens mixed at random, with stray continuation bytes
+            take = rng.random(length // 3) < (0.3 if kind == 2 else 0.7)
+            part = np.concatenate([chars[3 * k:3 * k + 3] if t else plain[k:k + 1]
+                                   for k, t in enumerate(take)])
+            part[rng.integers(0, part.size, 3)] = 0x85
+        parts.append(part)
+    return np.concatenate(parts).astype(np.uint32)
+
+
+@pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
+@pytest.mark.parametrize("n_chunks", [1, 3, 7])
+def test_cpu_loops_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
+    rng = np.random.default_rng(n_chunks)
+    ids = _density_segments(rng, 60)
+    ids[rng.integers(0, ids.size, 4)] = BASE + 3  # bad ids: reported at the first one
+    offsets = np.unique(np.r_[0, rng.integers(0, ids.size, 12), ids.size]).astype(np.int64)
+    t = codecs["cpu"]._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=n_chunks)
+    assert_same([expected, got])
+    ids[ids >= BASE] = 0x41
+    coded, coded_offsets, _ = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE,
+                                                         n_chunks=n_chunks)
+    assert coded.size < ids.size
+    decoded = bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, BASE, n_chunks=n_chunks)
+    assert decoded[0].tolist() == ids.tolist() and decoded[2:] == (0, -1)
+    noisy = coded.copy()
+    noisy[rng.integers(0, noisy.size, 40)] = BASE + 1 + rng.integers(0, 300, 40)
+    assert_same([bitpack.bitlevel_decode_numpy(noisy, coded_offsets, table, BASE),
+                 bitpack.bitlevel_decode_cpu(noisy, coded_offsets, table, BASE,
+                                             n_chunks=n_chunks)])
