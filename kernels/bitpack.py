@@ -39,6 +39,7 @@ from numba import cuda, njit, prange, types
 from numba.core.extending import intrinsic
 
 from ._cuda import array_module, exclusive_scan, launch, launch_counts
+from ._jit import hot
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -381,27 +382,34 @@ def _count_ones(typingctx, word):
     return types.uint64(types.uint64), codegen
 
 
-@njit(cache=True)
-def _char_start_bits(ids, block, n, lead_mask, flags, flag_words):
-    """Bit k set where a character starts at ids[block + k], for k < n <= 64 (the two ids
-    after each such position must be in the sequence). ``lead_mask`` bit b is set when
-    0xC0 + b is a lead byte of the set.
-
-    Scratch: ``flags`` uint8[64] and ``flag_words``, the same memory as uint64[8]. The
-    flags are packed eight at a time by a multiply that gathers the low bits of 8 bytes
-    into the top byte of the product.
-    """
-    for k in range(n):
-        p = np.uint64(block + k)
-        x, next1, next2 = np.int64(ids[p]), np.int64(ids[p + _U1]), np.int64(ids[p + _U2])
-        is_lead = ((x >> 6) == 3) & (((lead_mask >> (x & 63)) & 1) != 0)
-        flags[k] = is_lead & (((next1 ^ 0x80) | (next2 ^ 0x80)) < 0x40)
+@njit(inline="always", cache=True)
+def _packed_flags(n, flags, flag_words):
+    """The 0/1 ``flags[:n]`` (n <= 64) as the bits of a uint64; the rest of ``flags`` is
+    cleared. ``flag_words`` is the same memory as uint64[8]: eight flags at a time are
+    gathered by a multiply that moves the low bits of 8 bytes into the top byte."""
     for k in range(max(n, 0), BLOCK):
         flags[k] = 0
     bits = _U0
     for w in range(8):
         bits |= ((flag_words[w] * _GATHER_BYTE_BITS) >> np.uint64(56)) << np.uint64(8 * w)
     return bits
+
+
+@njit(cache=True)
+def _char_start_bits(ids, block, n, lead_mask, flags, flag_words):
+    """Bit k set where a character starts at ids[block + k], for k < n <= 64 (the two ids
+    after each such position must be in the sequence). ``lead_mask`` bit b is set when
+    0xC0 + b is a lead byte of the set.
+
+    Scratch: ``flags`` uint8[64] and ``flag_words``, the same memory as uint64[8]
+    (``_packed_flags``).
+    """
+    for k in range(n):
+        p = np.uint64(block + k)
+        x, next1, next2 = np.int64(ids[p]), np.int64(ids[p + _U1]), np.int64(ids[p + _U2])
+        is_lead = ((x >> 6) == 3) & (((lead_mask >> (x & 63)) & 1) != 0)
+        flags[k] = is_lead & (((next1 ^ 0x80) | (next2 ^ 0x80)) < 0x40)
+    return _packed_flags(n, flags, flag_words)
 
 
 @njit(inline="always", cache=True)
@@ -560,6 +568,24 @@ def _encode_span(ids, start, stop, lead_mask, lead_prefix_ids, value_ids, base, 
 
 
 @njit(cache=True)
+def _flag_scratch():
+    """``flags`` uint8[64] and ``flag_words`` uint64[8] over the same memory."""
+    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
+    return flag_words.view(np.uint8), flag_words
+
+
+@hot
+def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out, sequence_chunk):
+    """Step past every sequence that ends at or before position i; each one entered
+    starts at output position o in chunk ``chunk``. Returns the sequence holding i."""
+    while offsets[sequence + 1] <= i:
+        sequence += 1
+        sequence_out[sequence] = o
+        sequence_chunk[sequence] = chunk
+    return sequence
+
+
+@njit(cache=True)
 def _encode_chunk(ids, offsets, chunk, bounds, lead_mask, lead_prefix_ids, value_ids, base,
                   out, sequence_out, sequence_chunk):
     """Encode chunk ``chunk``; record where each sequence starting in it begins in ``out``."""
@@ -568,13 +594,10 @@ def _encode_chunk(ids, offsets, chunk, bounds, lead_mask, lead_prefix_ids, value
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     dense = False
-    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
-    flags = flag_words.view(np.uint8)
+    flags, flag_words = _flag_scratch()
     while i < stop:
-        while offsets[sequence + 1] <= i:
-            sequence += 1
-            sequence_out[sequence] = o
-            sequence_chunk[sequence] = chunk
+        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
+                                    sequence_chunk)
         sequence_stop = offsets[sequence + 1]
         span_stop = min(stop, sequence_stop)
         o, bad, dense = _encode_span(ids, i, span_stop, lead_mask, lead_prefix_ids, value_ids,
@@ -653,12 +676,7 @@ def _codec_id_bits(ids, block, n, base, flags, flag_words):
     packing as in ``_char_start_bits``."""
     for k in range(n):
         flags[k] = ids[np.uint64(block + k)] >= base
-    for k in range(max(n, 0), BLOCK):
-        flags[k] = 0
-    bits = _U0
-    for w in range(8):
-        bits |= ((flag_words[w] * _GATHER_BYTE_BITS) >> np.uint64(56)) << np.uint64(8 * w)
-    return bits
+    return _packed_flags(n, flags, flag_words)
 
 
 @njit(inline="always", cache=True)
@@ -846,13 +864,10 @@ def _decode_chunk(ids, offsets, chunk, bounds, decode_table, base, out, sequence
     n_bad = 0
     first_bad = -1
     dense = False
-    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
-    flags = flag_words.view(np.uint8)
+    flags, flag_words = _flag_scratch()
     while i < stop:
-        while offsets[sequence + 1] <= i:
-            sequence += 1
-            sequence_out[sequence] = o
-            sequence_chunk[sequence] = chunk
+        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
+                                    sequence_chunk)
         sequence_stop = offsets[sequence + 1]
         span_stop = min(stop, sequence_stop)
         o, span_bad, span_first, dense = _decode_span(ids, i, span_stop, sequence_stop,
