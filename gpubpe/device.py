@@ -40,6 +40,7 @@ from .kernels.encode import (
     encode_word_list_cpu,
     encode_word_list_cuda,
     gather_token_bytes_cuda,
+    join_word_lists,
     pack_words_cpu,
 )
 from .kernels.merge import to_host
@@ -156,7 +157,7 @@ class DeviceCodec:
                                                      rules, xp)
                 offsets = to_host(offsets)  # sync
                 parts.append((to_host(ids[:int(offsets[-1])]), offsets))
-        return _joined(parts)
+        return join_word_lists(parts)
 
     def _device_rules(self) -> RuleTable:
         if self._rules is None:
@@ -171,9 +172,9 @@ class DeviceCodec:
         xp = self.backend.xp
         with reporting_device_errors(f"decoding {ids.size:,} ids"):
             if self._byte_table is None:
-                self._byte_table = (xp.array(table_bytes), xp.array(table_offsets))
-            device_bytes, device_offsets = self._byte_table
-            longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
+                longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
+                self._byte_table = (xp.array(table_bytes), xp.array(table_offsets), longest)
+            device_bytes, device_offsets, longest = self._byte_table
             cost = DECODE_DEVICE_BYTES_PER_ID + longest
             pieces, positions = [], [np.zeros(1, dtype=np.int64)]
             for lo, hi in even_chunk_bounds(ids.size, cost, self._budget()):
@@ -184,17 +185,6 @@ class DeviceCodec:
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]
-
-
-def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Consecutive (ids, offsets) results as one."""
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
-    shifts = np.cumsum([0] + [ids.size for ids, _ in parts[:-1]])
-    offsets = np.concatenate([[0]] + [o[1:] + s for (_, o), s in zip(parts, shifts)])
-    return np.concatenate([ids for ids, _ in parts]), offsets.astype(np.int64)
 
 
 def _interleaved(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:

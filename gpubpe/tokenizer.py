@@ -52,6 +52,7 @@ from .kernels.encode import (
     encode_word_list_cpu,
     find_specials_cpu,
     gather_token_bytes_cpu,
+    join_word_lists,
     merge_new_words_cpu,
     rule_table,
     word_refs_given_cpu,
@@ -801,13 +802,7 @@ def _encode_unique_words(array, word_at, word_len, rules, threads):
     shares = _shares(word_len, threads if word_len.sum() >= _PARALLEL_MIN_BYTES // 4 else 1)
     parts = _run_all(encode_word_list_cpu, [(array, word_at[lo:hi], word_len[lo:hi], rules)
                                             for lo, hi in shares])
-    if len(parts) == 1:
-        return parts[0]
-    ids = np.concatenate([p[0] for p in parts])
-    sizes = np.array([p[0].size for p in parts], dtype=np.int64)
-    shifts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)])
-    return ids, offsets.astype(np.int64)
+    return join_word_lists(parts)
 
 
 def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

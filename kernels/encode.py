@@ -342,6 +342,17 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
     return ids[:offsets[n_words]], offsets
 
 
+def join_word_lists(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive ``(ids, offsets)`` results of word lists as one (offsets shifted)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.zeros(0, dtype=np.uint32), np.zeros(1, dtype=np.int64)
+    shifts = np.cumsum([0] + [ids.size for ids, _ in parts[:-1]])
+    offsets = np.concatenate([[0]] + [o[1:] + s for (_, o), s in zip(parts, shifts)])
+    return np.concatenate([ids for ids, _ in parts]), offsets.astype(np.int64)
+
+
 # ---------------------------------------------------------------- word keys and tables
 
 # A word of up to 7 bytes is its own key: its length in the top byte, its bytes
