@@ -23,9 +23,13 @@ for a malformed unit and returns how many there were and where the first one
 starts (-1 if none): raising is the policy's decision, not the kernels'.
 
 Scalar logic (the bit formulas, "does a character start here", what a coded id
-decodes to) is written once as ``@njit`` functions and called by the CPU loops
-and the CUDA kernels alike; the NumPy target calls the same functions'
-``py_func`` on whole arrays where the function is branch-free.
+decodes to) is written once as ``@njit`` functions and called by the CUDA kernels
+and the CPU's one-unit-at-a-time decoder; the NumPy target calls the same
+functions' ``py_func`` on whole arrays where the function is branch-free. The CPU
+target's main path is a 16-lane vector step per 16 positions, written as LLVM IR
+(``kernels/_lanes.py``) because a loop whose positions write 0, 1 or 2 ids each is
+not one LLVM vectorises; it restates the formulas on lanes and is tested equal to
+the NumPy target.
 
 What was tried for speed, and what it gave: "Performance notes" at the end of the module.
 """
@@ -40,12 +44,14 @@ from numba.core.extending import intrinsic
 
 from ._cuda import array_module, exclusive_scan, launch, launch_counts
 from ._jit import hot
+from ._lanes import LANES, LaneBuilder
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
 # What one position of coded input decodes to.
 UNIT_EMPTY, UNIT_COPY, UNIT_CHAR, UNIT_BAD = 0, 1, 2, 3
 NO_PREFIX = -1
+N_VALUE_IDS = 256  # codec ids base .. base + 255 are the 9-bit values
 REPLACEMENT_BYTES = (0xEF, 0xBF, 0xBD)  # U+FFFD in UTF-8
 
 MIN_CHUNK_IDS = 1 << 16  # below this a CPU thread costs more than it saves
@@ -265,15 +271,22 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
     return out, positions[offsets], bad.size, int(bad[0]) if bad.size else -1
 
 
-# --- CPU target: Numba loops, one chunk of positions per thread ---------------------------
+# --- CPU target: 16-lane vector steps, one chunk of positions per thread -----------------
 #
 # Chunks split the flat ids at "safe" positions q: a sequence start, or a position
 # whose previous id is a plain id (encoding: neither a lead nor a continuation
 # byte; decoding: not a codec id). No character crosses a safe split and no
-# prefix is in force there, so each chunk runs the sequential loop on its own.
-# Chunk c writes its output from growth * bounds[c] (growth 1 when encoding, whose
-# output is never longer than its input, 3 when decoding); the pieces are then
-# gathered. One chunk (one thread) returns its piece as it is, without a copy.
+# prefix is in force there, so each chunk runs on its own. Chunk c writes its
+# output from growth * bounds[c] + LANES * c (growth 1 when encoding, whose output
+# is never longer than its input, 3 when decoding: the LANES ids between chunks take
+# the junk a vector store writes past its end); the pieces are then gathered. One
+# chunk (one thread) returns its piece as it is, without a copy.
+#
+# Within a chunk each sequence is taken 16 positions at a time by one vector step
+# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``): every
+# lane works out what its position writes from the ids around it, and the kept
+# lanes are stored packed. Positions are given to a step relative to its first
+# lane, plus EDGE, so that every bound is a small unsigned number.
 
 
 @njit(cache=True)
@@ -315,16 +328,20 @@ def _plan_chunks(ids, offsets, n_wanted, decoding, lead_prefix_ids, base, table_
     return bounds[: n_bounds + 1]
 
 
-def _join_chunks(out, bounds, growth, chunk_lengths, sequence_out, sequence_chunk):
+def _chunk_sources(bounds, growth):
+    """Where each chunk's output starts in the shared buffer (see above)."""
+    return growth * bounds[:-1] + LANES * np.arange(bounds.size - 1, dtype=np.int64)
+
+
+def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     """Join the chunks' outputs; turn the recorded sequence starts into output offsets.
 
-    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[growth * bounds[c]]``; a sequence
-    that no chunk reached starts at the end of the output.
+    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence that no
+    chunk reached starts at the end of the output.
     """
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
-    sources = growth * bounds[:-1]
     if chunk_lengths.size == 1:
         joined = out[:total]
     else:
@@ -341,239 +358,6 @@ def _copy_chunks(out, sources, chunk_lengths, joined, dest):
         joined[dest[c] : dest[c] + length] = out[sources[c] : sources[c] + length]
 
 
-# The hot loops index with uint64: Numba adds a negative-index check to every signed
-# index, and the loops ran about 1.5x slower with it. uint64 and int64 mix to float64
-# in Numba, so every constant in them is typed.
-_U0, _U1, _U2, _U3 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3)
-_N_VALUES = np.uint64(256)
-_NO_LEAD = np.uint32(0)
-
-
-# The CPU loops take the data 64 positions at a time. A loop that LLVM vectorises marks
-# in a bit mask where the units that need work start (encoding: characters; decoding:
-# codec ids); the scalar loop then visits only those, one count-trailing-zeros away
-# from the next, and copies the plain ids between them in 16-id vector moves, so
-# "plain id or not" is never a branch. Where nearly every id needs work the branch is
-# predictable and the per-id loops (_encode_dense, _decode_dense) are faster: each
-# span switches between the two by the density of the positions just seen.
-BLOCK = 64  # positions per bit mask
-DENSE_CHARS = 16  # characters per 64 positions from which the per-id loop is faster
-DENSE_PLAIN = 16  # decoding: base ids per 64 positions below which the per-id loop is faster
-DENSE_RUN = 4096  # positions the per-id loop takes before the density is looked at again
-COPY_STEP = 16  # ids per step of _copy_run, which may write up to this many past its end
-_GATHER_BYTE_BITS = np.uint64(0x0102040810204080)
-_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
-_63, _64 = np.uint64(63), np.uint64(64)
-
-
-@intrinsic
-def _trailing_zeros(typingctx, word):
-    """The number of trailing zero bits of a nonzero uint64 (LLVM cttz: one instruction)."""
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
-    return types.uint64(types.uint64), codegen
-
-
-@intrinsic
-def _count_ones(typingctx, word):
-    """The number of set bits of a uint64 (LLVM ctpop: one popcnt instruction)."""
-    def codegen(context, builder, signature, args):
-        return builder.ctpop(args[0])
-    return types.uint64(types.uint64), codegen
-
-
-@njit(inline="always", cache=True)
-def _packed_flags(n, flags, flag_words):
-    """The 0/1 ``flags[:n]`` (n <= 64) as the bits of a uint64; the rest of ``flags`` is
-    cleared. ``flag_words`` is the same memory as uint64[8]: eight flags at a time are
-    gathered by a multiply that moves the low bits of 8 bytes into the top byte."""
-    for k in range(max(n, 0), BLOCK):
-        flags[k] = 0
-    bits = _U0
-    for w in range(8):
-        bits |= ((flag_words[w] * _GATHER_BYTE_BITS) >> np.uint64(56)) << np.uint64(8 * w)
-    return bits
-
-
-@njit(cache=True)
-def _char_start_bits(ids, block, n, lead_mask, flags, flag_words):
-    """Bit k set where a character starts at ids[block + k], for k < n <= 64 (the two ids
-    after each such position must be in the sequence). ``lead_mask`` bit b is set when
-    0xC0 + b is a lead byte of the set.
-
-    Scratch: ``flags`` uint8[64] and ``flag_words``, the same memory as uint64[8]
-    (``_packed_flags``).
-    """
-    for k in range(n):
-        p = np.uint64(block + k)
-        x, next1, next2 = np.int64(ids[p]), np.int64(ids[p + _U1]), np.int64(ids[p + _U2])
-        is_lead = ((x >> 6) == 3) & (((lead_mask >> (x & 63)) & 1) != 0)
-        flags[k] = is_lead & (((next1 ^ 0x80) | (next2 ^ 0x80)) < 0x40)
-    return _packed_flags(n, flags, flag_words)
-
-
-@njit(inline="always", cache=True)
-def _any_at_least(ids, block, n, threshold):
-    """Whether any of ids[block : block + n] is >= threshold (a vectorised reduction)."""
-    found = False
-    for k in range(n):
-        found |= ids[np.uint64(block + k)] >= threshold
-    return found
-
-
-@njit(inline="always", cache=True)
-def _copy8(ids, p, out, o):
-    """out[o : o + 8] = ids[p : p + 8], every load before any store: one vector move."""
-    a0, a1, a2, a3 = ids[p], ids[p + _U1], ids[p + _U2], ids[p + _U3]
-    a4, a5, a6, a7 = (ids[p + np.uint64(4)], ids[p + np.uint64(5)], ids[p + np.uint64(6)],
-                      ids[p + np.uint64(7)])
-    out[o], out[o + _U1], out[o + _U2], out[o + _U3] = a0, a1, a2, a3
-    out[o + np.uint64(4)], out[o + np.uint64(5)] = a4, a5
-    out[o + np.uint64(6)], out[o + np.uint64(7)] = a6, a7
-
-
-@njit(inline="always", cache=True)
-def _copy_run(ids, p, q, out, o, has_room):
-    """Copy the plain ids ids[p:q] to out[o:]; return the next output position.
-
-    With ``has_room`` (COPY_STEP ids after q in ids, and after o + q - p in this
-    thread's part of out), copies COPY_STEP ids at a time, past q: the ids after the
-    run are written over next.
-    """
-    length = q - p
-    if not has_room:
-        for k in range(length):
-            out[o + np.uint64(k)] = ids[p + np.uint64(k)]
-        return o + length
-    done = _U0
-    while True:
-        _copy8(ids, p + done, out, o + done)
-        _copy8(ids, p + done + np.uint64(8), out, o + done + np.uint64(8))
-        done += np.uint64(COPY_STEP)
-        if done >= length:
-            return o + length
-
-
-@njit(inline="always", cache=True)
-def _encode_char(ids, q, lead_prefix_ids, value_ids, out, o, prefix_in_force):
-    """Write the character starting at ids[q] from out[o]; return (next o, its prefix).
-
-    The prefix is written always and kept only when it differs from the one in force.
-    """
-    b1, b2, b3 = ids[q], ids[q + _U1], ids[q + _U2]
-    prefix = lead_prefix_ids[b1]
-    out[o] = prefix
-    o += np.uint64(prefix != prefix_in_force)
-    out[o] = value_ids[np.uint64(hi_value(b1, b2))]
-    out[o + _U1] = value_ids[np.uint64(lo_value(b2, b3))]
-    return o + _U2, prefix
-
-
-@njit(cache=True)
-def _encode_dense(ids, start, stop, span_stop, lead_prefix_ids, value_ids, base, out, o,
-                  prefix_in_force):
-    """Encode the units starting in [start, stop) one by one, branching on each id (the
-    loop this module had before the bit masks); characters may run to ``span_stop``.
-    For character-dense output, where the branch "character or not" is predicted well.
-
-    Returns (next input position, next output position, prefix in force, first bad
-    position or -1). No counters in the loop: one more live register made it ~10% slower.
-    """
-    i, o = np.uint64(start), np.uint64(o)
-    stop, span_stop, base = np.uint64(stop), np.uint64(span_stop), np.uint32(base)
-    first_bad = -1
-    while i < stop:
-        b1 = ids[i]
-        lead_prefix = lead_prefix_ids[b1] if b1 < 256 else _NO_LEAD
-        if lead_prefix != 0 and i + _U2 < span_stop and starts_char(
-            lead_prefix, ids[i + _U1], ids[i + _U2]
-        ):
-            b2, b3 = ids[i + _U1], ids[i + _U2]
-            out[o] = lead_prefix
-            o += np.uint64(lead_prefix != prefix_in_force)
-            prefix_in_force = lead_prefix
-            out[o] = value_ids[np.uint64(hi_value(b1, b2))]
-            out[o + _U1] = value_ids[np.uint64(lo_value(b2, b3))]
-            o += _U2
-            i += _U3
-        else:
-            if b1 >= base and first_bad < 0:
-                first_bad = np.int64(i)
-            out[o] = b1
-            o += _U1
-            prefix_in_force = _NO_LEAD
-            i += _U1
-    return i, o, prefix_in_force, first_bad
-
-
-@njit(cache=True)
-def _encode_span(ids, start, stop, lead_mask, lead_prefix_ids, value_ids, base, out, out_start,
-                 write_stop, dense, flags, flag_words):
-    """Encode ids[start:stop], all of one sequence, no character across ``stop``; write
-    from out[out_start]. Nothing is written at or after ``write_stop`` (<= len(ids)).
-
-    Returns (next output position, first bad position or -1, dense). Goes a block at a
-    time: DENSE_RUN positions by ``_encode_dense`` while the positions before were
-    dense in characters (``dense``: DENSE_CHARS or more per 64), else BLOCK positions by
-    the start bit mask. A bad id (>= base) is never part of a character, so the first
-    one is the first id >= base. Scratch: ``flags`` and ``flag_words`` of
-    ``_char_start_bits``.
-    """
-    p, o = np.uint64(start), np.uint64(out_start)
-    prefix_in_force = _NO_LEAD
-    first_bad = -1
-    dense_blocks = 0
-    block = start
-    while block < stop:
-        if dense:
-            block_stop = min(block + DENSE_RUN, stop)
-            p, o, prefix_in_force, bad = _encode_dense(
-                ids, p, block_stop, stop, lead_prefix_ids, value_ids, base, out, o,
-                prefix_in_force)
-            if first_bad < 0:
-                first_bad = bad
-            sample = max(block_stop - BLOCK, block)  # the density of the run's last block
-            sample_starts = _char_start_bits(ids, sample, min(block_stop, stop - 2) - sample,
-                                             lead_mask, flags, flag_words)
-            dense = np.int64(_count_ones(sample_starts)) * BLOCK >= DENSE_CHARS * (
-                block_stop - sample)
-            block = np.int64(p)
-            continue
-        n = min(BLOCK, stop - block)
-        if first_bad < 0 and _any_at_least(ids, block, n, base):
-            first_bad = block + np.argmax(ids[block : block + n] >= base)
-        starts = _char_start_bits(ids, block, min(n, stop - 2 - block), lead_mask, flags,
-                                  flag_words)
-        # Two dense blocks in a row before a long per-id run: on mixed output one block
-        # in ~70 is dense by chance.
-        dense_blocks = dense_blocks + 1 if _count_ones(starts) >= DENSE_CHARS else 0
-        dense = dense_blocks >= 2
-        has_room = block + BLOCK + COPY_STEP <= write_stop  # output is never ahead of input
-        while starts:
-            q = np.uint64(block) + _trailing_zeros(starts)
-            starts &= starts - _U1
-            prefix_in_force = prefix_in_force if q == p else _NO_LEAD
-            o = _copy_run(ids, p, q, out, o, has_room)
-            o, prefix_in_force = _encode_char(ids, q, lead_prefix_ids, value_ids, out, o,
-                                              prefix_in_force)
-            p = q + _U3
-        # The plain ids after the last character are copied with the next run, or here
-        # before a dense block.
-        if dense:
-            block = np.int64(p)
-        else:
-            block = max(block + BLOCK, np.int64(p))
-    o = _copy_run(ids, p, np.uint64(stop), out, o, stop + COPY_STEP <= write_stop)
-    return np.int64(o), first_bad, dense
-
-
-@njit(cache=True)
-def _flag_scratch():
-    """``flags`` uint8[64] and ``flag_words`` uint64[8] over the same memory."""
-    flag_words = np.empty(BLOCK // 8, dtype=np.uint64)
-    return flag_words.view(np.uint8), flag_words
-
-
 @hot
 def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out, sequence_chunk):
     """Step past every sequence that ends at or before position i; each one entered
@@ -585,62 +369,218 @@ def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out, sequence_chun
     return sequence
 
 
+def _first_found(positions):
+    """The first position that is not -1 (chunks are in order), or -1."""
+    found = positions[positions >= 0]
+    return int(found[0]) if found.size else -1
+
+
+@intrinsic
+def _trailing_zeros(typingctx, word):
+    """The number of trailing zero bits of a nonzero uint64 (LLVM cttz: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+    return types.uint64(types.uint64), codegen
+
+
+EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
+ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
+DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
+_EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
+
+
+@njit(inline="always", cache=True)
+def _relative_bounds(p, start, stop):
+    """(start, stop) of the span relative to position p, plus EDGE, clamped to what a
+    step can see: both small non-negative numbers."""
+    return max(start - p + EDGE, 0), min(stop - p + EDGE, EDGE + ENCODE_REACH[1])
+
+
+@njit(inline="always", cache=True)
+def _needs_edge_copy(p, n, reach):
+    """Whether a step at p would read outside ids[0:n] (``reach``: how far back, ahead)."""
+    return p < reach[0] or p + reach[1] > n
+
+
 @njit(cache=True)
-def _encode_chunk(ids, offsets, chunk, bounds, lead_mask, lead_prefix_ids, value_ids, base,
-                  out, sequence_out, sequence_chunk):
-    """Encode chunk ``chunk``; record where each sequence starting in it begins in ``out``."""
+def _edge_copy(ids, p, scratch):
+    """scratch[EDGE + k] = ids[p + k] for -EDGE <= k < len(scratch) - EDGE, 0 outside ids:
+    a step at position EDGE of ``scratch`` then sees what it would at p, and zeros (a
+    plain id) past either end."""
+    for k in range(scratch.size):
+        source = p - EDGE + k
+        scratch[k] = ids[source] if 0 <= source < ids.size else 0
+
+
+def _array_data(context, builder, array_type, array):
+    """The data pointer of a Numba array value, in an ``@intrinsic``."""
+    return context.make_array(array_type)(context, builder, array).data
+
+
+def _i64(k):
+    return ir.Constant(ir.IntType(64), k)
+
+
+# --- the encoding step ---------------------------------------------------------------
+
+# What the encoding step knows of the id layout, from the policy's tables
+# (``_encode_lane_table`` derives it and checks that the tables have this shape):
+# 11 ints = lead-byte bits (bit b for 0xE0 + b), the prefix id of each lead-byte quad
+# (0xE0-0xE3, ...), the value id of hi value (t << 7) | 0x40 for t = 0..3 (the
+# next 31 hi values follow it), of lo value (s << 8) | 0x80 for s = 0, 1 (63 follow).
+_LEAD_BITS, _QUAD_PREFIX, _HI_FIRST, _LO_FIRST = 0, 1, 5, 9
+
+
+def _encode_lane_table(lead_prefix_ids, value_ids):
+    """The encoding step's layout table (11 ints); ValueError if the tables do not fit it."""
+    leads = np.flatnonzero(lead_prefix_ids)
+    quads = (leads >> 2) & 3
+    table = np.zeros(11, dtype=np.uint32)
+    table[_LEAD_BITS] = np.bitwise_or.reduce(1 << (leads - 0xE0), initial=0)
+    table[_QUAD_PREFIX + quads] = lead_prefix_ids[leads]
+    table[_HI_FIRST : _HI_FIRST + 4] = value_ids[(np.arange(4) << 7) | 0x40]
+    table[_LO_FIRST : _LO_FIRST + 2] = value_ids[(np.arange(2) << 8) | 0x80]
+    hi = (np.arange(4)[:, None] << 7) | 0x40 | np.arange(32)
+    lo = (np.arange(2)[:, None] << 8) | 0x80 | np.arange(64)
+    fits = (
+        leads.size > 0 and leads[0] >= 0xE0 and leads[-1] <= 0xEF
+        and np.array_equal(lead_prefix_ids[leads], table[_QUAD_PREFIX + quads])
+        and np.array_equal(value_ids[hi], table[_HI_FIRST : _HI_FIRST + 4, None] + np.arange(32))
+        and np.array_equal(value_ids[lo], table[_LO_FIRST : _LO_FIRST + 2, None] + np.arange(64))
+    )
+    if not fits:
+        raise ValueError("lead_prefix_ids / value_ids do not follow the layout of DESIGN §3 "
+                         "(one prefix id per lead-byte quad of 0xE0-0xEF, value ids consecutive "
+                         "over each run of hi and lo values): build them with gpubpe.bitlevel")
+    return tuple(int(word) for word in table)  # constants of the compiled step
+
+
+def _select_of(lanes, word, entries):
+    """Lanes picking ``entries[k]`` (splatted IR values) where ``word`` holds k."""
+    picked = entries[-1]
+    for k in range(len(entries) - 2, -1, -1):
+        picked = word.eq(k).select(entries[k], picked)
+    return picked
+
+
+def _encode_lanes(lanes, ids_at, layout, start, stop, base):
+    """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16]):
+    (coded ids, which of them are kept, which positions hold a bad id)."""
+    position = lanes.lane_numbers() + EDGE
+
+    def starts_at(d):  # a character starts at p + lane + d
+        b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
+        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
+        continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
+        inside = (position + d).ge(start) & (position + d + 2).lt(stop)
+        return is_lead & continues & inside
+
+    def prefix_ids(b1):
+        return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+
+    here, back1, back2, back3 = starts_at(0), starts_at(-1), starts_at(-2), starts_at(-3)
+    before, x = ids_at(-1), ids_at(0)
+    hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) + ((x >> 1) & 31)
+    lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
+    prefix = prefix_ids(x)
+    prefix_in_force = back3.select(prefix_ids(ids_at(-3)), 0)
+    coded = here.select(prefix, back1.select(hi_ids, back2.select(lo_ids, x)))
+    in_span = position.lt(stop)
+    keep = in_span & (~here | prefix.ne(prefix_in_force))
+    bad = in_span & ~(here | back1 | back2) & x.ge(base)
+    return coded, keep, bad
+
+
+@intrinsic
+def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
+    """Encode positions p .. p + 15 into out[o:]; return (ids written, bad-id bits).
+
+    ``start`` and ``stop`` bound the span relative to p (``_relative_bounds``); reads
+    ids[p - 3 : p + 18] and writes out[o : o + 16].
+    """
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, start_v, stop_v, layout_v, base_v, out_v, o_v = args
+        lanes = LaneBuilder(builder)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[4]))]
+
+        def ids_at(k):
+            return lanes.load(ids_data, builder.add(p_v, _i64(k)))
+
+        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(start_v),
+                                         lanes.splat(stop_v), lanes.splat(base_v))
+        lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
+                         o_v)
+        return context.make_tuple(builder, signature.return_type, [lanes.count(keep),
+                                                                   bad.bits().value])
+    return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
+
+
+@njit(cache=True)
+def _encode_span(ids, start, stop, layout, base, out, o, scratch):
+    """Encode ids[start:stop], all of one sequence, into out[o:]; return (next output
+    position, first bad position or -1). Writes up to LANES ids past its output."""
+    first_bad = -1
+    for p in range(start, stop, LANES):
+        relative_start, relative_stop = _relative_bounds(p, start, stop)
+        if _needs_edge_copy(p, ids.size, ENCODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, bad = _encode_step(scratch, EDGE, relative_start, relative_stop, layout,
+                                        base, out, o)
+        else:
+            written, bad = _encode_step(ids, p, relative_start, relative_stop, layout, base,
+                                        out, o)
+        if bad != 0 and first_bad < 0:
+            first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
+        o += written
+    return o, first_bad
+
+
+@njit(cache=True)
+def _encode_chunk(ids, offsets, chunk, bounds, source, layout, base, out, sequence_out,
+                  sequence_chunk):
+    """Encode chunk ``chunk`` into out[source:]; record where its sequences begin."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i = o = start
+    i, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
-    dense = False
-    flags, flag_words = _flag_scratch()
+    scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
     while i < stop:
         sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
                                     sequence_chunk)
-        sequence_stop = offsets[sequence + 1]
-        span_stop = min(stop, sequence_stop)
-        o, bad, dense = _encode_span(ids, i, span_stop, lead_mask, lead_prefix_ids, value_ids,
-                                     base, out, o, stop, dense, flags, flag_words)
+        span_stop = min(stop, offsets[sequence + 1])
+        o, bad = _encode_span(ids, i, span_stop, layout, base, out, o, scratch)
         i = span_stop
         if first_bad < 0:
             first_bad = bad
-    return o - start, first_bad
-
-
-def _lead_mask(lead_prefix_ids):
-    """int64 bit mask of the lead bytes of the set: bit b for byte 0xC0 + b."""
-    leads = np.flatnonzero(lead_prefix_ids)
-    if leads.size and leads[0] < 0xC0:
-        raise ValueError(f"lead_prefix_ids gives {leads[0]:#x} a prefix: not a UTF-8 lead byte")
-    bits = np.bitwise_or.reduce(np.uint64(1) << (leads - 0xC0).astype(np.uint64),
-                                initial=np.uint64(0))
-    return int(np.array(bits, dtype=np.uint64).view(np.int64))
+    return o - source, first_bad
 
 
 def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
                         n_chunks=None):
-    """Encode with Numba: one sequential loop per chunk of positions, chunks in parallel.
+    """Encode with Numba: 16-lane vector steps over each chunk of positions, chunks in
+    parallel.
 
     Returns ``(out_ids, out_offsets, first_bad)`` like ``bitlevel_encode_numpy``.
     ``n_chunks`` defaults to ``numba.get_num_threads()`` (one chunk per thread; fewer
-    for short inputs). Scratch: an output buffer of len(ids) ids (returned, trimmed,
-    when one chunk ran).
+    for short inputs). Scratch: an output buffer of len(ids) + 16 ids per chunk
+    (returned, trimmed, when one chunk ran).
     """
+    layout = _encode_lane_table(lead_prefix_ids, value_ids)
     bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), False,
                           lead_prefix_ids, base_vocab_size, 0)
-    out = np.empty(ids.size, dtype=np.uint32)  # NumPy's allocator: huge pages, see the notes
+    sources = _chunk_sources(bounds, 1)
+    out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
     chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
-        ids, offsets, bounds, _lead_mask(lead_prefix_ids), lead_prefix_ids, value_ids,
-        base_vocab_size, out)
-    joined, out_offsets = _join_chunks(out, bounds, 1, chunk_lengths, sequence_out,
+        ids, offsets, bounds, sources, layout, base_vocab_size, out)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _encode_chunks(ids, offsets, bounds, lead_mask, lead_prefix_ids, value_ids,
-                   base_vocab_size, out):
+def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
     """Run ``_encode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
@@ -648,17 +588,218 @@ def _encode_chunks(ids, offsets, bounds, lead_mask, lead_prefix_ids, value_ids,
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
     for c in prange(n_chunks):
-        result = _encode_chunk(ids, offsets, c, bounds, lead_mask, lead_prefix_ids, value_ids,
-                               base_vocab_size, out, sequence_out, sequence_chunk)
+        result = _encode_chunk(ids, offsets, c, bounds, sources[c], layout, base_vocab_size,
+                               out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
     return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
 
 
-def _first_found(positions):
-    """The first position that is not -1 (chunks are in order), or -1."""
-    found = positions[positions >= 0]
-    return int(found[0]) if found.size else -1
+# --- the decoding step ---------------------------------------------------------------
+
+# What the decoding step knows of the id layout (``_decode_lane_table`` derives it from
+# the decode table and checks that the table has this shape): 4 ints = for each
+# run of 32 value ids (k >> 5 of id base + k), its first value >> 5 in 4 bits; bit
+# k >> 5 set for runs of hi values; for each prefix id, its prefix - 0x38 in 2 bits;
+# the number of prefix ids.
+_RUN_VALUES, _RUN_IS_HI, _PREFIX_VALUES, _N_PREFIXES = 0, 1, 2, 3
+_NONE, _UNSEEN = 1, 0  # the decoding step's "no prefix in force", "no event yet" (prefixes
+# are 0x38-0x3B)
+
+
+def _decode_lane_table(decode_table):
+    """The decoding step's layout table (4 ints); ValueError if the table does not fit it."""
+    kinds, payloads = decode_table >> 16, decode_table & 0xFFFF
+    n_prefixes = decode_table.size - N_VALUE_IDS
+    run_values = payloads[:N_VALUE_IDS:32] >> 5
+    run_kinds = kinds[:N_VALUE_IDS:32]
+    prefixes = payloads[N_VALUE_IDS:].astype(np.int64) - 0x38
+    k = np.arange(min(decode_table.size, N_VALUE_IDS))
+    fits = (
+        0 <= n_prefixes <= 4 and run_values.size == 8
+        and np.array_equal(payloads[:N_VALUE_IDS], (run_values[k >> 5] << 5) | (k & 31))
+        and np.array_equal(kinds[:N_VALUE_IDS], run_kinds[k >> 5])
+        and np.all((run_kinds == KIND_HI) | (run_kinds == KIND_LO))
+        and np.all(kinds[N_VALUE_IDS:] == KIND_PREFIX) and np.all((prefixes >= 0) & (prefixes < 4))
+    )
+    if not fits:
+        raise ValueError("decode_table does not follow the layout of DESIGN §3 (256 value ids "
+                         "in runs of 32 consecutive values, then up to 4 prefix ids of lead "
+                         "bytes 0xE0-0xEF): build it with gpubpe.bitlevel")
+    table = np.zeros(4, dtype=np.uint32)
+    table[_RUN_VALUES] = np.bitwise_or.reduce(run_values.astype(np.int64) << (4 * np.arange(8)))
+    table[_RUN_IS_HI] = np.bitwise_or.reduce((run_kinds == KIND_HI) << np.arange(8))
+    table[_PREFIX_VALUES] = np.bitwise_or.reduce(prefixes << (2 * np.arange(n_prefixes)),
+                                                 initial=0)
+    table[_N_PREFIXES] = n_prefixes
+    return tuple(int(word) for word in table)  # constants of the compiled step
+
+
+# The decoding step's classes of id, one bit each so that its checks are bit logic on
+# lanes (mask-register logic runs on one port and was the step's bottleneck).
+_HI, _LO, _PREFIX, _PLAIN, _INVALID = 1, 2, 4, 8, 16
+
+
+def _classes(x, layout, base):
+    """(class of each id, its 9-bit value where it is a value id, its index among the
+    codec's ids)."""
+    index = x - base
+    run = (index >> 5) & 7
+    value_class = (((layout[_RUN_IS_HI] >> run) & 1) ^ 1) + _HI  # _HI or _LO
+    is_prefix = (index - N_VALUE_IDS).lt(layout[_N_PREFIXES])
+    other_class = x.lt(base).select(_PLAIN, is_prefix.select(_PREFIX, _INVALID))
+    value = (((layout[_RUN_VALUES] >> (run << 2)) & 15) << 5) | (index & 31)
+    return index.lt(N_VALUE_IDS).select(value_class, other_class), value, index
+
+
+def _last_prefix_seen(is_event, event_prefix):
+    """The "last prefix seen" scan over 16 lanes: at each lane the prefix set by the last
+    event at or before it, _UNSEEN if there is none. Four rounds of doubling; none of
+    it waits on the previous step (its prefix is put in afterwards), so steps overlap."""
+    seen = is_event.select(event_prefix, _UNSEEN)
+    for distance in (1, 2, 4, 8):
+        seen = seen.ne(_UNSEEN).select(seen, seen.shifted_up(_UNSEEN, distance))
+    return seen
+
+
+def _decode_lanes(lanes, x, layout, n_in_span, base, carried):
+    """What ids x = ids[p : p + 16] decode to: (first id, second id, how many of the two
+    each position writes, malformed bits, last prefix seen, classes, 9-bit values).
+
+    A base id writes itself, a hi id the lead byte, a lo id the middle and last bytes
+    (the middle one from the hi value before it); a prefix id writes nothing.
+    Positions from ``n_in_span`` on are outside the span and taken as base ids.
+    ``carried`` = (prefix in force before p, class and value of ids[p - 1]): a unit that
+    starts at p + 15 is finished, and checked, by the next step. Each check looks at a
+    position and the one before it, on one-bit classes, so all of them are a few
+    logic operations on whole vectors.
+    """
+    prefix_before, class_before, value_before = carried
+    in_span = lanes.lane_numbers().lt(n_in_span)
+    klass, value, index = _classes(x, layout, base)
+    klass = in_span.select(klass, _PLAIN)
+    before = klass.shifted_up(class_before, 1)
+    payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
+    event_prefix = (klass & _PREFIX).ne(0).select(payload, _NONE)
+    seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0), event_prefix)
+    prefix = seen.eq(_UNSEEN).select(prefix_before, seen)
+    bad = (
+        ((klass >> 1) ^ before)  # a lo id right after each hi id, and only there
+        | (klass & ~(prefix >> 3))  # a prefix in force at a hi id (0x38-0x3B; _NONE is 1)
+        | ((before >> 2) & ~klass)  # a hi id right after each prefix id
+    ) & 1 | (klass >> 4)  # no id past the codec's
+    hi_value = value.shifted_up(value_before, 1)
+    lead = (prefix << 2) | (value >> 7)
+    middle = ((hi_value & 0x7F) << 1) | (value >> 8)
+    first = klass.eq(_PLAIN).select(x, klass.eq(_HI).select(lead, middle))
+    written = (klass & (_HI | _LO)) | ((klass >> 3) & 1)  # hi 1, lo 2, prefix 0, plain 1
+    return (first, value & 0xFF, in_span.select(written, 0), bad.ne(0).bits(), seen, klass,
+            value)
+
+
+@intrinsic
+def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
+    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the span) into out[o:]; ``carried`` as ``_decode_lanes`` takes it. Returns (ids written,
+    malformed bits, what to carry to the next step). Reads ids[p : p + 16], writes
+    out[o : o + 32]. Where a bit of "malformed" is set what was written is not the
+    decoding (the caller redoes those positions)."""
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, n_in_span_v, layout_v, base_v, carried_v, out_v, o_v = args
+        lanes = LaneBuilder(builder)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[3]))]
+        carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
+        x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
+        first, last, written, malformed, seen, klass, value = _decode_lanes(
+            lanes, x, layout_words, lanes.splat(n_in_span_v), lanes.splat(base_v), carried)
+        out_data = _array_data(context, builder, signature.args[6], out_v)
+        second_of_pair = lanes.constants([0, 1] * (LANES // 2))
+        counts = []
+        for half in (0, 1):  # positions 0-7, then 8-15: first and second ids in turn
+            keep = second_of_pair.lt(lanes.interleaved(written, written, half))
+            at = builder.add(o_v, counts[0]) if counts else o_v
+            lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
+            counts.append(lanes.count(keep))
+        seen_last = builder.zext(seen.last(), ir.IntType(64))
+        prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
+                                      builder.extract_value(carried_v, 0), seen_last)
+        carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
+        return context.make_tuple(builder, signature.return_type, [
+            builder.add(*counts), malformed.value,
+            context.make_tuple(builder, signature.return_type[2], carry)])
+    carried_type = types.UniTuple(types.int64, 3)
+    return_type = types.Tuple((types.int64, types.int64, carried_type))
+    return return_type(ids, p, n_in_span, layout, base, carried, out, o), codegen
+
+
+@njit(cache=True)
+def _decode_span(ids, start, stop, sequence_stop, decode_table, layout, base, out, o,
+                 scratch):
+    """Decode ids[start:stop] of one sequence into out[o:]; return (next output position,
+    malformed units, first one or -1). Steps with a malformed unit are redone one unit
+    at a time by ``_decode_units``; writes up to 2 * LANES ids past its output."""
+    p, carried = start, (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
+    n_bad, first_bad = 0, -1
+    while p < stop:
+        n_in_span = min(stop - p, LANES)
+        if _needs_edge_copy(p, ids.size, DECODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, malformed, carry = _decode_step(scratch, EDGE, n_in_span, layout, base,
+                                                     carried, out, o)
+        else:
+            written, malformed, carry = _decode_step(ids, p, n_in_span, layout, base,
+                                                     carried, out, o)
+        if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
+            p, o, carried = p + LANES, o + written, carry
+            continue
+        p, o, carried, run_bad, run_first_bad = _redo_units(
+            ids, p, min(p + LANES, stop), sequence_stop, decode_table, base, out, o, carried)
+        n_bad += run_bad
+        if first_bad < 0:
+            first_bad = run_first_bad
+    return o, n_bad, first_bad
+
+
+@njit(inline="always", cache=True)
+def _leaves_unit_open(carried):
+    """Whether a step's last position begins a unit (a hi or a prefix id)."""
+    return carried[1] == _HI or carried[1] == _PREFIX
+
+
+@njit(cache=True)
+def _redo_units(ids, p, stop, sequence_stop, decode_table, base, out, o, carried):
+    """Decode the units starting in [p, stop) one at a time, from the unit the step before
+    left open, if any; return what ``_decode_span`` keeps (p, o, carried, malformed
+    units, first one or -1)."""
+    if _leaves_unit_open(carried):  # ids[p - 1]: a hi id wrote its lead byte, a prefix nothing
+        p, o = p - 1, o - (1 if carried[1] == _HI else 0)
+    p, o, prefix, n_bad, first_bad = _decode_units(ids, p, stop, sequence_stop, decode_table,
+                                                   base, out, o, carried[0])
+    return p, o, (prefix, np.int64(_PLAIN), np.int64(0)), n_bad, first_bad
+
+
+@njit(cache=True)
+def _decode_units(ids, start, stop, sequence_stop, decode_table, base, out, o, prefix):
+    """Decode the units starting in [start, stop) one by one (``_decode_unit_at``), for
+    steps with a malformed unit. ``prefix`` as in the vector step (``_NONE``: none).
+
+    Returns (next input position, next output position, prefix in force, malformed
+    units, first one or -1).
+    """
+    i, o = np.uint64(start), np.uint64(o)
+    prefix = NO_PREFIX if prefix == _NONE else np.int64(prefix)
+    n_bad, first_bad = 0, -1
+    while i < stop:
+        step, written, is_bad, prefix = _decode_unit_at(ids, i, sequence_stop, decode_table,
+                                                        np.uint64(base), prefix, out, o)
+        if is_bad:
+            n_bad += 1
+            if first_bad < 0:
+                first_bad = np.int64(i)
+        i += step
+        o += written
+    return (np.int64(i), np.int64(o), _NONE if prefix == NO_PREFIX else prefix, n_bad,
+            first_bad)
 
 
 @njit(cache=True)
@@ -671,235 +812,86 @@ def _decode_entry(x, decode_table, base):
 
 
 @njit(cache=True)
-def _codec_id_bits(ids, block, n, base, flags, flag_words):
-    """Bit k set where ids[block + k] >= base (a codec id), for k < n <= 64; scratch and
-    packing as in ``_char_start_bits``."""
-    for k in range(n):
-        flags[k] = ids[np.uint64(block + k)] >= base
-    return _packed_flags(n, flags, flag_words)
-
-
-@njit(inline="always", cache=True)
-def _char_prefix(first_entry, hi_entry, lo_entry, has_prefix, prefix):
-    """The prefix of a well-formed ``[prefix] hi lo`` with these decode entries (the first
-    one read only ``has_prefix``), or NO_PREFIX if it is not one."""
-    char_prefix = entry_payload(first_entry) if has_prefix else prefix
-    well_formed = entry_kind(hi_entry) == KIND_HI and entry_kind(lo_entry) == KIND_LO
-    return char_prefix if well_formed else NO_PREFIX
-
-
-@njit(inline="always", cache=True)
-def _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o):
-    hi, lo = entry_payload(hi_entry), entry_payload(lo_entry)
-    out[o] = lead_byte(char_prefix, hi)
-    out[o + _U1] = middle_byte(hi, lo)
-    out[o + _U2] = last_byte(lo)
-
-
-@njit(cache=True)
-def _decode_dense(ids, start, stop, sequence_stop, decode_table, base, out, o, prefix):
-    """Decode the units starting in [start, stop) one by one, branching on each id. The
-    loop for output dense in codec ids, where "base id or not" is predicted well.
-
-    Returns (next input position, next output position, prefix in force, malformed
-    units, first one or -1). No counters in the loop: one more live register made it
-    ~10% slower.
-    """
-    i, o = np.uint64(start), np.uint64(o)
-    stop, sequence_stop, base = np.uint64(stop), np.uint64(sequence_stop), np.uint64(base)
-    table_size = np.uint64(decode_table.size)
-    n_bad = 0
-    first_bad = -1
-    while i < stop:
-        x = ids[i]
-        if x < base:  # a base id passes through and ends the prefix in force
-            out[o] = x
-            o += _U1
-            prefix = NO_PREFIX
-            i += _U1
-            continue
-        # [prefix] hi lo, the lookups written out (array-taking helpers with branches
-        # cost an NRT incref/decref pair per call). Whether a prefix id comes first is
-        # read from the id's range, not the table: the next position waits on one load.
-        first = np.uint64(x) - base
-        has_prefix = first >= _N_VALUES
-        j = i + np.uint64(has_prefix)
-        if j + _U1 < sequence_stop and first < table_size:
-            hi_index = np.uint64(ids[j]) - base  # wraps to a huge value for base ids
-            lo_index = np.uint64(ids[j + _U1]) - base
-            if hi_index < _N_VALUES and lo_index < _N_VALUES:
-                hi_entry, lo_entry = decode_table[hi_index], decode_table[lo_index]
-                # the first entry is loaded either way: a select, not a branch
-                char_prefix = _char_prefix(decode_table[first], hi_entry, lo_entry,
-                                           has_prefix, prefix)
-                if char_prefix != NO_PREFIX:
-                    _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o)
-                    o += _U3
-                    i = j + _U2
-                    prefix = char_prefix
-                    continue
-        step, written, is_bad, prefix = _decode_slow_unit(ids, i, sequence_stop, decode_table,
-                                                          base, prefix, out, o)
-        if is_bad:
-            n_bad += 1
-            if first_bad < 0:
-                first_bad = np.int64(i)
-        i += step
-        o += written
-    return i, o, prefix, n_bad, first_bad
-
-
-@njit(cache=True)
-def _decode_span(ids, start, stop, sequence_stop, decode_table, base, out, out_start,
-                 write_stop, dense, flags, flag_words):
-    """Decode the units starting in [start, stop) of one sequence; write from out[out_start].
-
-    Returns (next output position, malformed units, first one or -1, dense). Goes a
-    block at a time: DENSE_RUN positions by ``_decode_dense`` while the positions
-    before were dense in codec ids (``dense``: fewer than DENSE_PLAIN base ids per 64),
-    else BLOCK positions by the codec id bit mask: base ids copied in runs, the units
-    that start with a codec id visited one by one. Nothing is written at or after
-    ``write_stop``; each position writes at most 3 ids. Scratch: ``flags`` and
-    ``flag_words`` of ``_codec_id_bits``.
-    """
-    p, o = np.uint64(start), np.uint64(out_start)
-    sequence_stop, base = np.uint64(sequence_stop), np.uint64(base)
-    table_size = np.uint64(decode_table.size)
-    prefix = NO_PREFIX
-    n_bad = 0
-    first_bad = -1
-    dense_blocks = 0
-    block = start
-    while block < stop:
-        if dense:
-            block_stop = min(block + DENSE_RUN, stop)
-            p, o, prefix, run_bad, run_first_bad = _decode_dense(
-                ids, p, block_stop, sequence_stop, decode_table, base, out, o, prefix)
-            n_bad += run_bad
-            if first_bad < 0:
-                first_bad = run_first_bad
-            sample = max(block_stop - BLOCK, block)  # the density of the run's last block
-            n = block_stop - sample
-            n_plain = n - np.int64(_count_ones(_codec_id_bits(ids, sample, n, base, flags,
-                                                              flag_words)))
-            dense = n_plain * BLOCK < DENSE_PLAIN * n
-            block = np.int64(p)
-            continue
-        block_start = np.uint64(block)
-        n = min(BLOCK, stop - block)
-        coded = _codec_id_bits(ids, block, n, base, flags, flag_words)
-        dense_blocks = dense_blocks + 1 if np.int64(_count_ones(coded)) > n - DENSE_PLAIN else 0
-        dense = dense_blocks >= 2  # as in _encode_span
-        has_room = (3 * (block + BLOCK) + COPY_STEP <= write_stop
-                    and block + BLOCK + COPY_STEP <= ids.size)
-        while coded:
-            i = block_start + _trailing_zeros(coded)
-            prefix = prefix if i == p else NO_PREFIX  # a base id ends the prefix in force
-            o = _copy_run(ids, p, i, out, o, has_room)
-            first = np.uint64(ids[i]) - base  # as in _decode_dense
-            has_prefix = first >= _N_VALUES
-            j = i + np.uint64(has_prefix)
-            char_prefix = NO_PREFIX
-            if j + _U1 < sequence_stop and first < table_size:
-                hi_index = np.uint64(ids[j]) - base
-                lo_index = np.uint64(ids[j + _U1]) - base
-                if hi_index < _N_VALUES and lo_index < _N_VALUES:
-                    hi_entry, lo_entry = decode_table[hi_index], decode_table[lo_index]
-                    char_prefix = _char_prefix(decode_table[first], hi_entry, lo_entry,
-                                               has_prefix, prefix)
-                    if char_prefix != NO_PREFIX:
-                        _write_char_bytes(char_prefix, hi_entry, lo_entry, out, o)
-                        o += _U3
-                        p = j + _U2
-                        prefix = char_prefix
-            if char_prefix == NO_PREFIX:
-                step, written, is_bad, prefix = _decode_slow_unit(
-                    ids, i, sequence_stop, decode_table, base, prefix, out, o)
-                if is_bad:
-                    n_bad += 1
-                    if first_bad < 0:
-                        first_bad = np.int64(i)
-                p = i + step
-                o += written
-            taken = p - block_start
-            coded &= (_ALL_BITS << (taken & _63)) if taken < _64 else _U0
-        block = np.int64(p) if dense else max(block + BLOCK, np.int64(p))
-    o = _copy_run(ids, p, np.uint64(stop), out, o, 3 * stop + COPY_STEP <= write_stop
-                  and stop + COPY_STEP <= ids.size)
-    return np.int64(o), n_bad, first_bad, dense
-
-
-@njit(cache=True)
-def _decode_slow_unit(ids, i, sequence_stop, decode_table, base, prefix, out, o):
-    """The unit at i when it is not a base id or a well-formed [prefix] hi lo: a prefix id
-    before a hi id that has no lo, or a malformed unit (written as U+FFFD).
+def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
+    """Decode the unit starting at i: a base id, a prefix id, a character, or a malformed
+    unit (written as U+FFFD), as ``decode_unit`` says.
 
     Returns (ids it spans, ids written, whether malformed, the prefix in force after).
     """
     entry = _decode_entry(ids[i], decode_table, base)
     kind = entry_kind(entry)
-    next_kind = KIND_END
-    if i + _U1 < sequence_stop:
-        next_kind = entry_kind(_decode_entry(ids[i + _U1], decode_table, base))
+    next_entry = np.uint32(KIND_END << 16)
+    if i + np.uint64(1) < sequence_stop:
+        next_entry = _decode_entry(ids[i + np.uint64(1)], decode_table, base)
+    next_kind = entry_kind(next_entry)
+    if kind == KIND_PASS:
+        out[o] = ids[i]
+        return np.uint64(1), np.uint64(1), False, NO_PREFIX
     if kind == KIND_PREFIX:
         prefix = np.int64(entry_payload(entry))
     elif kind == KIND_INVALID:
         prefix = NO_PREFIX
-    # A lo reached here has no hi before it: a hi takes its lo along.
-    if decode_unit(kind, next_kind, prefix != NO_PREFIX, False) == UNIT_EMPTY:
-        return _U1, _U0, False, prefix
+    unit = decode_unit(kind, next_kind, prefix != NO_PREFIX, False)  # a hi takes its lo along
+    if unit == UNIT_EMPTY:
+        return np.uint64(1), np.uint64(0), False, prefix
+    if unit == UNIT_CHAR:
+        hi, lo = entry_payload(entry), entry_payload(next_entry)
+        out[o] = lead_byte(prefix, hi)
+        out[o + np.uint64(1)] = middle_byte(hi, lo)
+        out[o + np.uint64(2)] = last_byte(lo)
+        return np.uint64(2), np.uint64(3), False, prefix
     for k in range(3):
         out[o + np.uint64(k)] = REPLACEMENT_BYTES[k]
-    return (_U2 if kind == KIND_HI and next_kind == KIND_LO else _U1), _U3, True, prefix
+    spans_lo = kind == KIND_HI and next_kind == KIND_LO
+    return (np.uint64(2) if spans_lo else np.uint64(1)), np.uint64(3), True, prefix
 
 
 @njit(cache=True)
-def _decode_chunk(ids, offsets, chunk, bounds, decode_table, base, out, sequence_out,
-                  sequence_chunk):
-    """Decode chunk ``chunk`` into out[3 * start:]; record where its sequences begin."""
+def _decode_chunk(ids, offsets, chunk, bounds, source, decode_table, layout, base, out,
+                  sequence_out, sequence_chunk):
+    """Decode chunk ``chunk`` into out[source:]; record where its sequences begin."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i = start
-    o = 3 * start
+    i, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
-    n_bad = 0
-    first_bad = -1
-    dense = False
-    flags, flag_words = _flag_scratch()
+    n_bad, first_bad = 0, -1
+    scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
     while i < stop:
         sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
                                     sequence_chunk)
         sequence_stop = offsets[sequence + 1]
         span_stop = min(stop, sequence_stop)
-        o, span_bad, span_first, dense = _decode_span(ids, i, span_stop, sequence_stop,
-                                                      decode_table, base, out, o, 3 * stop,
-                                                      dense, flags, flag_words)
+        o, span_bad, span_first = _decode_span(ids, i, span_stop, sequence_stop, decode_table,
+                                               layout, base, out, o, scratch)
         i = span_stop
         n_bad += span_bad
         if first_bad < 0:
             first_bad = span_first
-    return o - 3 * start, n_bad, first_bad
+    return o - source, n_bad, first_bad
 
 
 def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=None):
-    """Decode with Numba: one sequential loop per chunk of positions, chunks in parallel.
+    """Decode with Numba: 16-lane vector steps over each chunk of positions, chunks in
+    parallel.
 
     Returns ``(out_ids, out_offsets, n_malformed, first_malformed)``. ``n_chunks`` as
-    for encoding. Scratch: an output buffer of 3 * len(ids) ids (decoding grows at
-    most 3x); only the pages written are touched, and with one chunk the buffer is
-    returned, trimmed.
+    for encoding. Scratch: an output buffer of 3 * len(ids) + 16 ids per chunk (decoding
+    grows at most 3x); only the pages written are touched, and with one chunk the
+    buffer is returned, trimmed.
     """
+    layout = _decode_lane_table(decode_table)
     bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), True,
                           decode_table, base_vocab_size, decode_table.size)
-    out = np.empty(3 * ids.size, dtype=np.uint32)
+    sources = _chunk_sources(bounds, 3)
+    out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
     chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = _decode_chunks(
-        ids, offsets, bounds, decode_table, base_vocab_size, out)
-    joined, out_offsets = _join_chunks(out, bounds, 3, chunk_lengths, sequence_out,
+        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _decode_chunks(ids, offsets, bounds, decode_table, base_vocab_size, out):
+def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out):
     """Run ``_decode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
@@ -908,8 +900,8 @@ def _decode_chunks(ids, offsets, bounds, decode_table, base_vocab_size, out):
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
     for c in prange(n_chunks):
-        result = _decode_chunk(ids, offsets, c, bounds, decode_table, base_vocab_size, out,
-                               sequence_out, sequence_chunk)
+        result = _decode_chunk(ids, offsets, c, bounds, sources[c], decode_table, layout,
+                               base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]
@@ -1139,89 +1131,53 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 
 # Performance notes
 # -----------------
-# bench/bitlevel_bench.py, one thread, 20M ids, on a shared 2-core Xeon VM (another job
-# running, so +-30% between runs and the machine's speed drifts by up to 2x over minutes);
-# ratio = np.copy time / codec time, same input array. Compare only ratios from one run,
-# or old and new kernels interleaved in one process. Numbers: bench/RESULTS.md.
+# bench/bitlevel_bench.py, one thread, 20M ids, on a shared 2-core Xeon VM (AVX-512;
+# Numba reports "rocketlake"); ratio = np.copy time / codec time, same input array.
+# The machine's speed drifts by up to 2x over minutes: compare only ratios from one
+# run, or variants interleaved in one process (best of 21). Numbers: bench/RESULTS.md.
 #
-# What helped, in the order it was found:
+# The CPU kernels (2026-11-22, third version): 16-lane vector steps.
+# - Each of 16 positions works out what it writes from the ids around it, and
+#   llvm.experimental.vector.compress packs the kept lanes for one 64-byte store
+#   (vpcompressd with AVX-512, a branch-free lane-by-lane sequence elsewhere). Only
+#   target-independent IR: compiled for haswell (AVX2) and for baseline x86-64 with
+#   NUMBA_CPU_NAME, the prototype encoder was still as fast as the scalar loops below.
+# - Against the bit-mask loops they replaced (interleaved, best of 21, three runs):
+#   encode mixed 0.41-0.59 -> 0.61-0.66 of copy, bytes 0.48-0.66 -> 0.61-0.67;
+#   decode mixed 0.35-0.43 -> 0.55-0.63, bytes 0.34-0.50 -> 0.54-0.61.
+# - Table lookups are arithmetic on lanes: value ids are consecutive over runs of
+#   32 (or 64) values, so a lookup is a small select chain or a shift of a packed
+#   word (``_encode_lane_table``, ``_decode_lane_table`` check that the policy's tables
+#   have that shape). A masked gather from value_ids instead made "bytes" encoding
+#   slower than the old loop (64 vs 35 ms per 20M ids).
+# - Decoding: a hi id writes the lead byte, the lo id after it the middle and last
+#   bytes (it gets the hi value from the lane before, or from the step before), so no
+#   step reads ahead of its 16 ids and no unit's output waits for the next step.
+#   A step always advances 16: letting a step stop before a unit that crosses its end
+#   put the next load behind the classification of this one (a loop-carried chain:
+#   41 -> 44 ms, mixed). The "last prefix seen" scan is 4 rounds of doubling with
+#   _UNSEEN as fill, and the prefix from the step before is put in after it, so the
+#   scan does not wait on the previous step.
+# - Checks (is each hi id followed by a lo, each prefix id by a hi, ...) are bit
+#   logic on 16-bit masks of the classes in general-purpose registers. Written as
+#   logic on vectors of flags they compiled to mask-register instructions, which run
+#   on one port: dropping the checks altogether saved 12 of 42 ms, the bit form about
+#   half of that. A step with any malformed unit is redone one unit at a time
+#   (``_decode_units``), from the unit the step before left open.
+# - What is left: the two compress + 64-byte store pairs per decoding step (one per
+#   encoding step) are about half of the compute time (dropping them: 30 -> 14 ms);
+#   the stores are unaligned, so nearly every one splits a cache line. The memory form
+#   (llvm.masked.compressstore) was no faster. Page faults on the fresh output are
+#   the rest: np.copy spends about half its time in them, and so does a codec call.
+#
+# From the earlier scalar loops (bit masks of character starts, a per-id loop for
+# dense runs), still true of Numba code in general:
 # - Output allocated by NumPy in the Python wrapper, not by np.empty inside @njit:
-#   NumPy asks for transparent huge pages, Numba's allocator does not, and first-touch
-#   page faults were most of the cost (alloc + fill of 20M ids: 44 ms -> 23-30 ms;
-#   np.copy itself spends about half of its time in page faults here).
-# - uint64 indices in the hot loops: Numba adds a negative-index fix-up to every signed
-#   index. Encode on byte-heavy ids: 0.25 -> 0.48 G ids/s in a micro benchmark.
-# - Typed arithmetic: Numba widens uint32 to uint64, and uint64 meets int64 as float64;
-#   the decode loop compared kinds as doubles. Found by scanning the LLVM IR for
-#   sitofp/fcmp; the helpers now cast to int64 and none remain.
-# - No array arguments to inline="always" helpers that branch or return early:
-#   Numba-IR inlining leaves an atomic NRT incref/decref pair around every call (seen
-#   again in 2026-11: a decode helper with three returns made decode 2-3x slower).
-#   Branch-free helpers with one basic block (_encode_char, _copy8) are fine; the
-#   decoders write their table lookups in the loop.
-# - Branches made selects where the data decides at random: "is there a prefix id
-#   before this hi" comes from the id's range (cmov for the next position), and the
-#   prefix entry is loaded unconditionally so LLVM selects instead of branching
-#   (decode, byte-heavy: loop time ~30 -> ~18 ms per 10M ids); the encoder writes the
-#   prefix unconditionally and advances past it only when it changes.
-# - One test for both continuation bytes: ((b2 ^ 0x80) | (b3 ^ 0x80)) < 0x40.
-# - Bit masks instead of a branch per id (2026-11), for mixed output: a vectorised
-#   loop flags where characters (codec ids) start in 64 positions, the scalar loop
-#   walks the set bits (tzcnt/blsr) and copies the ids between them 16 at a time.
-#   The mispredicted "byte or merged token" branch becomes one loop exit per 64
-#   positions. Old and new interleaved in one process, mixed: encode 1.5-1.7x
-#   (0.26-0.30 -> 0.39-0.52 of copy speed), decode 1.2-1.3x (0.30-0.34 -> 0.36-0.43).
-# - Packing 64 flag bytes into a word with 8 multiplies (flags * 0x0102040810204080
-#   >> 56 gathers 8 flags), not `mask |= flag << k`: LLVM vectorised the latter as a
-#   64-bit-lane reduction; the mask pass went 23-28 ms -> 15-17 ms per 20M ids (about
-#   9 ms of it is reading the input from memory).
-# - Dense output keeps the per-id loop: where nearly every id is a byte of a character
-#   the branch is predicted and the mask pass is pure overhead (bit-mask path on
-#   "bytes": encode 0.32-0.40 vs 0.47-0.55 for the old loop). Each span switches per
-#   block: two dense bit-mask blocks in a row (DENSE_CHARS characters per 64; decoding:
-#   fewer than DENSE_PLAIN base ids) hand over to the per-id loop, which runs DENSE_RUN
-#   positions at a time while a 64-position sample at the end of each run is dense.
-#   A sample, not a counter in the loop: a counter cost the per-id loops ~10% (one
-#   more live register). Runs of 256 instead of 4096 cost "bytes" ~5-10%; one dense
-#   block by chance (1 in ~70 on "mixed") is why two in a row are asked for.
-# - Copies of 8 ids written as 8 loads, then 8 stores: LLVM then emits one vector move
-#   (a plain loop stays scalar: it cannot rule out that out and ids overlap).
-#
-# Tried and dropped:
-# - A fully branch-free step per character or per id: the position of the next step
-#   then waits on a load, a table lookup and a compare (a loop-carried chain); slower
-#   than the predicted branches even on "mixed" (0.22-0.25 vs 0.28-0.31 G ids/s).
-#   Tried again (2026-11) as one store per input position (prefix at the lead byte,
-#   hi and lo at the continuation bytes, advance 0 or 1): ~75 instructions per id
-#   after LLVM's select-to-branch passes were worked around; 0.11-0.18 of copy speed.
-#   LLVM turns selects whose operand is a table load back into branches
-#   (CodeGenPrepare, x86 cmov conversion); only global LLVM options stop it.
-# - Two passes (output lengths, then scatter), as on the GPU: 0.06-0.07 G ids/s; more
-#   memory traffic, and the first pass did not vectorise with table gathers. Retried
-#   (2026-11) in L1-sized blocks of 1024 (vectorised "what each position writes", then
-#   a scalar compacting loop doing the table look-up): 0.28 mixed / 0.33 bytes. LLVM
-#   emits no gathers for this CPU (checked: a plain table[idx[k]] loop stays scalar).
-# - Joining the decoder's range tests into one "&" branch with clamped loads: more
-#   work on every character; decode got slower (22 -> 27 ms per 10M ids).
-# - The bit-mask decoder continuing through a run of codec ids without going back to
-#   the mask: no gain on "mixed"; the per-id loop does that better on dense output.
-# - COPY_STEP 8 instead of 16: runs over 8 ids (9% of them on "mixed") take a second,
-#   mispredicted, step; not faster.
-# - Moving the output 2 KiB off the input's 4 KiB alignment (4K aliasing): no change.
-#
-# What is left: on mixed output each character still costs ~30 instructions plus a
-# copy; the bit loop mispredicts once per 64 positions; the decoder's next unit waits
-# on the previous one (tzcnt after a mask update that depends on a load). Both
-# encoders' first pass reads the input from memory, which alone is ~1/3 of np.copy's
-# time. Several threads help only where cores are free: on this busy 2-core VM two
-# threads were slower than one (each chunk's output is also copied once to join).
-#
-# How far the sequential decoder can go (2026-11-22, throwaway loops on the "bytes"
-# corpus, 17.1M coded ids, same process as np.copy): a minimal decode loop with no
-# validation and arithmetic in place of the table lookups ran at 0.41-0.42 of copy,
-# against 0.33-0.36 for the real decoder in that run. The floor of a loop whose next
-# position waits on the id just read is already below the 0.5 target here. Finding
-# runs of "hi lo" pairs first and decoding them at a fixed stride was slower still
-# (0.18: the run scan has its own per-pair branch chain). What might reach it: the
-# positions of prefix and base ids from a vectorised mask pass (as the encoder does for
-# character starts), then fixed-stride pair decoding between them; not written.
+#   NumPy asks for transparent huge pages, Numba's allocator does not (alloc + fill
+#   of 20M ids: 44 ms -> 23-30 ms).
+# - uint64 indices in scalar hot loops: Numba adds a negative-index fix-up to every
+#   signed index (1.5x on the old encoder); uint32 meets int64 as float64, so cast.
+# - No array arguments to inline="always" helpers that branch or return early: Numba
+#   leaves an atomic NRT incref/decref pair around every call.
+# - The floor of a sequential decoder whose next position waits on the id just read
+#   was 0.41-0.42 of copy on this machine, which is why the vector steps were written.

@@ -393,7 +393,7 @@ def test_every_cuda_kernel_compiles_to_ptx():
 
 def _density_segments(rng, n_segments: int) -> np.ndarray:
     """Runs of very different density of 3-byte characters (all, some, none), thousands of
-    ids each, so the CPU loops switch between their per-id and bit-mask paths."""
+    ids each: characters cross the CPU's 16-position steps at every lane."""
     lead = rng.integers(0xE3, 0xF0, 40_000)
     chars = np.stack([lead, rng.integers(0x80, 0xC0, lead.size),
                       rng.integers(0x80, 0xC0, lead.size)], axis=1).ravel()
@@ -418,7 +418,7 @@ def _density_segments(rng, n_segments: int) -> np.ndarray:
 
 @pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
 @pytest.mark.parametrize("n_chunks", [1, 3, 7])
-def test_cpu_loops_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
+def test_cpu_steps_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
     rng = np.random.default_rng(n_chunks)
     ids = _density_segments(rng, 60)
     ids[rng.integers(0, ids.size, 4)] = BASE + 3  # bad ids: reported at the first one
@@ -439,3 +439,105 @@ def test_cpu_loops_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
     assert_same([bitpack.bitlevel_decode_numpy(noisy, coded_offsets, table, BASE),
                  bitpack.bitlevel_decode_cpu(noisy, coded_offsets, table, BASE,
                                              n_chunks=n_chunks)])
+
+
+# --- the CPU's vector steps: every lane, every malformation, any CPU -------------------------
+
+
+def _dense_coded(codec, n_chars: int, seed: int) -> np.ndarray:
+    """A well-formed coded sequence: CJK characters whose prefix switches often, a few
+    base ids between them."""
+    rng = np.random.default_rng(seed)
+    code_points = rng.choice([0x4E00, 0x5000, 0x8000, 0x9F00, 0x3042, 0xAC00], n_chars)
+    code_points = code_points + rng.integers(0, 0x80, n_chars)
+    text = "".join(chr(c) + ("a" if rng.random() < 0.1 else "") for c in code_points)
+    return codec.encode(np.frombuffer(text.encode(), dtype=np.uint8).astype(np.uint32))
+
+
+def _malformed_pieces(codec):
+    """Short id runs, each malformed in one way only (names as the decoder sees them)."""
+    prefix, hi, lo = codec.prefix_id(0x39), codec.value_id(0x5E), codec.value_id(0x97)
+    return {"lone lo": [lo], "hi then hi": [prefix, hi, hi, lo], "hi without prefix": [65, hi, lo],
+            "prefix then base": [prefix, 65], "prefix then lo": [prefix, lo],
+            "past vocab": [codec.vocab_size + 3], "hi at the end": [prefix, hi],
+            "prefix at the end": [prefix]}
+
+
+def _malformed_variants(coded, codec):
+    """(name, where, ids, offsets): a malformed piece put in at each unit boundary of the
+    first 200 ids (a base or prefix id starts there), and after 0-31 base ids, so that it
+    meets every lane of the CPU's 16-position steps; pieces named "at the end" end a
+    sequence."""
+    is_value = (coded >= BASE) & (coded < BASE + 256)
+    boundaries = [b for b in range(min(coded.size, 200)) if not is_value[b]]
+    padded = np.concatenate([np.full(2 * bitpack.LANES, 65), coded])  # every lane, surely
+    for name, piece in _malformed_pieces(codec).items():
+        for stream, b in [(coded, b) for b in boundaries] + [(padded, k) for k in range(32)]:
+            ids = np.concatenate([stream[:b], piece, stream[b:]]).astype(np.uint32)
+            cut = [b + len(piece)] if name.endswith("at the end") else []
+            yield name, b, ids, np.array([0, *cut, ids.size], dtype=np.int64)
+
+
+@pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
+def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
+    """Each malformation at each of 3 steps' 16 lanes: the step is redone one unit at a time,
+    from the unit the step before left open, to exactly the NumPy backend's output."""
+    codec = codecs["cpu"]
+    coded = _dense_coded(codec, 120, seed=len(codec.prefixes))
+    table = codec._tables["decode_table"]
+    lanes_met = set()
+    for name, where, ids, offsets in _malformed_variants(coded, codec):
+        expected = bitpack.bitlevel_decode_numpy(ids, offsets, table, BASE)
+        got = bitpack.bitlevel_decode_cpu(ids, offsets, table, BASE)
+        assert got[2:] == expected[2:], (name, where)
+        assert expected[2] >= 1
+        assert_same([expected[:2], got[:2]])
+        lanes_met.add(where % bitpack.LANES)
+    assert lanes_met == set(range(bitpack.LANES))
+
+
+def test_lane_tables_refuse_tables_of_another_layout():
+    """The vector steps compute lookups from the layout; tables that do not follow it are
+    refused, not misread."""
+    t = PAPER_CODECS["cpu"]._tables
+    swapped = t["value_ids"].copy()
+    swapped[[0x40, 0x41]] = swapped[[0x41, 0x40]]
+    with pytest.raises(ValueError, match="layout"):
+        bitpack.bitlevel_encode_cpu(np.zeros(4, np.uint32), np.array([0, 4]),
+                                    t["lead_prefix_ids"], swapped, BASE)
+    table = t["decode_table"].copy()
+    table[[3, 40]] = table[[40, 3]]
+    with pytest.raises(ValueError, match="layout"):
+        bitpack.bitlevel_decode_cpu(np.zeros(4, np.uint32), np.array([0, 4]), table, BASE)
+
+
+OTHER_CPU_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from gpubpe.bitlevel import BitLevelCodec
+    rng = np.random.default_rng(0)
+    text = "".join(chr(c) for c in rng.integers(0x4E00, 0x9FFF, 3000)) + "abc 한국어"
+    ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.uint32)
+    offsets = np.array([0, 1000, 5000, ids.size])
+    cpu, reference = BitLevelCodec(1000, backend="cpu"), BitLevelCodec(1000, backend="numpy")
+    coded = cpu.encode_batch(ids, offsets)
+    expected = reference.encode_batch(ids, offsets)
+    assert all(np.array_equal(a, b) for a, b in zip(coded, expected))
+    noisy = coded[0].copy()
+    noisy[::97] = 1001
+    decoded = cpu.decode_batch(noisy, coded[1], errors="replace")
+    expected = reference.decode_batch(noisy, coded[1], errors="replace")
+    assert all(np.array_equal(a, b) for a, b in zip(decoded, expected))
+    assert np.array_equal(cpu.decode_batch(*coded)[0], ids)
+    print("same")
+""")
+
+
+@pytest.mark.parametrize("cpu_name", ["haswell", "x86-64"])
+def test_cpu_steps_compile_for_cpus_without_avx512(cpu_name, tmp_path):
+    """The steps are target-independent LLVM IR: built for an AVX2 CPU and for baseline
+    x86-64 (NUMBA_CPU_NAME; this machine runs either), they give the NumPy output."""
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", OTHER_CPU_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.split() == ["same"]
