@@ -1140,11 +1140,11 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 # - Each of 16 positions works out what it writes from the ids around it, and
 #   llvm.experimental.vector.compress packs the kept lanes for one 64-byte store
 #   (vpcompressd with AVX-512, a branch-free lane-by-lane sequence elsewhere). Only
-#   target-independent IR: compiled for haswell (AVX2) and for baseline x86-64 with
-#   NUMBA_CPU_NAME, the prototype encoder was still as fast as the scalar loops below.
-# - Against the bit-mask loops they replaced (interleaved, best of 21, three runs):
-#   encode mixed 0.41-0.59 -> 0.61-0.66 of copy, bytes 0.48-0.66 -> 0.61-0.67;
-#   decode mixed 0.35-0.43 -> 0.55-0.63, bytes 0.34-0.50 -> 0.54-0.61.
+#   target-independent IR: built for haswell (AVX2) and baseline x86-64 with
+#   NUMBA_CPU_NAME, the steps were as fast as or faster than the scalar loops below
+#   built the same way (RESULTS.md).
+# - Against the bit-mask loops they replaced (interleaved, best of 21): encode
+#   0.42-0.49 -> 0.63-0.66 of copy, decode 0.35-0.42 -> 0.49-0.57.
 # - Table lookups are arithmetic on lanes: value ids are consecutive over runs of
 #   32 (or 64) values, so a lookup is a small select chain or a shift of a packed
 #   word (``_encode_lane_table``, ``_decode_lane_table`` check that the policy's tables
@@ -1152,23 +1152,26 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   slower than the old loop (64 vs 35 ms per 20M ids).
 # - Decoding: a hi id writes the lead byte, the lo id after it the middle and last
 #   bytes (it gets the hi value from the lane before, or from the step before), so no
-#   step reads ahead of its 16 ids and no unit's output waits for the next step.
-#   A step always advances 16: letting a step stop before a unit that crosses its end
-#   put the next load behind the classification of this one (a loop-carried chain:
-#   41 -> 44 ms, mixed). The "last prefix seen" scan is 4 rounds of doubling with
-#   _UNSEEN as fill, and the prefix from the step before is put in after it, so the
-#   scan does not wait on the previous step.
-# - Checks (is each hi id followed by a lo, each prefix id by a hi, ...) are bit
-#   logic on 16-bit masks of the classes in general-purpose registers. Written as
-#   logic on vectors of flags they compiled to mask-register instructions, which run
-#   on one port: dropping the checks altogether saved 12 of 42 ms, the bit form about
-#   half of that. A step with any malformed unit is redone one unit at a time
+#   step reads ahead of its 16 ids and each check compares a position with the one
+#   before it. A step always advances 16: letting a step stop before a unit that
+#   crosses its end put the next load behind the classification of this one (a
+#   loop-carried chain: 41 -> 44 ms, mixed). The "last prefix seen" scan is 4 rounds
+#   of doubling with _UNSEEN as fill, and the prefix from the step before is put in
+#   after it, so the scan does not wait on the previous step.
+# - Checks (a lo id right after each hi id, a hi id after each prefix id, ...) are a
+#   few and/xor/shift operations on one-bit class codes, whole vectors at a time.
+#   Written first as logic on vectors of flags they compiled to mask-register
+#   instructions, which run on one port: dropping the checks then saved 12 of 42 ms
+#   (compute only, output pre-faulted); as 16-bit masks in general-purpose
+#   registers, half of that; as class-code logic, 2-3 ms (decode "bytes" compute
+#   35 -> 26 ms). A step with any malformed unit is redone one unit at a time
 #   (``_decode_units``), from the unit the step before left open.
 # - What is left: the two compress + 64-byte store pairs per decoding step (one per
-#   encoding step) are about half of the compute time (dropping them: 30 -> 14 ms);
-#   the stores are unaligned, so nearly every one splits a cache line. The memory form
-#   (llvm.masked.compressstore) was no faster. Page faults on the fresh output are
-#   the rest: np.copy spends about half its time in them, and so does a codec call.
+#   encoding step) are about a third of the compute time; the stores are unaligned,
+#   so nearly every one splits a cache line. The memory form
+#   (llvm.masked.compressstore) was no faster. LLVM keeps ~25 vector constants on the
+#   stack and reloads them each step. Page faults on the fresh output cost about as
+#   much again: np.copy spends about half its time in them, and so does a codec call.
 #
 # From the earlier scalar loops (bit masks of character starts, a per-id loop for
 # dense runs), still true of Numba code in general:
