@@ -10,6 +10,8 @@ IR is emitted, so the same code compiles for every CPU Numba supports.
 ``LaneBuilder`` wraps an ``llvmlite`` IR builder; ``Lanes`` (16 uint32 values)
 and ``Flags`` (16 booleans) wrap its values, with operators, so that a step
 reads like the NumPy code of the same step. Every comparison is unsigned.
+Logic on Flags compiles to mask-register instructions, which run on one port of
+an AVX-512 core: heavy logic is cheaper done on Lanes of 0/1 bits.
 """
 
 from __future__ import annotations
@@ -22,24 +24,16 @@ _VALUES = ir.VectorType(_I32, LANES)
 _FLAGS = ir.VectorType(_I1, LANES)
 
 
-class Lanes:
-    """16 uint32 lanes. Operands may be Lanes or Python ints (the same value in every lane)."""
+class _Vector:
+    """An IR vector of 16 lanes and the builder it is made with; logic operators apply
+    lane by lane, with another vector of the same kind or a constant (``_operand``)."""
 
     def __init__(self, lanes: LaneBuilder, value):
         self.lanes, self.value = lanes, value
 
-    def _operand(self, other):
-        return other.value if isinstance(other, Lanes) else self.lanes.const(other).value
-
     def _apply(self, method, other):
-        return Lanes(self.lanes, getattr(self.lanes.builder, method)(self.value,
-                                                                     self._operand(other)))
-
-    def __add__(self, other):
-        return self._apply("add", other)
-
-    def __sub__(self, other):
-        return self._apply("sub", other)
+        result = getattr(self.lanes.builder, method)(self.value, self._operand(other))
+        return type(self)(self.lanes, result)
 
     def __and__(self, other):
         return self._apply("and_", other)
@@ -49,6 +43,19 @@ class Lanes:
 
     def __xor__(self, other):
         return self._apply("xor", other)
+
+
+class Lanes(_Vector):
+    """16 uint32 lanes. Operands may be Lanes or Python ints (the same value in every lane)."""
+
+    def _operand(self, other):
+        return other.value if isinstance(other, Lanes) else self.lanes.const(other).value
+
+    def __add__(self, other):
+        return self._apply("add", other)
+
+    def __sub__(self, other):
+        return self._apply("sub", other)
 
     def __invert__(self):
         return self ^ 0xFFFFFFFF
@@ -82,37 +89,21 @@ class Lanes:
 
     def shifted_up(self, fill, distance: int) -> Lanes:
         """Lane k takes lane k - distance; the first ``distance`` lanes take ``fill``."""
-        return Lanes(self.lanes, self.lanes.shifted_up(self.value, self._operand(fill),
-                                                       distance))
-
-    def shifted_down(self, fill, distance: int) -> Lanes:
-        """Lane k takes lane k + distance; the last ``distance`` lanes take ``fill``."""
-        return Lanes(self.lanes, self.lanes.shifted_up(self.value, self._operand(fill),
-                                                       -distance))
-
-    def lane(self, k):
-        """Lane k (an i64 IR value, 0-15) as an i32 IR value."""
-        return self.lanes.builder.extract_element(self.value, k)
+        order = [k - distance if k >= distance else LANES + k for k in range(LANES)]
+        builder = self.lanes.builder
+        return Lanes(self.lanes, builder.shuffle_vector(self.value, self._operand(fill),
+                                                        ir.Constant(_VALUES, order)))
 
     def last(self):
         """Lane 15 as an i32 IR value."""
         return self.lanes.builder.extract_element(self.value, ir.Constant(_I32, LANES - 1))
 
 
-class Flags:
+class Flags(_Vector):
     """16 booleans, from a comparison of Lanes."""
-
-    def __init__(self, lanes: LaneBuilder, value):
-        self.lanes, self.value = lanes, value
 
     def _operand(self, other):
         return other.value if isinstance(other, Flags) else ir.Constant(_FLAGS, [other] * LANES)
-
-    def __and__(self, other):
-        return Flags(self.lanes, self.lanes.builder.and_(self.value, self._operand(other)))
-
-    def __or__(self, other):
-        return Flags(self.lanes, self.lanes.builder.or_(self.value, self._operand(other)))
 
     def __invert__(self):
         return Flags(self.lanes, self.lanes.builder.not_(self.value))
@@ -124,46 +115,10 @@ class Flags:
                 for x in (if_true, if_false)]
         return Lanes(lanes, lanes.builder.select(self.value, *pick))
 
-    def bits(self) -> Bits:
-        """The 16 flags as bits of a scalar (lane k is bit k)."""
+    def bits(self):
+        """The 16 flags as the low bits of an i64 IR value (lane k is bit k)."""
         builder = self.lanes.builder
-        return Bits(self.lanes, builder.zext(builder.bitcast(self.value, ir.IntType(LANES)),
-                                             _I64))
-
-
-class Bits:
-    """16 flags as the low bits of a scalar (an i64 IR value): logic and shifts across
-    lanes in general-purpose registers, which have more ports than mask registers."""
-
-    def __init__(self, lanes: LaneBuilder, value):
-        self.lanes, self.value = lanes, value
-
-    def _apply(self, method, other):
-        other = other.value if isinstance(other, Bits) else ir.Constant(_I64, other)
-        return Bits(self.lanes, getattr(self.lanes.builder, method)(self.value, other))
-
-    def __and__(self, other):
-        return self._apply("and_", other)
-
-    def __or__(self, other):
-        return self._apply("or_", other)
-
-    def __xor__(self, other):
-        return self._apply("xor", other)
-
-    def __invert__(self):
-        return self._apply("xor", (1 << LANES) - 1)
-
-    def __lshift__(self, distance: int):
-        return self._apply("shl", distance) & ((1 << LANES) - 1)
-
-    def __rshift__(self, distance: int):
-        return self._apply("lshr", distance)
-
-    def flags(self) -> Flags:
-        builder = self.lanes.builder
-        return Flags(self.lanes, builder.bitcast(builder.trunc(self.value, ir.IntType(LANES)),
-                                                 _FLAGS))
+        return builder.zext(builder.bitcast(self.value, ir.IntType(LANES)), _I64)
 
 
 class LaneBuilder:
@@ -209,17 +164,10 @@ class LaneBuilder:
         address = builder.bitcast(builder.gep(data, [index]), _VALUES.as_pointer())
         builder.store(packed, address, align=4)
 
-    def count(self, flags: Flags | Bits):
+    def count(self, flags: Flags):
         """How many of the 16 flags are set, as an i64 IR value."""
         popcount = self._intrinsic("llvm.ctpop.i64", _I64, [_I64])
-        bits = flags.bits() if isinstance(flags, Flags) else flags
-        return self.builder.call(popcount, [bits.value])
-
-    def bits_below(self, count) -> Bits:
-        """Bits 0 .. count - 1 set (``count`` an i64 IR value, 0-16)."""
-        builder = self.builder
-        return Bits(self, builder.sub(builder.shl(ir.Constant(_I64, 1), count),
-                                      ir.Constant(_I64, 1)))
+        return self.builder.call(popcount, [flags.bits()])
 
     def interleaved(self, first: Lanes, second: Lanes, half: int) -> Lanes:
         """Lanes 8 * half .. 8 * half + 7 of ``first`` and ``second`` taken in turn:
@@ -227,12 +175,6 @@ class LaneBuilder:
         order = [k for lane in range(8 * half, 8 * half + 8) for k in (lane, lane + LANES)]
         return Lanes(self, self.builder.shuffle_vector(first.value, second.value,
                                                        ir.Constant(_VALUES, order)))
-
-    def shifted_up(self, value, fill, distance):
-        """Lane k of ``value`` moved to lane k + distance (k - distance when negative);
-        the lanes left empty take the same lanes of ``fill``."""
-        order = [k - distance if 0 <= k - distance < LANES else LANES + k for k in range(LANES)]
-        return self.builder.shuffle_vector(value, fill, ir.Constant(_VALUES, order))
 
     def _intrinsic(self, name, return_type, argument_types):
         module = self.builder.module

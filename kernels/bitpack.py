@@ -513,7 +513,7 @@ def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
         lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
                          o_v)
         return context.make_tuple(builder, signature.return_type, [lanes.count(keep),
-                                                                   bad.bits().value])
+                                                                   bad.bits()])
     return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
 
 
@@ -725,7 +725,7 @@ def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
                                       builder.extract_value(carried_v, 0), seen_last)
         carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
         return context.make_tuple(builder, signature.return_type, [
-            builder.add(*counts), malformed.value,
+            builder.add(*counts), malformed,
             context.make_tuple(builder, signature.return_type[2], carry)])
     carried_type = types.UniTuple(types.int64, 3)
     return_type = types.Tuple((types.int64, types.int64, carried_type))
