@@ -36,6 +36,8 @@ What was tried for speed, and what it gave: "Performance notes" at the end of th
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -421,6 +423,18 @@ def _i64(k):
     return ir.Constant(ir.IntType(64), k)
 
 
+def _lane_table(derive, *tables):
+    """``derive(*tables)``, kept for tables seen before: deriving and checking a layout
+    table costs ~80 us, most of a short call."""
+    return _lane_table_of(derive, *(np.ascontiguousarray(t, dtype=np.uint32).tobytes()
+                                    for t in tables))
+
+
+@functools.lru_cache(maxsize=32)
+def _lane_table_of(derive, *table_bytes):
+    return derive(*(np.frombuffer(raw, dtype=np.uint32) for raw in table_bytes))
+
+
 # --- the encoding step ---------------------------------------------------------------
 
 # What the encoding step knows of the id layout, from the policy's tables
@@ -567,7 +581,7 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
     for short inputs). Scratch: an output buffer of len(ids) + 16 ids per chunk
     (returned, trimmed, when one chunk ran).
     """
-    layout = _encode_lane_table(lead_prefix_ids, value_ids)
+    layout = _lane_table(_encode_lane_table, lead_prefix_ids, value_ids)
     bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), False,
                           lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
@@ -878,7 +892,7 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=No
     grows at most 3x); only the pages written are touched, and with one chunk the
     buffer is returned, trimmed.
     """
-    layout = _decode_lane_table(decode_table)
+    layout = _lane_table(_decode_lane_table, decode_table)
     bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), True,
                           decode_table, base_vocab_size, decode_table.size)
     sources = _chunk_sources(bounds, 3)
