@@ -1183,7 +1183,8 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 # - What is left: the two compress + 64-byte store pairs per decoding step (one per
 #   encoding step) are about a third of the compute time; the stores are unaligned,
 #   so nearly every one splits a cache line. The memory form
-#   (llvm.masked.compressstore) was no faster. LLVM keeps ~25 vector constants on the
+#   (llvm.masked.compressstore) was no faster, nor a masked store of only the kept
+#   lanes (fewer split lines; 36 -> 34 ms once, equal on the rerun). LLVM keeps ~25 vector constants on the
 #   stack and reloads them each step. Page faults on the fresh output cost about as
 #   much again: np.copy spends about half its time in them, and so does a codec call.
 #
