@@ -17,10 +17,11 @@ from . import metrics
 from .backend import available_backends
 from .bitlevel import BitLevelCodec
 from .encode_files import encode_files
+from .kernels._cuda import device_stats
 from .tokenizer import Tokenizer
 from .trainer import train
 
 load = Tokenizer.load
 
-__all__ = ["BitLevelCodec", "Tokenizer", "available_backends", "encode_files", "load", "metrics",
-           "train", "__version__"]
+__all__ = ["BitLevelCodec", "Tokenizer", "available_backends", "device_stats", "encode_files",
+           "load", "metrics", "train", "__version__"]

@@ -32,6 +32,7 @@ import numpy as np
 
 from .backend import Backend
 from .errors import DeviceError
+from .kernels._cuda import to_host
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
@@ -43,7 +44,6 @@ from .kernels.encode import (
     join_word_lists,
     pack_words_cpu,
 )
-from .kernels.merge import to_host
 
 # Longer words are encoded on the CPU (see the module docstring).
 DEVICE_MAX_WORD_BYTES = 64

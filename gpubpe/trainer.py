@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from . import _reference
 from .backend import Backend, resolve_backend
 from .errors import ConfigError, CorpusError
+from .kernels._cuda import to_host
 from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
 from .kernels.merge import (
     STOP_MIN_FREQUENCY,
@@ -30,7 +31,6 @@ from .kernels.merge import (
     merge_batch_cpu,
     merge_step_cuda,
     settle_head,
-    to_host,
     token_for_merge,
 )
 from .kernels.pairs import (
@@ -234,7 +234,7 @@ class _CudaTrainState(_TrainState):
         self.positions = {"tokens": xp.asarray(tokens), "last_in_word": xp.asarray(last_in_word),
                           "position_count": xp.asarray(np.repeat(word_count, word_len))}
         keys, counts = count_pairs_cuda(*self.positions.values(), xp=xp)
-        keys, counts = to_host(keys), to_host(counts)  # sync (once, at start)
+        keys, counts = to_host(keys, "initial pair keys"), to_host(counts, "initial pair counts")
         capacity = max(2 * keys.size, 1024)
         table_keys, table_values = empty_table(2 * capacity)
         self.arrays = {"table_keys": table_keys, "table_values": table_values,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ._cuda import launch, sum_by_key
+from ._cuda import launch, sum_by_key, to_host
 from ._jit import hot
 from .hashing import hash_concat, table_find, table_put
 from .pairs import (
@@ -468,12 +468,7 @@ def merge_step_cuda(xp, positions: dict, left: int, right: int, merged: int):
     summary = xp.concatenate([xp.stack([merged_count.astype(xp.int64),
                                         xp.asarray(keys.size, dtype=xp.int64)]),
                               keys.view(xp.int64), deltas])
-    return to_host(summary)  # sync
-
-
-def to_host(array) -> np.ndarray:
-    """A device array copied to the host (a no-op under the simulator)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
+    return to_host(summary, "merge step summary")  # sync
 
 
 MERGE_CUDA_SIGNATURES = {
