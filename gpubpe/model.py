@@ -15,13 +15,12 @@ in the same folder, then rename)::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .errors import ModelFormatError
 from .pretokenize import resolve_pattern
 
@@ -177,15 +176,11 @@ class Vocabulary:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Write UTF-8 text to a temporary file beside ``path``, then rename it into place."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write UTF-8 text to a temporary file beside ``path``, then rename it into place.
+
+    The file gets mode 0666 minus the umask (0644 usually), like any other tool's.
+    """
+    atomic.write_text_atomically(path, text)
 
 
 def _scaffold_fields(data: dict, n_rules: int, where: str):
