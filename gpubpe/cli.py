@@ -272,8 +272,8 @@ def _run_train(args) -> int:
 
 def _run_encode(args) -> int:
     from .atomic import atomic_output, check_output
-    from .encode_files import SUFFIXES, check_num_threads, encode_files
-    from .pretokenize import corpus_paths
+    from .encode_files import SUFFIXES, encode_files
+    from .pretokenize import check_num_threads, corpus_paths
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)

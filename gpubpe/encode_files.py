@@ -47,7 +47,7 @@ import numpy as np
 
 from .atomic import check_output, finish, open_new, temporary_path, write_text_atomically
 from .errors import ConfigError, CorpusError, DeviceError
-from .pretokenize import Batch, corpus_paths, read_file
+from .pretokenize import Batch, check_num_threads, corpus_paths, read_file
 
 # Input bytes per encoded batch: large enough to keep every core busy, small
 # enough that a batch and its scratch (about 10x) stay far below 2 GB.
@@ -131,16 +131,6 @@ def _checked_output(output, inputs: list[Path]) -> Path:
 def _all_line_files(paths: list[Path]) -> bool:
     """Whether every document keeps its own "\\n" (line files), so they join into the input."""
     return all(p.suffix not in (".jsonl", ".parquet") for p in paths)
-
-
-def check_num_threads(num_threads) -> None:
-    """ConfigError unless ``num_threads`` is None (every core) or a positive int."""
-    if num_threads is None:
-        return
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int | np.integer) \
-            or num_threads < 1:
-        raise ConfigError(f"num_threads={num_threads!r} is not a thread count; use a positive "
-                          "int, or None for every core")
 
 
 def _kept_partial(writer: _TokenFileWriter, skipped: int, exc: DeviceError) -> DeviceError:

@@ -224,6 +224,16 @@ def corpus_paths(paths) -> list[Path]:
     return paths
 
 
+def check_num_threads(num_threads) -> None:
+    """ConfigError unless ``num_threads`` is None (every core) or a positive int."""
+    if num_threads is None:
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int | np.integer) \
+            or num_threads < 1:
+        raise ConfigError(f"num_threads={num_threads!r} is not a thread count; use a positive "
+                          "int, or None for every core")
+
+
 def read_file(path: Path, text_field: str = "text",
               batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
     """The documents of one corpus file (checked readable first), by its suffix."""
