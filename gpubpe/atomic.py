@@ -75,6 +75,34 @@ def write_text_atomically(path, text: str) -> None:
     write_bytes_atomically(path, text.encode("utf-8"))
 
 
+@contextmanager
+def folder_lock(folder, shared: bool = False):
+    """Hold an advisory lock on ``folder`` (flock on the directory itself: no lock file).
+
+    Committing a pair of files takes it exclusively, reading a pair shared, so
+    two commits never interleave their renames (else the last renames could
+    leave ids of one run beside offsets of another) and a reader never sees
+    a commit half done. Where the folder cannot be locked (no read permission,
+    a file system without flock), it goes on unlocked; the manifest check
+    still refuses a mismatched pair.
+    """
+    try:
+        import fcntl
+
+        descriptor = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
 def check_output(path, inputs=(), what: str = "output") -> Path:
     """Refuse, before any work, an output whose folder is missing or which is also an input."""
     from .errors import ConfigError

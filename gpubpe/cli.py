@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_encode(commands)
     _add_decode(commands)
     _add_demo(commands)
+    _add_export(commands)
     _add_stats(commands)
     _add_compare(commands)
     _add_doctor(commands)
@@ -391,6 +393,65 @@ def _write_token_file(tok, path: Path, dtype, out) -> None:
 def _as_line(data: bytes) -> bytes:
     """A decoded document as one output line: its own newline kept, else one added."""
     return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _add_export(commands) -> None:
+    p = commands.add_parser(
+        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or GPT-2 files",
+        description="Write the tokenizer as a HF tokenizer.json and, beside it, a "
+                    "tokenizer_config.json naming the special-token roles you give, so "
+                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use.")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("-o", "--output", type=Path, required=True,
+                   help="a folder, or a path ending in tokenizer.json")
+    for role in ROLES:
+        p.add_argument(f"--{role}-token", metavar="TOKEN",
+                       help=f"the {role} token (a special token of the tokenizer)")
+    p.add_argument("--model-max-length", type=_positive_int, metavar="N",
+                   help="model_max_length for transformers (default: unset)")
+    p.set_defaults(run=_run_export)
+
+
+ROLES = ("bos", "eos", "pad", "unk")
+
+
+def _run_export(args) -> int:
+    from .atomic import check_output, write_text_atomically
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer, backend="cpu")
+    target = args.output / "tokenizer.json" if args.output.is_dir() else args.output
+    if target.name != "tokenizer.json":
+        raise _usage(f"-o {args.output}: name a folder or a file called tokenizer.json "
+                     "(transformers looks for that name)")
+    config_path = target.with_name("tokenizer_config.json")
+    check_output(target, [args.tokenizer])
+    check_output(config_path, [args.tokenizer])
+    roles = {role: getattr(args, f"{role}_token") for role in ROLES}
+    config = hf_tokenizer_config(tok, roles, args.model_max_length)
+    tok.to_hf(target)
+    write_text_atomically(config_path, json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+    print(f"wrote {target} and {config_path}", file=sys.stderr)
+    return 0
+
+
+def hf_tokenizer_config(tok, roles: dict[str, str | None], model_max_length=None) -> dict:
+    """A transformers ``tokenizer_config.json``: the fast tokenizer class and special roles.
+
+    Each role (bos, eos, pad, unk) names a special token of ``tok``, or is left out.
+    """
+    config = {"tokenizer_class": "PreTrainedTokenizerFast",
+              "clean_up_tokenization_spaces": False}
+    for role, token in roles.items():
+        if token is None:
+            continue
+        if token not in tok.special_tokens:
+            raise _usage(f"--{role}-token {token!r} is not a special token of this tokenizer; "
+                         f"it has {sorted(tok.special_tokens)} (train with --special-token)")
+        config[f"{role}_token"] = token
+    if model_max_length is not None:
+        config["model_max_length"] = int(model_max_length)
+    return config
 
 
 class _UsageError(GpubpeError, ValueError):

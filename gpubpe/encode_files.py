@@ -45,7 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import check_output, finish, open_new, temporary_path, write_text_atomically
+from .atomic import (
+    check_output,
+    finish,
+    folder_lock,
+    open_new,
+    temporary_path,
+    write_text_atomically,
+)
 from .errors import ConfigError, CorpusError, DeviceError
 from .pretokenize import Batch, check_num_threads, corpus_paths, read_file
 
@@ -262,11 +269,14 @@ def _with_appended(ids: np.ndarray, offsets: np.ndarray, appended: int | None):
 #
 # Committing a pair. Ids and offsets are written under temporary names, then
 # renamed into place (offsets first, then ids), then a small manifest naming
-# both files by inode, size and mtime is written (atomically) last. A reader
-# (``load_tokens``) opens the manifest and both files and trusts the pair only
-# when the files it holds open are the ones the manifest names; while another
-# run is between its renames it retries briefly. Two runs writing one output
-# thus never hand a reader ids of one run with offsets of the other.
+# both files by inode, size and mtime is written (atomically) last; the three
+# steps run under an exclusive flock of the output folder, so two runs never
+# interleave them (the last run's pair is what stays). A reader
+# (``load_tokens``) holds the lock shared while it opens the manifest and both
+# files, and trusts the pair only when the files it holds open are the ones
+# the manifest names (where locking is not possible it retries briefly while a
+# commit is under way). Two runs writing one output thus never hand a reader
+# ids of one run with offsets of the other.
 
 MANIFEST_FORMAT = "gpubpe-tokens/1"
 # A reader that finds a pair mid-commit retries this many times, this far apart.
@@ -333,9 +343,11 @@ class _TokenFileWriter:
                     "offsets": offsets_path.name, "dtype": str(self.dtype),
                     "documents": self.documents, "tokens": self.tokens, "lines": self.lines,
                     "ids_file": _identity(ids_stat), "offsets_file": _identity(offsets_stat)}
-        os.replace(self._offsets_temp, offsets_path)
-        os.replace(self._ids_temp, ids_path)
-        write_text_atomically(manifest_path_of(ids_path), json.dumps(manifest, indent=1) + "\n")
+        manifest_text = json.dumps(manifest, indent=1) + "\n"
+        with folder_lock(ids_path.parent):
+            os.replace(self._offsets_temp, offsets_path)
+            os.replace(self._ids_temp, ids_path)
+            write_text_atomically(manifest_path_of(ids_path), manifest_text)
 
     def abort(self) -> None:
         for handle, path in ((self._ids, self._ids_temp), (self._offsets, self._offsets_temp)):
@@ -378,7 +390,8 @@ def load_tokens(path, dtype=None, n_vocab: int | None = None):
     if path.suffix not in SUFFIXES:
         raise CorpusError(f"{path}: token files end in .npy or .bin")
     for _ in range(_READ_ATTEMPTS):
-        pair = _read_pair(path, dtype, n_vocab)
+        with folder_lock(path.parent, shared=True):
+            pair = _read_pair(path, dtype, n_vocab)
         if pair is not None:
             return pair
         time.sleep(_READ_RETRY_SECONDS)
