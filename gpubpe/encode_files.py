@@ -1,9 +1,11 @@
 """Encode corpus files into token files, streamed: bounded memory, every core, atomic output.
 
-Inputs: ``.jsonl`` (the ``text_field`` of each line, blank lines skipped),
-``.parquet`` (the ``text_field`` column; needs ``pyarrow``), and any other
-file as text where each line is a document, its "\\n" removed (empty lines are
-empty documents, so document d is line d + 1).
+Inputs are read by gpubpe's one corpus reader (``gpubpe.pretokenize``, the
+same as training and every command): ``.jsonl`` (the ``text_field`` of each
+line, blank lines skipped), ``.parquet`` (the ``text_field`` column; needs
+``pyarrow``), and any other file as bytes where each line is a document, its
+"\\n" kept (document d is line d + 1, and the documents end to end are the
+file: "\\r\\n", a BOM and a missing final newline come back exactly).
 
 Outputs, chosen by the suffix of ``output``:
 
@@ -22,7 +24,10 @@ Memory stays bounded: input is read in batches of whole documents (about
 ``batch_bytes`` each, one batch read ahead while the previous one encodes),
 and ids and offsets go to disk batch by batch. Output is written under
 temporary names in the output's folder and renamed at the end, so an
-interrupted run leaves no half-written file under the final names.
+interrupted run leaves no half-written file under the final names; a small
+manifest (``tokens.npy.manifest.json``) written last commits the ids/offsets
+pair, and :func:`load_tokens` reads a pair only when it matches (see
+"Committing a pair" below).
 
 If the GPU fails mid-run (``DeviceError``), the documents finished before the
 failed batch are kept, complete and valid, under the *partial* names

@@ -152,8 +152,9 @@ def iter_batches(corpus, text_field: str = "text",
                  batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
     """Read a corpus as batches of about ``batch_bytes`` of whole documents.
 
-    ``corpus`` is a path, or an iterable of paths, ``str`` and ``bytes``
-    documents. Which items are paths (never guessed from the file system):
+    ``corpus`` is a path (a ``str`` or ``pathlib.Path`` given alone is always
+    a path), or an iterable of paths, ``str`` and ``bytes`` documents. Which
+    items of an iterable are paths (never guessed from the file system):
 
     - a ``pathlib.Path`` (any ``os.PathLike``) is a path;
     - a ``str`` is a path when it reads as a corpus file name: no whitespace,
@@ -169,7 +170,7 @@ def iter_batches(corpus, text_field: str = "text",
     trainer does), so the documents end to end are the file's bytes.
     """
     if isinstance(corpus, str | os.PathLike):
-        corpus = [corpus]
+        corpus = [Path(corpus)]
     if isinstance(corpus, bytes | bytearray | memoryview):
         raise CorpusError("corpus is a bytes object; pass a list of documents or a path")
     try:
@@ -248,7 +249,11 @@ def read_file(path: Path, text_field: str = "text",
 def check_readable(path: Path) -> None:
     """Raise CorpusError unless ``path`` is a readable file (text, or Parquet by its suffix)."""
     path = Path(path)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+        raise CorpusError(f"{str(path)[:80]!r} is not a usable file name ({exc})") from None
+    if not exists:
         raise CorpusError(f"{path}: no such file")
     if path.is_dir():
         raise CorpusError(f"{path} is a directory; pass the files inside it")

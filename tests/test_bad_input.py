@@ -169,6 +169,12 @@ def test_a_str_is_a_path_only_when_it_reads_as_a_corpus_file_name(tmp_path, monk
     assert count_words([Path("a b.txt")], pattern=None) == {b"not read\n": 1}
     with pytest.raises(CorpusError, match="missing.txt: no such file"):
         count_words(["missing.txt"])  # a typo is an error, not a one-line corpus
+    # a corpus given as one str is a path, whatever its shape
+    assert count_words("a b.txt", pattern=None) == {b"not read\n": 1}
+    with pytest.raises(CorpusError, match="hello world: no such file"):
+        count_words("hello world")
+    with pytest.raises(CorpusError, match="not a usable file name"):
+        count_words("x" * 5000)
 
 
 # ---------------------------------------------------------------- 4. concurrent writers
@@ -263,8 +269,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("output", ["ids.txt", "tokens.npy"])
-def test_sigterm_removes_temporary_files_and_keeps_the_old_output(tok_path, tmp_path, output):
+@pytest.mark.parametrize("output, signum", [("ids.txt", signal.SIGTERM), ("tokens.npy", signal.SIGTERM),
+                                            ("tokens.npy", signal.SIGINT)])
+def test_a_signal_removes_temporary_files_and_keeps_the_old_output(tok_path, tmp_path, output,
+                                                                   signum):
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"text": f"doc {i} " * 300}) + "\n"
                               for i in range(3000)))
@@ -278,9 +286,11 @@ def test_sigterm_removes_temporary_files_and_keeps_the_old_output(tok_path, tmp_
     while not list(tmp_path.glob(".*.tmp")):
         assert child.poll() is None and time.monotonic() < deadline, "no temporary file seen"
         time.sleep(0.02)
-    child.send_signal(signal.SIGTERM)
+    child.send_signal(signum)
     _, err = child.communicate(timeout=120)
-    assert child.returncode == 128 + signal.SIGTERM and b"terminated" in err
+    assert child.returncode == 128 + signum
+    assert err.decode().strip().endswith("terminated" if signum == signal.SIGTERM else
+                                         "interrupted")
     assert out.read_bytes() == b"previous run"
     assert not list(tmp_path.glob(".*")), "temporary file left"
 
