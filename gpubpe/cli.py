@@ -85,14 +85,16 @@ def _add_training_options(p) -> None:
 def _add_encode(commands) -> None:
     p = commands.add_parser(
         "encode", help="encode text to ids, printed or into a token file",
-        description="Encode documents: each line of a text file, the text field of each "
+        description="Encode documents: each line of a text file (its newline kept, so the "
+                    "documents end to end are the file), the text field of each "
                     ".jsonl line, or the text column of a .parquet file (needs pyarrow). "
                     "Without -o, or with -o FILE.txt, print each document's ids, "
                     "space-separated, one line per document. With -o FILE.npy, stream the ids "
                     "into FILE.npy (flat, uint16 when the vocabulary fits, else uint32) and "
                     "document offsets into FILE.offsets.npy (int64); with -o FILE.bin, raw ids "
                     "(nanoGPT style) and raw int64 offsets in FILE.idx. Memory stays bounded "
-                    "and an interrupted run leaves no partial file under the final names. "
+                    "and an interrupted run leaves no partial file under the final names; "
+                    "FILE.npy.manifest.json, written last, commits the pair. "
                     "With --backend cuda the GPU encodes the distinct words; if it fails "
                     "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
                     "and the error says which --skip-documents finishes the job.")
@@ -132,8 +134,9 @@ def _add_decode(commands) -> None:
         "decode", help="decode ids, or a token file, to text",
         description="Decode ids given as arguments, a token file written by 'gpubpe encode -o' "
                     "(FILE.npy with FILE.offsets.npy, or FILE.bin with FILE.idx), or ids read "
-                    "from stdin (whitespace-separated, one document per line). Prints one "
-                    "line per document.")
+                    "from stdin (whitespace-separated, one document per line). Documents of a "
+                    "token file made from text files are written end to end, byte for byte; "
+                    "others one per line, a newline added where a document has none.")
     p.add_argument("ids", nargs="*", help="ids, or one .npy/.bin token file (default: stdin)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--dtype", choices=["uint16", "uint32"],
