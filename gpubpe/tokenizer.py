@@ -455,8 +455,6 @@ class Tokenizer:
         if value == "all":
             return set(self._special_ids)
         if isinstance(value, str):
-            if value in self._special_ids:  # one token given as a str, as tiktoken users write
-                return {value}
             raise InputTypeError(f"special tokens must be 'all' or a collection of str, not "
                                  f"{value!r}; write {{{value!r}}} for one token")
         unknown = set(value) - set(self._special_ids)
