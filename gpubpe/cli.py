@@ -27,8 +27,15 @@ EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), like every other error here."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpubpe",
         description="Byte-level BPE tokenizers on array kernels: train, encode, decode.",
         epilog="Run 'gpubpe COMMAND --help' for the options of one command.",
