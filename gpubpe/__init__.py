@@ -8,6 +8,7 @@ This is the public API; everything else is internal::
     text = tok.decode(ids)                                         # "hello world"
     batch = tok.encode_arrays(["many", "documents"])              # ragged: batch.ids, batch.offsets
     gpubpe.encode_files(tok, ["big.jsonl"], "tokens.npy")         # streamed, bounded memory
+    ids, offsets = gpubpe.load_tokens("tokens.npy")               # document d: ids[offsets[d]:offsets[d+1]]
     coded = gpubpe.BitLevelCodec(tok.n_vocab).encode(ids)         # bit-level re-encoding
 """
 
@@ -16,7 +17,7 @@ __version__ = "0.1.0"
 from . import metrics
 from .backend import available_backends
 from .bitlevel import BitLevelCodec
-from .encode_files import encode_files
+from .encode_files import encode_files, load_tokens
 from .kernels._cuda import device_stats
 from .tokenizer import Tokenizer
 from .trainer import train
@@ -24,4 +25,4 @@ from .trainer import train
 load = Tokenizer.load
 
 __all__ = ["BitLevelCodec", "Tokenizer", "available_backends", "device_stats", "encode_files",
-           "load", "metrics", "train", "__version__"]
+           "load", "load_tokens", "metrics", "train", "__version__"]

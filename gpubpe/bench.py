@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -37,9 +38,9 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
     """Train and encode with each backend and the reference tools; returns the rows."""
     from .trainer import train
 
-    text = open(corpus_path, encoding="utf-8").read()
-    documents = text.splitlines(keepends=True)
-    megabytes = len(text.encode("utf-8")) / 1e6
+    corpus_path = Path(corpus_path)
+    documents = _documents(corpus_path)
+    megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
     rows: list[Row] = []
     reference = first_ids = None
     train(documents[:50], 300, progress=False)  # warm-up: JIT load/compile, reported apart
@@ -50,7 +51,7 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
             rows.append(Row("train", f"gpubpe {name}", None, None, f"unavailable: {exc}"))
             continue
         started = time.perf_counter()
-        tok = train([str(corpus_path)], vocab_size, backend=name, progress=False)
+        tok = train([corpus_path], vocab_size, backend=name, progress=False)
         synchronize(backend)
         seconds = time.perf_counter() - started
         reference = reference or tok
@@ -62,6 +63,14 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
     if reference is not None:
         rows += _reference_rows(reference, corpus_path, documents, vocab_size, megabytes)
     return rows
+
+
+def _documents(corpus_path: Path) -> list[str]:
+    """The corpus' documents as gpubpe's one reader cuts them (a .txt line keeps its "\\n")."""
+    from .pretokenize import iter_batches
+
+    return [batch.data[start:end].decode("utf-8", "replace") for batch in iter_batches([corpus_path])
+            for start, end in zip(batch.doc_starts.tolist(), batch.doc_ends.tolist())]
 
 
 def _encode_row(tok, documents, megabytes, contender, backend, expected) -> tuple[Row, object]:

@@ -1,12 +1,20 @@
-"""The ``gpubpe`` command: train, encode, decode, demo.
+"""The ``gpubpe`` command: train, encode, decode, demo, export and the measuring commands.
 
 Bad arguments and unreadable input end with exit code 2 and one clear line
-on stderr; progress bars go to stderr too, so stdout carries only results.
+on stderr, before any work starts where they can be seen up front; progress
+bars go to stderr too, so stdout carries only results. Every file written
+appears whole or not at all (``gpubpe.atomic``): a failed, interrupted or
+killed run (SIGINT, SIGTERM) removes its temporary files. Output cut short
+by a closed pipe (``gpubpe encode ... | head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import signal
 import sys
 import time
 import warnings
@@ -16,10 +24,18 @@ from pathlib import Path
 from .errors import DeviceError, GpubpeError
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit 2), like every other error here."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpubpe",
         description="Byte-level BPE tokenizers on array kernels: train, encode, decode.",
         epilog="Run 'gpubpe COMMAND --help' for the options of one command.",
@@ -32,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_encode(commands)
     _add_decode(commands)
     _add_demo(commands)
+    _add_export(commands)
     _add_stats(commands)
     _add_compare(commands)
     _add_doctor(commands)
@@ -45,7 +62,9 @@ def _add_train(commands) -> None:
         "train", help="train a BPE vocabulary on text files",
         description="Train a byte-level BPE vocabulary. .txt files: each line is a document; "
                     ".jsonl files: the text field of each line.")
-    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    p.add_argument("files", nargs="+", type=Path,
+                   help="corpus files (.txt: each line a document, its newline kept; .jsonl; "
+                        ".parquet)")
     p.add_argument("-o", "--output", type=Path, required=True, help="tokenizer file to write (JSON)")
     p.add_argument("--vocab-size", type=int, required=True,
                    help="normal tokens to reach, the 256 bytes included, special tokens excluded")
@@ -64,7 +83,7 @@ def _add_training_options(p) -> None:
     p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
                    help="a special token (repeat for several); never split or merged")
     p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_positive_int, default=None,
                    help="threads for word counting (default: all cores)")
     _add_backend_option(p)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -73,14 +92,16 @@ def _add_training_options(p) -> None:
 def _add_encode(commands) -> None:
     p = commands.add_parser(
         "encode", help="encode text to ids, printed or into a token file",
-        description="Encode documents: each line of a text file, the text field of each "
+        description="Encode documents: each line of a text file (its newline kept, so the "
+                    "documents end to end are the file), the text field of each "
                     ".jsonl line, or the text column of a .parquet file (needs pyarrow). "
                     "Without -o, or with -o FILE.txt, print each document's ids, "
                     "space-separated, one line per document. With -o FILE.npy, stream the ids "
                     "into FILE.npy (flat, uint16 when the vocabulary fits, else uint32) and "
                     "document offsets into FILE.offsets.npy (int64); with -o FILE.bin, raw ids "
                     "(nanoGPT style) and raw int64 offsets in FILE.idx. Memory stays bounded "
-                    "and an interrupted run leaves no partial file under the final names. "
+                    "and an interrupted run leaves no partial file under the final names; "
+                    "FILE.npy.manifest.json, written last, commits the pair. "
                     "With --backend cuda the GPU encodes the distinct words; if it fails "
                     "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
                     "and the error says which --skip-documents finishes the job.")
@@ -95,7 +116,12 @@ def _add_encode(commands) -> None:
                    help="special token appended to every document (e.g. '<|endoftext|>')")
     p.add_argument("--text-field", default="text",
                    help="field of .jsonl records / column of .parquet files (default: text)")
-    p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="threads (default: all cores)")
+    p.add_argument("--allowed-special", action="append", default=[], metavar="TOKEN",
+                   help="encode this special token's text as its special id (repeat for "
+                        "several; 'all' for every one); by default special-token text is "
+                        "ordinary text, as tiktoken's encode_ordinary")
     _add_backend_option(p)
     p.add_argument("--skip-documents", type=int, default=0, metavar="N",
                    help="leave out the first N documents (to finish a run a GPU failure "
@@ -115,8 +141,9 @@ def _add_decode(commands) -> None:
         "decode", help="decode ids, or a token file, to text",
         description="Decode ids given as arguments, a token file written by 'gpubpe encode -o' "
                     "(FILE.npy with FILE.offsets.npy, or FILE.bin with FILE.idx), or ids read "
-                    "from stdin (whitespace-separated, one document per line). Prints one "
-                    "line per document.")
+                    "from stdin (whitespace-separated, one document per line). Documents of a "
+                    "token file made from text files are written end to end, byte for byte; "
+                    "others one per line, a newline added where a document has none.")
     p.add_argument("ids", nargs="*", help="ids, or one .npy/.bin token file (default: stdin)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--dtype", choices=["uint16", "uint32"],
@@ -136,29 +163,111 @@ def _add_demo(commands) -> None:
     p.set_defaults(run=_run_demo)
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every ``finally`` and cleanup runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """SIGTERM raises (only while a command runs, and only in the main thread)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with _terminate_as_exception():
+            return args.run(args)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except DeviceError as exc:  # not a usage error: the run failed
-        print(f"gpubpe {args.command}: error: {exc}", file=sys.stderr)
+        _say_error(args.command, exc)
         return 1
     except (GpubpeError, OSError) as exc:
-        print(f"gpubpe {args.command}: error: {exc}", file=sys.stderr)
+        _say_error(args.command, exc)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"gpubpe {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except _Terminated as exc:
+        print(f"gpubpe {args.command}: terminated", file=sys.stderr)
+        return 128 + exc.signum
+
+
+def _say_error(command: str, exc: BaseException) -> None:
+    """One line on stderr: the error's first line (a DeviceError's may say more below)."""
+    text = str(exc) if isinstance(exc, DeviceError) else " ".join(str(exc).split())
+    print(f"gpubpe {command}: error: {text}", file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the exit flush cannot complain."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (thread counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a thread count; use 1 or more "
+                                         "(leave the option out for every core)")
+    return value
+
+
+def _note_first_compile() -> None:
+    """On a terminal, say that the first run compiles the kernels (about 30 s, once)."""
+    if not sys.stderr.isatty() or _kernels_cached():
+        return
+    print("gpubpe: compiling the Numba kernels for this machine (about 30 s, once; they are "
+          "cached for later runs)", file=sys.stderr)
+
+
+def _kernels_cached() -> bool:
+    """Whether Numba's on-disk cache already holds compiled gpubpe kernels."""
+    from . import kernels
+
+    places = [Path(kernels.__file__).parent / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        places.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return any(next(place.rglob("*.nbi"), None) is not None for place in places if place.is_dir())
 
 
 def _run_train(args) -> int:
+    from .atomic import check_output
+    from .pretokenize import corpus_paths
     from .trainer import train
 
     pattern = None if args.pattern == "none" else args.pattern
+    files = corpus_paths(args.files)
+    check_output(args.output, files)
+    _note_first_compile()
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tok = train([str(f) for f in args.files], args.vocab_size,
+        tok = train(files, args.vocab_size,
                     min_frequency=args.min_frequency, pattern=pattern,
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, text_field=args.text_field,
@@ -174,19 +283,28 @@ def _run_train(args) -> int:
 
 
 def _run_encode(args) -> int:
+    from .atomic import atomic_output, check_output
     from .encode_files import SUFFIXES, encode_files
+    from .pretokenize import check_num_threads, corpus_paths
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)
     if args.text is None and not args.files:
         raise _usage("encode needs input files or --text")
+    if args.text is not None and args.files:
+        raise _usage("give input files or --text, not both")
+    files = corpus_paths(args.files) if args.files else []
+    allowed = _allowed_special(tok, args.allowed_special)
+    if args.output is not None:
+        check_output(args.output, files)
     if args.output is not None and args.output.suffix in SUFFIXES:
         if args.text is not None:
             raise _usage(f"--text prints ids; to write {args.output.suffix} pass input files")
-        done = encode_files(tok, args.files, args.output, dtype=args.dtype,
+        _note_first_compile()
+        done = encode_files(tok, files, args.output, dtype=args.dtype,
                             num_threads=args.threads, progress=not args.no_progress,
                             text_field=args.text_field, append_special=args.append_special,
-                            skip_documents=args.skip_documents)
+                            skip_documents=args.skip_documents, allowed_special=allowed)
         print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
               f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
               f"({done.input_bytes / 1e6 / max(done.seconds, 1e-9):.1f} MB/s) on "
@@ -195,53 +313,65 @@ def _run_encode(args) -> int:
         return 0
     if args.dtype:
         raise _usage("--dtype applies to .npy and .bin outputs only")
-    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for line in _lines_of(tok, args):
+    check_num_threads(args.threads)
+    lines = _lines_of(tok, args, files, allowed)
+    if args.output is None:
+        for line in lines:
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        return 0
+    with atomic_output(args.output, binary=False) as out:
+        for line in lines:
             out.write(line)
-    finally:
-        if args.output:
-            out.close()
     return 0
+
+
+def _allowed_special(tok, tokens: list[str]):
+    """--allowed-special values: 'all', or special tokens of this tokenizer (checked now)."""
+    if "all" in tokens:
+        return "all"
+    unknown = sorted(set(tokens) - set(tok.special_tokens))
+    if unknown:
+        raise _usage(f"--allowed-special {unknown[0]!r} is not a special token of this "
+                     f"tokenizer; it has {sorted(tok.special_tokens)} (or say 'all')")
+    return set(tokens)
 
 
 def _backend_said(asked: str, used: str) -> str:
     """'cpu', or 'cpu (auto: <why not cuda>)' when auto picked it."""
     if asked != "auto" or used == "cuda":
         return used
-    from .backend import resolve_backend
-
-    return f"{used} ({resolve_backend('auto').reason})"
+    return f"{used} (auto picked the CPU: no usable GPU; 'gpubpe doctor' says why)"
 
 
-def _lines_of(tok, args):
+def _lines_of(tok, args, files, allowed):
     """One text line of space-separated ids per document of ``--text`` or the input files."""
-    from .encode_files import read_batches
+    from .encode_files import _appended_id, read_batches
 
-    appended = [] if args.append_special is None else [tok.special_tokens.get(
-        args.append_special, None)]
-    if None in appended:
-        raise _usage(f"--append-special {args.append_special!r} is not a special token of "
-                     f"this tokenizer; it has {sorted(tok.special_tokens)}")
+    try:
+        appended = _appended_id(tok, args.append_special)
+    except GpubpeError as exc:
+        raise _usage(f"--append-special: {exc}") from None
+    appended = [] if appended is None else [appended]
     if args.text is not None:
-        yield " ".join(map(str, tok.encode(args.text, disallowed_special=()) + appended)) + "\n"
+        ids = tok.encode(args.text, allowed_special=allowed, disallowed_special=())
+        yield " ".join(map(str, ids + appended)) + "\n"
         return
-    for batch in read_batches(args.files, args.text_field, skip_documents=args.skip_documents):
-        encoded = tok.encode_buffer(batch.data, batch.doc_start, batch.doc_end,
-                                    num_threads=args.threads)
+    for batch in read_batches(files, args.text_field, skip_documents=args.skip_documents):
+        encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
+                                    num_threads=args.threads, allowed_special=allowed)
         for ids in encoded.tolist():
             yield " ".join(map(str, ids + appended)) + "\n"
 
 
 def _run_decode(args) -> int:
+    from .encode_files import SUFFIXES
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)
-    if len(args.ids) == 1 and args.ids[0].endswith((".npy", ".bin")):
-        from .encode_files import decode_token_file
-
-        for text in decode_token_file(tok, args.ids[0], dtype=args.dtype):
-            sys.stdout.write(text + "\n")
+    out = sys.stdout.buffer
+    if len(args.ids) == 1 and args.ids[0].endswith(SUFFIXES):
+        _write_token_file(tok, Path(args.ids[0]), args.dtype, out)
         return 0
     lines = [" ".join(args.ids)] if args.ids else sys.stdin
     for number, line in enumerate(lines, 1):
@@ -250,10 +380,88 @@ def _run_decode(args) -> int:
         except ValueError:
             raise _usage(f"line {number}: ids must be whitespace-separated integers") from None
         try:
-            sys.stdout.write(tok.decode(ids) + "\n")
+            out.write(_as_line(tok.decode_bytes(ids)))
         except ValueError as exc:
             raise _usage(f"line {number}: {exc}") from None
+    out.flush()
     return 0
+
+
+def _write_token_file(tok, path: Path, dtype, out) -> None:
+    """A token file's documents as bytes: end to end when they came from line files (so the
+    input comes back byte for byte), else each ended by a newline it lacks."""
+    from .encode_files import decode_token_file, read_manifest
+
+    manifest = read_manifest(path) if path.is_file() else None
+    exact = bool(manifest and manifest.get("lines"))
+    for text in decode_token_file(tok, path, dtype=dtype, errors="surrogateescape"):
+        data = text.encode("utf-8", "surrogateescape")
+        out.write(data if exact else _as_line(data))
+    out.flush()
+
+
+def _as_line(data: bytes) -> bytes:
+    """A decoded document as one output line: its own newline kept, else one added."""
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _add_export(commands) -> None:
+    p = commands.add_parser(
+        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or GPT-2 files",
+        description="Write the tokenizer as a HF tokenizer.json and, beside it, a "
+                    "tokenizer_config.json naming the special-token roles you give, so "
+                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use.")
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    p.add_argument("-o", "--output", type=Path, required=True,
+                   help="a folder, or a path ending in tokenizer.json")
+    for role in ROLES:
+        p.add_argument(f"--{role}-token", metavar="TOKEN",
+                       help=f"the {role} token (a special token of the tokenizer)")
+    p.add_argument("--model-max-length", type=_positive_int, metavar="N",
+                   help="model_max_length for transformers (default: unset)")
+    p.set_defaults(run=_run_export)
+
+
+ROLES = ("bos", "eos", "pad", "unk")
+
+
+def _run_export(args) -> int:
+    from .atomic import check_output, write_text_atomically
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer, backend="cpu")
+    target = args.output / "tokenizer.json" if args.output.is_dir() else args.output
+    if target.name != "tokenizer.json":
+        raise _usage(f"-o {args.output}: name a folder or a file called tokenizer.json "
+                     "(transformers looks for that name)")
+    config_path = target.with_name("tokenizer_config.json")
+    check_output(target, [args.tokenizer])
+    check_output(config_path, [args.tokenizer])
+    roles = {role: getattr(args, f"{role}_token") for role in ROLES}
+    config = hf_tokenizer_config(tok, roles, args.model_max_length)
+    tok.to_hf(target)
+    write_text_atomically(config_path, json.dumps(config, ensure_ascii=False, indent=1) + "\n")
+    print(f"wrote {target} and {config_path}", file=sys.stderr)
+    return 0
+
+
+def hf_tokenizer_config(tok, roles: dict[str, str | None], model_max_length=None) -> dict:
+    """A transformers ``tokenizer_config.json``: the fast tokenizer class and special roles.
+
+    Each role (bos, eos, pad, unk) names a special token of ``tok``, or is left out.
+    """
+    config = {"tokenizer_class": "PreTrainedTokenizerFast",
+              "clean_up_tokenization_spaces": False}
+    for role, token in roles.items():
+        if token is None:
+            continue
+        if token not in tok.special_tokens:
+            raise _usage(f"--{role}-token {token!r} is not a special token of this tokenizer; "
+                         f"it has {sorted(tok.special_tokens)} (train with --special-token)")
+        config[f"{role}_token"] = token
+    if model_max_length is not None:
+        config["model_max_length"] = int(model_max_length)
+    return config
 
 
 class _UsageError(GpubpeError, ValueError):
@@ -277,7 +485,8 @@ def _run_demo(args) -> int:
     print(f"demo corpus: {corpus.name}, {len(text.encode()):,} bytes, "
           f"{text.count(chr(10)):,} lines (Python 3.11 docs, PSF licence)")
     started = time.perf_counter()
-    tok = train([str(corpus)], args.vocab_size, progress=not args.no_progress)
+    _note_first_compile()
+    tok = train([corpus], args.vocab_size, progress=not args.no_progress)
     seconds = time.perf_counter() - started
     meta = tok.metadata
     print(f"trained {tok.vocab_size} tokens in {seconds:.2f} s "
@@ -309,10 +518,13 @@ def _add_stats(commands) -> None:
 
 def _run_stats(args) -> int:
     from .compare import tokenization_stats
+    from .pretokenize import corpus_paths
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer)
-    stats = tokenization_stats(tok, [str(f) for f in args.files], args.alpha, args.text_field)
+    files = corpus_paths(args.files)
+    _note_first_compile()
+    stats = tokenization_stats(tok, files, args.alpha, args.text_field)
     for key, value in stats.items():
         print(f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value:,}")
     return 0
@@ -334,17 +546,40 @@ def _add_compare(commands) -> None:
 
 
 def _run_compare(args) -> int:
+    from .atomic import check_output
     from .compare import compare, comparison_table, plot_frequencies
+    from .pretokenize import corpus_paths
+    from .trainer import check_train_args
 
-    result = compare([str(f) for f in args.files], args.vocab_size, progress=not args.no_progress)
+    files = corpus_paths(args.files)
+    check_train_args(args.vocab_size, 0, "hf")
+    if args.plot:
+        _need_matplotlib()
+        check_output(args.plot, files, "--plot")
+    if args.save:
+        for suffix in (".bpe.json", ".scaffold.json"):
+            check_output(f"{args.save}{suffix}", files, "--save")
+    _note_first_compile()
+    result = compare(files, args.vocab_size, progress=not args.no_progress)
     print(comparison_table(result))
     if args.plot:
-        plot_frequencies(result, args.plot)
+        from .atomic import atomic_output
+
+        with atomic_output(args.plot) as out:
+            plot_frequencies(result, out)
         print(f"plot written to {args.plot}", file=sys.stderr)
     if args.save:
         result.plain.save(f"{args.save}.bpe.json")
         result.scaffold.save(f"{args.save}.scaffold.json")
     return 0
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise _usage("--plot needs matplotlib: pip install 'gpubpe[plot]' (or leave out "
+                     "--plot)") from None
 
 
 def _add_doctor(commands) -> None:
@@ -406,15 +641,19 @@ def _add_bench(commands) -> None:
 
 
 def _run_bench(args) -> int:
+    from .atomic import check_output, write_text_atomically
     from .bench import format_rows, rows_json, run_bench
     from .pretokenize import check_readable
 
     corpus = args.corpus or demo_corpus_path()
     check_readable(corpus)
+    if args.json:
+        check_output(args.json, [corpus], "--json")
+    _note_first_compile()
     rows = run_bench(corpus, args.vocab_size, [b.strip() for b in args.backend.split(",")])
     print(format_rows(rows))
     if args.json:
-        args.json.write_text(rows_json(rows))
+        write_text_atomically(args.json, rows_json(rows))
     return 0
 
 
@@ -437,16 +676,18 @@ def _run_bitlevel_report(args) -> int:
     from .bitlevel import PAPER_LEAD_BYTES, BitLevelCodec
     from .compare import corpus_ids
     from .metrics import bitlevel_report
+    from .pretokenize import corpus_paths
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer)
+    files = corpus_paths(args.files)
     leads = PAPER_LEAD_BYTES if args.paper_leads else range(0xE0, 0xF0)
     codec = BitLevelCodec(tok.n_vocab, leads)
     print("| corpus | tokens | after | Δ% | byte tokens | after | Δ% | eff. | after | "
           "byte eff. | after | gain |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for path in args.files:
-        ids, offsets = corpus_ids(tok, [str(path)])
+    for path in files:
+        ids, offsets = corpus_ids(tok, [path])
         r = bitlevel_report(ids, codec, offsets=offsets, alpha=args.alpha)
         print(f"| {path.name} | {r.tokens_before:,} | {r.tokens_after:,} | "
               f"{-r.token_reduction_pct:.2f} | {r.byte_tokens_before:,} | "

@@ -1,9 +1,11 @@
 """Encode corpus files into token files, streamed: bounded memory, every core, atomic output.
 
-Inputs: ``.jsonl`` (the ``text_field`` of each line, blank lines skipped),
-``.parquet`` (the ``text_field`` column; needs ``pyarrow``), and any other
-file as text where each line is a document, its "\\n" removed (empty lines are
-empty documents, so document d is line d + 1).
+Inputs are read by gpubpe's one corpus reader (``gpubpe.pretokenize``, the
+same as training and every command): ``.jsonl`` (the ``text_field`` of each
+line, blank lines skipped), ``.parquet`` (the ``text_field`` column; needs
+``pyarrow``), and any other file as bytes where each line is a document, its
+"\\n" kept (document d is line d + 1, and the documents end to end are the
+file: "\\r\\n", a BOM and a missing final newline come back exactly).
 
 Outputs, chosen by the suffix of ``output``:
 
@@ -22,7 +24,10 @@ Memory stays bounded: input is read in batches of whole documents (about
 ``batch_bytes`` each, one batch read ahead while the previous one encodes),
 and ids and offsets go to disk batch by batch. Output is written under
 temporary names in the output's folder and renamed at the end, so an
-interrupted run leaves no half-written file under the final names.
+interrupted run leaves no half-written file under the final names; a small
+manifest (``tokens.npy.manifest.json``) written last commits the ids/offsets
+pair, and :func:`load_tokens` reads a pair only when it matches (see
+"Committing a pair" below).
 
 If the GPU fails mid-run (``DeviceError``), the documents finished before the
 failed batch are kept, complete and valid, under the *partial* names
@@ -45,8 +50,16 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import (
+    check_output,
+    finish,
+    folder_lock,
+    open_new,
+    temporary_path,
+    write_text_atomically,
+)
 from .errors import ConfigError, CorpusError, DeviceError
-from .pretokenize import check_readable
+from .pretokenize import Batch, check_num_threads, corpus_paths, read_file
 
 # Input bytes per encoded batch: large enough to keep every core busy, small
 # enough that a batch and its scratch (about 10x) stay far below 2 GB.
@@ -69,16 +82,6 @@ class EncodedFiles:
     seconds: float
 
 
-@dataclass
-class _Batch:
-    """UTF-8 bytes and document byte ranges ``data[doc_start[d]:doc_end[d]]``."""
-
-    data: bytes | memoryview
-    doc_start: np.ndarray
-    doc_end: np.ndarray
-    input_bytes: int  # bytes of the input files this batch consumed (progress)
-
-
 def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None = None,
                  progress: bool = True, text_field: str = "text", allowed_special=(),
                  append_special: str | None = None, batch_bytes: int = BATCH_BYTES,
@@ -98,20 +101,19 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     if backend is not None:
         tok = tok.with_backend(backend)
-    paths = _input_paths(paths)
-    output = Path(output)
-    if output.suffix not in SUFFIXES:
-        raise ConfigError(f"output {output} must end in .npy or .bin (flat ids + offsets)")
+    paths = corpus_paths(paths)
+    output = _checked_output(output, paths)
     id_dtype = token_dtype(tok.n_vocab, dtype)
     appended = _appended_id(tok, append_special)
+    check_num_threads(num_threads)
     started = time.perf_counter()
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
-    writer = _TokenFileWriter(output, id_dtype)
+    writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
     input_bytes = 0
     try:
         for batch in _read_ahead(batches):
-            encoded = tok.encode_buffer(batch.data, batch.doc_start, batch.doc_end,
+            encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
                                         num_threads=num_threads, allowed_special=allowed_special)
             ids, offsets = _with_appended(encoded.ids, encoded.offsets, appended)
             writer.append(ids, offsets)
@@ -127,6 +129,20 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
         bar.close()
     return EncodedFiles(output, writer.offsets_path, id_dtype, writer.documents, writer.tokens,
                         input_bytes, time.perf_counter() - started)
+
+
+def _checked_output(output, inputs: list[Path]) -> Path:
+    output = Path(output)
+    if output.suffix not in SUFFIXES:
+        raise ConfigError(f"output {output} must end in .npy or .bin (flat ids + offsets)")
+    check_output(output, inputs)
+    check_output(offsets_path_of(output), inputs, "offsets file")
+    return output
+
+
+def _all_line_files(paths: list[Path]) -> bool:
+    """Whether every document keeps its own "\\n" (line files), so they join into the input."""
+    return all(p.suffix not in (".jsonl", ".parquet") for p in paths)
 
 
 def _kept_partial(writer: _TokenFileWriter, skipped: int, exc: DeviceError) -> DeviceError:
@@ -169,160 +185,37 @@ def token_dtype(n_vocab: int, dtype=None) -> np.dtype:
 # ---------------------------------------------------------------- reading
 
 
-def _input_paths(paths) -> list[Path]:
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise ConfigError("no input files given")
-    for path in paths:
-        if path.suffix == ".parquet":
-            if not path.is_file():
-                raise CorpusError(f"{path}: no such file")
-        else:
-            check_readable(path)
-    return paths
-
-
 def read_batches(paths, text_field: str = "text", batch_bytes: int = BATCH_BYTES,
-                 skip_documents: int = 0) -> Iterator[_Batch]:
-    """Batches of whole documents from files (checked readable first), as described above.
+                 skip_documents: int = 0) -> Iterator[Batch]:
+    """Batches of whole documents from files (all checked readable first).
 
-    The first ``skip_documents`` documents are left out (their bytes still count
-    as consumed).
+    The documents are those of gpubpe's one corpus reader
+    (:func:`gpubpe.pretokenize.iter_batches`). The first ``skip_documents``
+    documents are left out (their bytes still count as consumed).
     """
     if isinstance(skip_documents, bool) or not isinstance(skip_documents, int) \
             or skip_documents < 0:
         raise ConfigError(f"skip_documents must be an int >= 0, not {skip_documents!r}")
-    return _skipping(_file_batches(_input_paths(paths), text_field, batch_bytes), skip_documents)
+    paths = corpus_paths(paths)
+    files = (batch for path in paths for batch in read_file(path, text_field, batch_bytes))
+    return _skipping(files, skip_documents)
 
 
-def _file_batches(paths: list[Path], text_field: str, batch_bytes: int) -> Iterator[_Batch]:
-    for path in paths:
-        if path.suffix == ".jsonl":
-            yield from _jsonl_batches(path, text_field, batch_bytes)
-        elif path.suffix == ".parquet":
-            yield from _parquet_batches(path, text_field, batch_bytes)
-        else:
-            yield from _line_batches(path, batch_bytes)
-
-
-def _line_batches(path: Path, batch_bytes: int) -> Iterator[_Batch]:
-    """Whole lines, about ``batch_bytes`` at a time; each line minus its "\\n" is a document."""
-    with path.open("rb") as handle:
-        while True:
-            data = handle.read(batch_bytes) + handle.readline()
-            if not data:
-                return
-            newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-            ends = newlines if data.endswith(b"\n") else np.append(newlines, len(data))
-            starts = np.concatenate([[0], newlines + 1])[:ends.size]
-            yield _Batch(data, starts.astype(np.int64), ends.astype(np.int64), len(data))
-
-
-def _jsonl_batches(path: Path, text_field: str, batch_bytes: int) -> Iterator[_Batch]:
-    documents: list[bytes] = []
-    size = 0
-    consumed = 0
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, 1):
-            consumed += len(line)
-            if not line.strip():
-                continue
-            documents.append(_jsonl_text(line, path, number, text_field))
-            size += len(documents[-1])
-            if size >= batch_bytes:
-                yield _documents_batch(documents, consumed)
-                documents, size, consumed = [], 0, 0
-    if documents or consumed:
-        yield _documents_batch(documents, consumed)
-
-
-def _jsonl_text(line: bytes, path: Path, number: int, text_field: str) -> bytes:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise CorpusError(f"{path}:{number}: not valid JSON ({exc})") from None
-    if not isinstance(record, dict) or text_field not in record:
-        raise CorpusError(f"{path}:{number}: no {text_field!r} field; choose the field with "
-                          "text_field= (--text-field)")
-    text = record[text_field]
-    if not isinstance(text, str):
-        raise CorpusError(f"{path}:{number}: field {text_field!r} is a {type(text).__name__}, "
-                          "not a string")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CorpusError(f"{path}:{number}: field {text_field!r} holds a lone surrogate at "
-                          f"character {exc.start}; it is not encodable as UTF-8") from None
-
-
-def _documents_batch(documents: list[bytes], input_bytes: int) -> _Batch:
-    lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
-    ends = np.cumsum(lengths)
-    return _Batch(b"".join(documents), ends - lengths, ends, input_bytes)
-
-
-def _parquet_batches(path: Path, text_field: str, batch_bytes: int) -> Iterator[_Batch]:
-    """Record batches of a string column, read from Arrow's buffers without a str per row."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise CorpusError(f"{path}: reading .parquet needs pyarrow; pip install "
-                          "'gpubpe[parquet]' (or pyarrow)") from None
-    try:
-        reader = pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
-    if text_field not in reader.schema_arrow.names:
-        raise CorpusError(f"{path}: no column {text_field!r} (columns: "
-                          f"{reader.schema_arrow.names}); choose it with text_field=")
-    file_bytes = path.stat().st_size
-    total_rows = max(reader.metadata.num_rows, 1)
-    first_row = 0
-    for record_batch in reader.iter_batches(batch_size=8192, columns=[text_field]):
-        column = record_batch.column(0)
-        yield _arrow_strings_batch(column, path, text_field, first_row,
-                                   file_bytes * len(column) // total_rows)
-        first_row += len(column)
-
-
-def _arrow_strings_batch(column, path: Path, text_field: str, first_row: int,
-                         input_bytes: int) -> _Batch:
-    import pyarrow as pa
-
-    if column.null_count:
-        row = first_row + column.is_null().to_numpy(zero_copy_only=False).argmax()
-        raise CorpusError(f"{path}: column {text_field!r} is null at row {row}")
-    if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
-        offset_type = np.int32
-    elif pa.types.is_large_string(column.type) or pa.types.is_large_binary(column.type):
-        offset_type = np.int64
-    else:
-        raise CorpusError(f"{path}: column {text_field!r} holds {column.type}, not strings")
-    _, offsets_buffer, data_buffer = column.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[column.offset:]
-    offsets = offsets[:len(column) + 1].astype(np.int64)
-    data = memoryview(data_buffer) if data_buffer is not None else b""
-    return _Batch(data, offsets[:-1], offsets[1:], input_bytes)
-
-
-def _skipping(batches: Iterator[_Batch], n_documents: int) -> Iterator[_Batch]:
+def _skipping(batches: Iterator[Batch], n_documents: int) -> Iterator[Batch]:
     """The batches without their first ``n_documents`` documents (their bytes still count)."""
     for batch in batches:
-        if n_documents >= batch.doc_start.size:
-            n_documents -= batch.doc_start.size
-            yield _Batch(b"", batch.doc_start[:0], batch.doc_end[:0], batch.input_bytes)
+        if n_documents >= batch.doc_ends.size:
+            n_documents -= batch.doc_ends.size
+            yield Batch(b"", batch.doc_ends[:0], batch.input_bytes)
             continue
         if n_documents:
-            batch = _Batch(batch.data, batch.doc_start[n_documents:],
-                           batch.doc_end[n_documents:], batch.input_bytes)
+            cut = int(batch.doc_ends[n_documents - 1])
+            batch = Batch(batch.data[cut:], batch.doc_ends[n_documents:] - cut, batch.input_bytes)
             n_documents = 0
         yield batch
 
 
-def _read_ahead(batches: Iterator[_Batch]) -> Iterator[_Batch]:
+def _read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
     """Read the next batch on a thread while the caller encodes this one."""
     slots: queue.Queue = queue.Queue(maxsize=1)
     done = object()
@@ -378,23 +271,50 @@ def _with_appended(ids: np.ndarray, offsets: np.ndarray, appended: int | None):
 
 
 # ---------------------------------------------------------------- writing
+#
+# Committing a pair. Ids and offsets are written under temporary names, then
+# renamed into place (offsets first, then ids), then a small manifest naming
+# both files by inode, size and mtime is written (atomically) last; the three
+# steps run under an exclusive flock of the output folder, so two runs never
+# interleave them (the last run's pair is what stays). A reader
+# (``load_tokens``) holds the lock shared while it opens the manifest and both
+# files, and trusts the pair only when the files it holds open are the ones
+# the manifest names (where locking is not possible it retries briefly while a
+# commit is under way). Two runs writing one output thus never hand a reader
+# ids of one run with offsets of the other.
+
+MANIFEST_FORMAT = "gpubpe-tokens/1"
+# A reader that finds a pair mid-commit retries this many times, this far apart.
+_READ_ATTEMPTS = 200
+_READ_RETRY_SECONDS = 0.005
+
+
+def manifest_path_of(output: Path) -> Path:
+    """``tokens.npy`` -> ``tokens.npy.manifest.json``: what commits the ids/offsets pair."""
+    output = Path(output)
+    return output.with_name(f"{output.name}.manifest.json")
 
 
 class _TokenFileWriter:
-    """Appends ids and offsets to temporary files; ``commit`` renames them into place."""
+    """Appends ids and offsets to temporary files; ``commit`` renames them and writes the manifest."""
 
-    def __init__(self, output: Path, dtype: np.dtype):
+    def __init__(self, output: Path, dtype: np.dtype, lines: bool = False):
         self.ids_path = output
         self.offsets_path = offsets_path_of(output)
         self.npy = output.suffix == ".npy"
         self.dtype = dtype
+        self.lines = lines
         self.documents = 0
         self.tokens = 0
-        tag = f".tmp-{os.getpid()}-{threading.get_ident()}"
-        self._ids_temp = output.with_name(f".{output.name}{tag}")
-        self._offsets_temp = output.with_name(f".{self.offsets_path.name}{tag}")
-        self._ids = open(self._ids_temp, "wb")  # noqa: SIM115 - closed in commit/abort
-        self._offsets = open(self._offsets_temp, "wb")  # noqa: SIM115
+        self._ids_temp = temporary_path(output)
+        self._offsets_temp = temporary_path(self.offsets_path)
+        self._ids = open_new(self._ids_temp)
+        try:
+            self._offsets = open_new(self._offsets_temp)
+        except BaseException:
+            self._ids.close()
+            self._ids_temp.unlink(missing_ok=True)
+            raise
         if self.npy:
             self._ids.write(npy_header(dtype, 0))
             self._offsets.write(npy_header(np.dtype("<i8"), 0))
@@ -423,17 +343,26 @@ class _TokenFileWriter:
             self._ids.write(npy_header(self.dtype, self.tokens))
             self._offsets.seek(0)
             self._offsets.write(npy_header(np.dtype("<i8"), self.documents + 1))
-        for handle in (self._ids, self._offsets):
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-        os.replace(self._offsets_temp, offsets_path)
-        os.replace(self._ids_temp, ids_path)
+        ids_stat, offsets_stat = finish(self._ids), finish(self._offsets)
+        manifest = {"format": MANIFEST_FORMAT, "ids": ids_path.name,
+                    "offsets": offsets_path.name, "dtype": str(self.dtype),
+                    "documents": self.documents, "tokens": self.tokens, "lines": self.lines,
+                    "ids_file": _identity(ids_stat), "offsets_file": _identity(offsets_stat)}
+        manifest_text = json.dumps(manifest, indent=1) + "\n"
+        with folder_lock(ids_path.parent):
+            os.replace(self._offsets_temp, offsets_path)
+            os.replace(self._ids_temp, ids_path)
+            write_text_atomically(manifest_path_of(ids_path), manifest_text)
 
     def abort(self) -> None:
         for handle, path in ((self._ids, self._ids_temp), (self._offsets, self._offsets_temp)):
             handle.close()
             path.unlink(missing_ok=True)
+
+
+def _identity(stat: os.stat_result) -> list[int]:
+    """What tells one written file from another: device, inode, size, mtime (ns)."""
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns]
 
 
 def npy_header(dtype: np.dtype, length: int) -> bytes:
@@ -449,28 +378,77 @@ def npy_header(dtype: np.dtype, length: int) -> bytes:
 # ---------------------------------------------------------------- reading token files back
 
 
-def read_token_file(path, dtype=None, n_vocab: int | None = None):
+def load_tokens(path, dtype=None, n_vocab: int | None = None):
     """``(ids, offsets)`` of a token file written by :func:`encode_files`, memory-mapped.
 
+    Document d is ``ids[offsets[d]:offsets[d + 1]]``. The pair is trusted only
+    when its manifest (``tokens.npy.manifest.json``, written last) names the
+    very files read, so a run that is replacing the output, or two runs
+    writing it at once, never give ids of one run with offsets of another.
     ``.npy`` files carry their dtype; ``.bin`` files take ``dtype`` (default:
-    the rule of :func:`token_dtype` for ``n_vocab``). ``offsets`` is None when
-    the companion file is missing. A truncated or inconsistent file raises
-    CorpusError saying what is wrong.
+    the rule of :func:`token_dtype` for ``n_vocab``). A lone ids file (no
+    offsets file, no manifest, e.g. an array saved with ``np.save``) is one
+    document: ``offsets`` is None. A truncated, inconsistent or unmatched
+    pair raises CorpusError saying what is wrong.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"{path}: no such token file")
-    if path.suffix == ".npy":
-        ids = _load_npy(path)
-    elif path.suffix == ".bin":
-        ids = _load_raw(path, token_dtype(n_vocab or 1 << 16, dtype))
-    else:
+    if path.suffix not in SUFFIXES:
         raise CorpusError(f"{path}: token files end in .npy or .bin")
+    for _ in range(_READ_ATTEMPTS):
+        with folder_lock(path.parent, shared=True):
+            pair = _read_pair(path, dtype, n_vocab)
+        if pair is not None:
+            return pair
+        time.sleep(_READ_RETRY_SECONDS)
+    raise CorpusError(f"{path} and {offsets_path_of(path)} are not the files its manifest "
+                      f"{manifest_path_of(path).name} names (changed by hand, or another run "
+                      "keeps writing them); re-run gpubpe encode")
+
+
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of token file ``path``, or None when there is none."""
+    where = manifest_path_of(path)
+    try:
+        manifest = json.loads(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, RecursionError, UnicodeDecodeError, OSError) as exc:
+        raise CorpusError(f"{where} is not a token-file manifest ({exc}); re-run gpubpe "
+                          "encode") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise CorpusError(f"{where} is not a {MANIFEST_FORMAT!r} manifest; re-run gpubpe encode")
+    return manifest
+
+
+def _read_pair(path: Path, dtype, n_vocab):
+    """The checked pair, or None when the files are not (yet) the manifest's."""
+    manifest = read_manifest(path)
     offsets_path = offsets_path_of(path)
-    if not offsets_path.exists():
-        return ids, None
-    offsets = _load_npy(offsets_path) if path.suffix == ".npy" else _load_raw(
-        offsets_path, np.dtype("<i8"))
+    try:
+        ids_handle = path.open("rb")
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: no such token file") from None
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot be read ({exc.strerror})") from None
+    with ids_handle:
+        try:
+            offsets_handle = offsets_path.open("rb")
+        except FileNotFoundError:
+            if manifest is not None:
+                return None
+            return _open_ids(path, ids_handle, dtype, n_vocab), None
+        with offsets_handle:
+            if manifest is None:
+                raise CorpusError(f"{path} and {offsets_path} have no manifest "
+                                  f"({manifest_path_of(path).name}), so nothing says they belong "
+                                  "together (an older gpubpe, or a run that did not finish); "
+                                  "re-run gpubpe encode")
+            ids = _open_ids(path, ids_handle, dtype, n_vocab)
+            offsets = _open_array(offsets_path, offsets_handle, path.suffix == ".npy",
+                                  np.dtype("<i8"))
+            if _identity(os.fstat(ids_handle.fileno())) != manifest.get("ids_file") or \
+                    _identity(os.fstat(offsets_handle.fileno())) != manifest.get("offsets_file"):
+                return None
     if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0 or offsets[-1] != ids.size \
             or np.any(np.diff(offsets) < 0):
         raise CorpusError(f"{offsets_path} does not match {path}: offsets must rise from 0 to "
@@ -478,35 +456,50 @@ def read_token_file(path, dtype=None, n_vocab: int | None = None):
     return ids, offsets
 
 
-def _load_npy(path: Path) -> np.ndarray:
-    with path.open("rb") as handle:
-        try:
-            version = np.lib.format.read_magic(handle)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, _, dtype = read_header(handle)
-        except ValueError as exc:
-            raise CorpusError(f"{path} is not a valid .npy file ({exc})") from None
-        header_end = handle.tell()
-    expected = header_end + int(np.prod(shape)) * dtype.itemsize
-    actual = path.stat().st_size
-    if actual < expected:
-        raise CorpusError(f"{path} is truncated: its header promises {int(np.prod(shape))} "
-                          f"values ({expected:,} bytes) but the file holds {actual:,} bytes; "
-                          "re-run gpubpe encode")
-    if int(np.prod(shape)) == 0:
-        return np.zeros(shape, dtype=dtype)
-    return np.load(path, mmap_mode="r")
+read_token_file = load_tokens
 
 
-def _load_raw(path: Path, dtype: np.dtype) -> np.ndarray:
-    size = path.stat().st_size
-    if size % dtype.itemsize:
-        raise CorpusError(f"{path} is truncated: {size} bytes is not a whole number of "
-                          f"{dtype} values; re-run gpubpe encode (or pass the right --dtype)")
-    if size == 0:
+def _open_ids(path: Path, handle, dtype, n_vocab) -> np.ndarray:
+    if path.suffix == ".npy":
+        return _open_array(path, handle, True, None)
+    return _open_array(path, handle, False, token_dtype(n_vocab or 1 << 16, dtype))
+
+
+def _open_array(path: Path, handle, npy: bool, dtype: np.dtype | None) -> np.ndarray:
+    """Memory-map the 1-D integer array in the open file ``handle`` (a .npy or raw values)."""
+    header_end, count = 0, None
+    if npy:
+        header_end, count, dtype = _npy_layout(path, handle)
+    size = os.fstat(handle.fileno()).st_size - header_end
+    if count is None:
+        if size % dtype.itemsize:
+            raise CorpusError(f"{path} is truncated: {size} bytes is not a whole number of "
+                              f"{dtype} values; re-run gpubpe encode (or pass the right --dtype)")
+        count = size // dtype.itemsize
+    elif size < count * dtype.itemsize:
+        raise CorpusError(f"{path} is truncated: its header promises {count} values "
+                          f"({header_end + count * dtype.itemsize:,} bytes) but the file holds "
+                          f"{header_end + size:,} bytes; re-run gpubpe encode")
+    if count == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+    return np.memmap(handle, dtype=dtype, mode="r", offset=header_end, shape=(count,))
+
+
+def _npy_layout(path: Path, handle) -> tuple[int, int, np.dtype]:
+    """(header bytes, values, dtype) of a 1-D integer .npy file."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran_order, dtype = read_header(handle)
+    except ValueError as exc:
+        raise CorpusError(f"{path} is not a valid .npy file ({exc})") from None
+    if dtype.kind not in "iu" or dtype.hasobject:
+        raise CorpusError(f"{path} holds {dtype} values; a token file holds integer ids "
+                          "(uint16 or uint32)")
+    if len(shape) != 1:
+        raise CorpusError(f"{path} holds an array of shape {shape}; a token file is 1-D")
+    return handle.tell(), int(shape[0]), dtype
 
 
 def iter_documents(ids: np.ndarray, offsets: np.ndarray | None,
@@ -524,18 +517,21 @@ def iter_documents(ids: np.ndarray, offsets: np.ndarray | None,
         first = last
 
 
-def decode_token_file(tokenizer, path, dtype=None) -> Iterator[str]:
+def decode_token_file(tokenizer, path, dtype=None, errors: str = "replace") -> Iterator[str]:
     """The text of each document of a token file, in order (a chunk of documents at a time).
 
-    Ids the tokenizer does not have raise CorpusError naming the first one and its position.
+    Ids the tokenizer does not have raise CorpusError naming the first one and
+    its position. ``errors="surrogateescape"`` keeps bytes that are not UTF-8
+    (``text.encode("utf-8", "surrogateescape")`` gives them back exactly).
     """
     from .tokenizer import RaggedBatch
 
-    ids, offsets = read_token_file(path, dtype=dtype, n_vocab=tokenizer.n_vocab)
+    ids, offsets = load_tokens(path, dtype=dtype, n_vocab=tokenizer.n_vocab)
     bad = np.flatnonzero(np.asarray(ids) >= tokenizer.n_vocab)
     if bad.size:
         raise CorpusError(f"{path}: id {ids[bad[0]]} at position {bad[0]} is out of range: this "
                           f"tokenizer has ids 0..{tokenizer.n_vocab - 1}; was the file made "
                           "with another tokenizer?")
     for chunk_ids, chunk_offsets in iter_documents(ids, offsets):
-        yield from tokenizer.decode_batch(RaggedBatch(chunk_ids.astype(np.uint32), chunk_offsets))
+        yield from tokenizer.decode_batch(RaggedBatch(chunk_ids.astype(np.uint32), chunk_offsets),
+                                          errors)

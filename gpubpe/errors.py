@@ -38,3 +38,7 @@ class DeviceError(GpubpeError, RuntimeError):
     The message says what was running, what the device said, and what output
     was kept; ``__cause__`` holds the device library's own exception.
     """
+
+
+class InputTypeError(GpubpeError, TypeError):
+    """An argument or document has a type gpubpe cannot use (the message names the type)."""

@@ -82,7 +82,10 @@ def special_splitter(special_tokens: Iterable[str]) -> regex.Pattern | None:
 
 
 def as_bytes(document: str | bytes, where: str) -> bytes:
-    """A document as UTF-8 bytes; a str with lone surrogates is a CorpusError."""
+    """A document as UTF-8 bytes (str subclasses such as ``np.str_`` included).
+
+    A str with lone surrogates is a CorpusError, and so is anything but str or bytes.
+    """
     if isinstance(document, str):
         try:
             return document.encode("utf-8")
@@ -115,30 +118,60 @@ def code_point_classes() -> np.ndarray:
 
 
 # ---------------------------------------------------------------- corpus readers
+#
+# The one corpus reader of gpubpe: training, stats, compare and encode_files all
+# read documents through ``iter_batches``. It reads bytes and never decodes
+# them, so "\r\n", a BOM and a missing final newline reach the tokenizer as
+# they are in the file and come back exactly when the ids are decoded.
+
+# A str item of a corpus is a path exactly when it has this shape (a corpus file
+# name: no whitespace, ends in .txt, .jsonl or .parquet); the file system is
+# never asked. pathlib.Path (any os.PathLike) items are always paths.
+_CORPUS_NAME = regex.compile(r"^\S+\.(?:txt|jsonl|parquet)$")
+CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
 @dataclass
 class Batch:
-    """UTF-8 bytes cut into documents: document d is ``data[doc_ends[d-1]:doc_ends[d]]``."""
+    """UTF-8 bytes cut into documents: document d is ``data[doc_ends[d-1]:doc_ends[d]]``.
+
+    ``input_bytes``: bytes of the input this batch consumed (for progress bars;
+    blank .jsonl lines and JSON syntax count, so it can differ from ``len(data)``).
+    """
 
     data: bytes
     doc_ends: np.ndarray  # int64, ascending, last == len(data)
+    input_bytes: int = 0
+
+    @property
+    def doc_starts(self) -> np.ndarray:
+        return np.concatenate([[0], self.doc_ends[:-1]]).astype(np.int64)
 
 
-def iter_batches(corpus, text_field: str = "text") -> Iterator[Batch]:
-    """Read a corpus as batches of about 8 MB of whole documents.
+def iter_batches(corpus, text_field: str = "text",
+                 batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
+    """Read a corpus as batches of about ``batch_bytes`` of whole documents.
 
-    ``corpus`` is a path, or an iterable of paths, ``str`` and ``bytes``
-    documents. A ``.jsonl`` file gives the ``text_field`` of each line; any
+    ``corpus`` is a path (a ``str`` or ``pathlib.Path`` given alone is always
+    a path), or an iterable of paths, ``str`` and ``bytes`` documents. Which
+    items of an iterable are paths (never guessed from the file system):
+
+    - a ``pathlib.Path`` (any ``os.PathLike``) is a path;
+    - a ``str`` is a path when it reads as a corpus file name: no whitespace,
+      ending in ``.txt``, ``.jsonl`` or ``.parquet`` (so ``train(["corpus.txt"])``
+      reads the file, and a missing one is an error, not a one-line corpus);
+    - any other ``str`` is a document (``"."``, ``"README.md"``, ``"a b.txt"``);
+      ``bytes`` are always documents. Wrap a path of another shape in
+      ``pathlib.Path``; pass a document that looks like a file name as bytes.
+
+    A ``.jsonl`` file gives the ``text_field`` of each line (blank lines
+    skipped); a ``.parquet`` file its ``text_field`` column (needs pyarrow); any
     other file gives each line as a document, its "\\n" kept (as HF's file
-    trainer does). A str counts as a path when a file or folder is there, or
-    when it reads as a corpus file name (``*.txt``, ``*.jsonl``, ``*.parquet``,
-    no spaces), so a typo is an error rather than a one-line corpus; any other
-    str is a document. Pass bytes to force a document.
+    trainer does), so the documents end to end are the file's bytes.
     """
     if isinstance(corpus, str | os.PathLike):
-        corpus = [corpus]
-    if isinstance(corpus, bytes | bytearray):
+        corpus = [Path(corpus)]
+    if isinstance(corpus, bytes | bytearray | memoryview):
         raise CorpusError("corpus is a bytes object; pass a list of documents or a path")
     try:
         items = iter(corpus)
@@ -149,51 +182,78 @@ def iter_batches(corpus, text_field: str = "text") -> Iterator[Batch]:
     pending: list[bytes] = []
     pending_bytes = 0
     for index, item in enumerate(items):
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and _looks_like_path(item)):
+        if _looks_like_path(item):
             if pending:
-                yield _documents_batch(pending)
+                yield _documents_batch(pending, pending_bytes)
                 pending, pending_bytes = [], 0
-            yield from _read_path(Path(item), text_field)
+            yield from read_file(Path(item), text_field, batch_bytes)
             continue
         document = as_bytes(item, f"document {index}")
         pending.append(document)
         pending_bytes += len(document)
-        if pending_bytes >= _BATCH_BYTES:
-            yield _documents_batch(pending)
+        if pending_bytes >= batch_bytes:
+            yield _documents_batch(pending, pending_bytes)
             pending, pending_bytes = [], 0
     if pending:
-        yield _documents_batch(pending)
+        yield _documents_batch(pending, pending_bytes)
 
 
-def _documents_batch(documents: list[bytes]) -> Batch:
+def _documents_batch(documents: list[bytes], input_bytes: int) -> Batch:
     lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
-    return Batch(b"".join(documents), np.cumsum(lengths))
+    return Batch(b"".join(documents), np.cumsum(lengths), input_bytes)
 
 
-_CORPUS_SUFFIX = regex.compile(r"^\S+\.(?:txt|jsonl|parquet)$")
+def _looks_like_path(item) -> bool:
+    """The rule of :func:`iter_batches`: Path objects, and str shaped like a corpus file name."""
+    if isinstance(item, os.PathLike):
+        return True
+    return isinstance(item, str) and len(item) <= 4096 and bool(_CORPUS_NAME.match(item))
 
 
-def _looks_like_path(item: str) -> bool:
-    """A str names a file when one exists there, or when it reads as a corpus file name.
+def corpus_paths(paths) -> list[Path]:
+    """Paths (a path or an iterable of them) as a list, each checked readable up front."""
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    try:
+        paths = [Path(p) for p in paths]
+    except TypeError as exc:
+        raise CorpusError(f"input files must be paths: {exc}") from None
+    if not paths:
+        raise CorpusError("no input files given")
+    for path in paths:
+        check_readable(path)
+    return paths
 
-    Anything else is a document: "hello.world" and "a/b" are text, not paths.
-    """
-    if "\n" in item or len(item) > 4096:
-        return False
-    return Path(item).is_file() or Path(item).is_dir() or bool(_CORPUS_SUFFIX.match(item))
+
+def check_num_threads(num_threads) -> None:
+    """ConfigError unless ``num_threads`` is None (every core) or a positive int."""
+    if num_threads is None:
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int | np.integer) \
+            or num_threads < 1:
+        raise ConfigError(f"num_threads={num_threads!r} is not a thread count; use a positive "
+                          "int, or None for every core")
 
 
-def _read_path(path: Path, text_field: str) -> Iterator[Batch]:
+def read_file(path: Path, text_field: str = "text",
+              batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
+    """The documents of one corpus file (checked readable first), by its suffix."""
     check_readable(path)
     if path.suffix == ".jsonl":
-        yield from _read_jsonl(path, text_field)
-    else:
-        yield from _read_lines(path)
+        return _read_jsonl(path, text_field, batch_bytes)
+    if path.suffix == ".parquet":
+        return _read_parquet(path, text_field, batch_bytes)
+    return _read_lines(path, batch_bytes)
 
 
 def check_readable(path: Path) -> None:
-    """Raise CorpusError unless ``path`` is a readable text file."""
-    if not path.exists():
+    """Raise CorpusError unless ``path`` is a readable file (text, or Parquet by its suffix)."""
+    path = Path(path)
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL in it
+        raise CorpusError(f"{str(path)[:80]!r} is not a usable file name ({exc})") from None
+    if not exists:
         raise CorpusError(f"{path}: no such file")
     if path.is_dir():
         raise CorpusError(f"{path} is a directory; pass the files inside it")
@@ -202,44 +262,99 @@ def check_readable(path: Path) -> None:
             head = handle.read(8192)
     except OSError as exc:
         raise CorpusError(f"{path}: cannot be read ({exc.strerror})") from None
-    if b"\x00" in head:
+    if b"\x00" in head and path.suffix != ".parquet":
         raise CorpusError(f"{path} looks binary (NUL bytes in its first 8 KiB); expected text")
 
 
-def _read_lines(path: Path) -> Iterator[Batch]:
+def _read_lines(path: Path, batch_bytes: int) -> Iterator[Batch]:
+    """Whole lines, about ``batch_bytes`` at a time; each line with its "\\n" is a document."""
     with path.open("rb") as handle:
         while True:
-            data = handle.read(_BATCH_BYTES) + handle.readline()
+            data = handle.read(batch_bytes) + handle.readline()
             if not data:
                 return
             doc_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
             if doc_ends.size == 0 or doc_ends[-1] != len(data):
                 doc_ends = np.append(doc_ends, len(data))
-            yield Batch(data, doc_ends.astype(np.int64))
+            yield Batch(data, doc_ends.astype(np.int64), len(data))
 
 
-def _read_jsonl(path: Path, text_field: str) -> Iterator[Batch]:
+def _read_jsonl(path: Path, text_field: str, batch_bytes: int) -> Iterator[Batch]:
     documents: list[bytes] = []
-    size = 0
+    size = consumed = 0
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
+            consumed += len(line)
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise CorpusError(f"{path}:{number}: not valid JSON ({exc})") from None
-            if not isinstance(record, dict) or text_field not in record:
-                raise CorpusError(
-                    f"{path}:{number}: no {text_field!r} field; choose the field with text_field="
-                )
-            documents.append(as_bytes(record[text_field], f"{path}:{number} {text_field!r}"))
+            documents.append(_jsonl_text(line, path, number, text_field))
             size += len(documents[-1])
-            if size >= _BATCH_BYTES:
-                yield _documents_batch(documents)
-                documents, size = [], 0
-    if documents:
-        yield _documents_batch(documents)
+            if size >= batch_bytes:
+                yield _documents_batch(documents, consumed)
+                documents, size, consumed = [], 0, 0
+    if documents or consumed:
+        yield _documents_batch(documents, consumed)
+
+
+def _jsonl_text(line: bytes, path: Path, number: int, text_field: str) -> bytes:
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise CorpusError(f"{path}:{number}: not valid JSON ({exc})") from None
+    if not isinstance(record, dict) or text_field not in record:
+        raise CorpusError(f"{path}:{number}: no {text_field!r} field; choose the field with "
+                          "text_field= (--text-field)")
+    text = record[text_field]
+    if not isinstance(text, str):
+        raise CorpusError(f"{path}:{number}: field {text_field!r} is a {type(text).__name__}, "
+                          "not a string")
+    return as_bytes(text, f"{path}:{number} field {text_field!r}")
+
+
+def _read_parquet(path: Path, text_field: str, batch_bytes: int) -> Iterator[Batch]:
+    """Record batches of a string column, read from Arrow's buffers without a str per row."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CorpusError(f"{path}: reading .parquet needs pyarrow; pip install "
+                          "'gpubpe[parquet]' (or pyarrow)") from None
+    try:
+        reader = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
+    if text_field not in reader.schema_arrow.names:
+        raise CorpusError(f"{path}: no column {text_field!r} (columns: "
+                          f"{reader.schema_arrow.names}); choose it with text_field=")
+    file_bytes = path.stat().st_size
+    total_rows = max(reader.metadata.num_rows, 1)
+    first_row = 0
+    rows = max(256, min(1 << 16, batch_bytes // 256))
+    for record_batch in reader.iter_batches(batch_size=rows, columns=[text_field]):
+        column = record_batch.column(0)
+        yield _arrow_strings_batch(column, path, text_field, first_row,
+                                   file_bytes * len(column) // total_rows)
+        first_row += len(column)
+
+
+def _arrow_strings_batch(column, path: Path, text_field: str, first_row: int,
+                         input_bytes: int) -> Batch:
+    import pyarrow as pa
+
+    if column.null_count:
+        row = first_row + column.is_null().to_numpy(zero_copy_only=False).argmax()
+        raise CorpusError(f"{path}: column {text_field!r} is null at row {row}")
+    if pa.types.is_string(column.type) or pa.types.is_binary(column.type):
+        offset_type = np.int32
+    elif pa.types.is_large_string(column.type) or pa.types.is_large_binary(column.type):
+        offset_type = np.int64
+    else:
+        raise CorpusError(f"{path}: column {text_field!r} holds {column.type}, not strings")
+    _, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[column.offset:]
+    offsets = offsets[:len(column) + 1].astype(np.int64)
+    data = b"" if data_buffer is None else memoryview(data_buffer)[offsets[0]:offsets[-1]]
+    return Batch(bytes(data), offsets[1:] - offsets[0], input_bytes)
 
 
 def segments(batch: Batch, specials: regex.Pattern | None) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,7 @@ from . import interop
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec
-from .errors import ConfigError, CorpusError, SpecialTokenError
+from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from .kernels.encode import (
     build_pieces_cpu,
     cache_admit_cpu,
@@ -455,8 +455,8 @@ class Tokenizer:
         if value == "all":
             return set(self._special_ids)
         if isinstance(value, str):
-            raise TypeError(f"special tokens must be 'all' or a collection of str, not {value!r}; "
-                            f"write {{{value!r}}} for one token")
+            raise InputTypeError(f"special tokens must be 'all' or a collection of str, not "
+                                 f"{value!r}; write {{{value!r}}} for one token")
         unknown = set(value) - set(self._special_ids)
         if unknown:
             raise SpecialTokenError(
@@ -612,11 +612,14 @@ def _document_ranges(doc_start, doc_end, size: int) -> tuple[np.ndarray, np.ndar
 
 
 def _single_document(text) -> bytes:
+    """One document (str, a str subclass such as ``np.str_``, or bytes) as UTF-8 bytes."""
     if isinstance(text, str):
         return _utf8(text, "text")
     if isinstance(text, bytes | bytearray | memoryview):
         return bytes(text)
-    raise TypeError(f"text is a {type(text).__name__}; expected str or bytes")
+    hint = "; for many documents use encode_batch()" if isinstance(text, list | tuple | np.ndarray) \
+        else ""
+    raise InputTypeError(f"text is a {type(text).__name__}; expected str or bytes{hint}")
 
 
 def _utf8(text: str, where: str) -> bytes:
@@ -630,18 +633,26 @@ def _utf8(text: str, where: str) -> bytes:
 
 
 def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """One UTF-8 buffer and document (start, end) offsets; TypeError naming a bad index."""
-    if isinstance(texts, str | bytes | bytearray):
-        raise TypeError("encode_batch takes a list of documents; for one text use encode()")
-    if not isinstance(texts, list | tuple):
-        texts = list(texts)
-    kinds = set(map(type, texts))
-    if kinds <= {str}:
+    """One UTF-8 buffer and document (start, end) offsets; InputTypeError naming a bad index.
+
+    Documents are all str (subclasses such as ``np.str_`` included, so a NumPy
+    string array works) or all bytes-like.
+    """
+    if isinstance(texts, str | bytes | bytearray | memoryview):
+        raise InputTypeError("encode_batch takes a list of documents; for one text use encode()")
+    if isinstance(texts, np.ndarray) and texts.ndim != 1:
+        raise InputTypeError(f"texts is a {texts.ndim}-D array; pass a 1-D sequence of documents")
+    try:
+        texts = texts if isinstance(texts, list | tuple) else list(texts)
+    except TypeError:
+        raise InputTypeError(f"texts is a {type(texts).__name__}; expected a sequence of str "
+                             "or bytes documents") from None
+    if all(isinstance(text, str) for text in texts):
         try:
             encoded = [text.encode("utf-8") for text in texts]
         except UnicodeEncodeError:
             encoded = [_utf8(text, f"texts[{i}]") for i, text in enumerate(texts)]
-    elif kinds <= {bytes, bytearray, memoryview}:
+    elif all(isinstance(text, bytes | bytearray | memoryview) for text in texts):
         encoded = texts
     else:
         _raise_bad_kind(texts)
@@ -651,17 +662,21 @@ def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
 
 
 def _raise_bad_kind(texts):
+    """Raise InputTypeError for the first document that is neither str nor bytes, or of the
+    other kind than ``texts[0]``."""
     def kind(text):
         return str if isinstance(text, str) else bytes
 
     for index, text in enumerate(texts):
         if not isinstance(text, str | bytes | bytearray | memoryview):
-            raise TypeError(f"texts[{index}] is a {type(text).__name__}; expected str or bytes")
+            raise InputTypeError(f"texts[{index}] is a {type(text).__name__}; expected str or "
+                                 "bytes")
         if kind(text) is not kind(texts[0]):
-            raise TypeError(
+            raise InputTypeError(
                 f"texts[{index}] is {type(text).__name__} but texts[0] is "
                 f"{type(texts[0]).__name__}; a batch must hold only str or only bytes"
             )
+    raise InputTypeError("texts must hold only str or only bytes documents")
 
 
 # ---------------------------------------------------------------- the batch pipeline
@@ -674,7 +689,8 @@ def _thread_count(num_threads, n_bytes: int) -> int:
     if num_threads is None:
         num_threads = os.cpu_count() or 1
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int or None, not {num_threads!r}")
+        raise ConfigError(f"num_threads must be a positive int or None (every core), not "
+                          f"{num_threads!r}")
     return 1 if n_bytes < _PARALLEL_MIN_BYTES else num_threads
 
 
@@ -890,15 +906,20 @@ class BitLevelTokenizer(Tokenizer):
         ids, offsets = self.codec.encode_batch(batch.ids, batch.offsets)
         return RaggedBatch(np.asarray(ids, dtype=np.uint32), np.asarray(offsets, dtype=np.int64))
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        return super().decode_bytes(self.codec.decode(self._codec_ids(ids)))
+    def decode_bytes(self, ids: Iterable[int], errors: str = "strict") -> bytes:
+        """The bytes of coded ids; a malformed coded unit raises, or is U+FFFD unless strict."""
+        return super().decode_bytes(self.codec.decode(self._codec_ids(ids), _codec_errors(errors)))
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        return self.decode_bytes(ids, errors).decode("utf-8", errors)
 
     def decode_batch(self, batch, errors: str = "replace") -> list[str]:
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:
             flat, offsets = self._flatten_batch(batch)
-        ids, offsets = self.codec.decode_batch(flat.astype(np.uint32), offsets)
+        ids, offsets = self.codec.decode_batch(flat.astype(np.uint32), offsets,
+                                               _codec_errors(errors))
         return super().decode_batch(RaggedBatch(np.asarray(ids, np.uint32), offsets), errors)
 
     def _codec_ids(self, ids) -> np.ndarray:
@@ -913,3 +934,8 @@ class BitLevelTokenizer(Tokenizer):
     def to_tiktoken(self, name: str = "gpubpe"):
         raise ConfigError("a bit-level tokenizer cannot be exported to tiktoken (no sub-byte "
                           "ids); export the base tokenizer and apply the codec apart")
+
+
+def _codec_errors(errors: str) -> str:
+    """The bit-level codec's mode for a ``bytes.decode`` errors name: only 'strict' raises."""
+    return "strict" if errors == "strict" else "replace"

@@ -49,14 +49,18 @@ from .kernels.pairs import (
     token_frequencies_cpu,
 )
 from .kernels.pqueue import empty_heap, heap_of_counts, heap_pop
-from .model import Vocabulary
-from .pretokenize import count_words, resolve_pattern
+from .model import Vocabulary, check_special_tokens
+from .pretokenize import check_num_threads, count_words, resolve_pattern
 
 TIE_BREAKS = ("hf",)
 # Rules per call of the Numba loop: small enough for a lively progress bar,
 # large enough that the call overhead (~50 us) does not show.
 _RULES_PER_CALL = 512
 HF_BYTE_RANK = np.array(_reference.hf_byte_rank(), dtype=np.int64)
+
+
+# Token ids are uint32 (DESIGN §2), special tokens included.
+MAX_VOCAB_SIZE = (1 << 32) - 1
 
 
 def check_train_args(vocab_size, min_frequency, tie_break) -> None:
@@ -68,6 +72,9 @@ def check_train_args(vocab_size, min_frequency, tie_break) -> None:
             f"vocab_size={vocab_size} is below 256: the 256 byte tokens are always part of "
             "the vocabulary; ask for at least 257 to learn any merge"
         )
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise ConfigError(f"vocab_size={vocab_size} is beyond the id space: token ids are "
+                          f"uint32, so at most {MAX_VOCAB_SIZE:,}")
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int | np.integer):
         raise ConfigError(f"min_frequency must be an int, not {type(min_frequency).__name__}")
     if min_frequency < 0:
@@ -137,7 +144,9 @@ class _TrainState:
 
 
     def _init_tokens(self, vocab_size: int, word_table) -> None:
-        capacity = max(vocab_size, 512)
+        # Sized by what the corpus can produce, never by the request: each merge
+        # shortens some word, so merges <= sum(word_len - 1) (vocab_size=10**9 is fine).
+        capacity = max(min(vocab_size, 256 + int(np.maximum(word_table[2] - 1, 0).sum())), 512)
         pool = np.zeros(16 * capacity, np.uint8)
         pool[:256] = np.arange(256)
         token_start = np.zeros(capacity, np.int64)
@@ -357,7 +366,8 @@ def train(
         raise ConfigError(
             f"scaffold=True needs vocab_size above 256 (got {vocab_size}): only merged tokens "
             "can become scaffold tokens")
-    special_tokens = list(dict.fromkeys(special_tokens))
+    special_tokens = check_special_tokens(special_tokens)
+    check_num_threads(num_threads)
     resolve_pattern(pattern)
     chosen = resolve_backend(backend)
     started = time.perf_counter()

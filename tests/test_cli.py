@@ -42,7 +42,8 @@ def test_encode_files_one_line_per_document(tmp_path, corpus, capsys):
     assert main(["encode", "-t", str(out), str(corpus)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 150
-    assert gpubpe.load(out).decode([int(i) for i in lines[0].split()]) == "low lower lowest"
+    # each line of a .txt file is a document with its "\n" kept (as train and stats read it)
+    assert gpubpe.load(out).decode([int(i) for i in lines[0].split()]) == "low lower lowest\n"
 
 
 @pytest.mark.parametrize("args, message", [

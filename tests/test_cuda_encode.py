@@ -148,7 +148,7 @@ def test_device_failure_mid_encode_files_keeps_finished_documents(tmp_path, cpu_
     encode_files(cpu_tok, [corpus], tmp_path / "rest.npy", skip_documents=kept, progress=False,
                  backend="cuda")
     rest_ids, rest_offsets = read_token_file(tmp_path / "rest.npy")
-    whole = cpu_tok.encode_arrays(lines[600:1200])
+    whole = cpu_tok.encode_arrays([line + "\n" for line in lines[600:1200]])  # "\n" kept
     assert np.concatenate([kept_ids, rest_ids]).tolist() == whole.ids.tolist()
     assert kept_offsets.tolist() + (rest_offsets[1:] + kept_ids.size).tolist() == \
         whole.offsets.tolist()
@@ -206,7 +206,7 @@ def test_cli_encode_and_decode_with_cuda_backend(tmp_path, cpu_tok, lines, capsy
     assert main(["encode", "-t", str(tok_path), str(corpus), "--skip-documents", "98"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert [[int(i) for i in line.split()] for line in printed] == \
-        cpu_tok.encode_batch(lines[698:700])
+        cpu_tok.encode_batch([line + "\n" for line in lines[698:700]])  # "\n" kept
     assert main(["encode", "-t", str(tok_path), str(corpus), "--skip-documents", "-1"]) == 2
     assert "skip_documents must be an int >= 0, not -1" in capsys.readouterr().err
 

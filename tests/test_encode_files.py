@@ -37,7 +37,7 @@ def tok(lines) -> gpubpe.Tokenizer:
 
 @pytest.fixture
 def corpus(tmp_path, lines):
-    """A .txt (one document per line) and a .jsonl file; returns (paths, documents)."""
+    """A .txt (one document per line, its "\\n" kept) and a .jsonl file; (paths, documents)."""
     text_path = tmp_path / "corpus.txt"
     text_path.write_text("\n".join(lines[:1200]) + "\n", encoding="utf-8")
     records = [{"id": i, "text": line + "\n<|endoftext|>\ttail"} for i, line in
@@ -45,7 +45,8 @@ def corpus(tmp_path, lines):
     jsonl_path = tmp_path / "corpus.jsonl"
     jsonl_path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n\n",
                           encoding="utf-8")
-    return [text_path, jsonl_path], lines[:1200] + [r["text"] for r in records]
+    return [text_path, jsonl_path], [line + "\n" for line in lines[:1200]] + \
+        [r["text"] for r in records]
 
 
 def load_npy(path: Path):
@@ -229,7 +230,9 @@ def test_cli_encode_files_to_npy_and_decode_them_back(tok, corpus, tmp_path, cap
                  "--no-progress"]) == 0
     assert "encoded 1,700 documents" in capsys.readouterr().err
     assert main(["decode", "-t", str(tok_path), str(out)]) == 0
-    assert capsys.readouterr().out == "".join(d + "\n" for d in documents)
+    # .txt documents keep their own newline; .jsonl documents get one each
+    assert capsys.readouterr().out == "".join(d if d.endswith("\n") else d + "\n"
+                                              for d in documents)
     out.write_bytes(out.read_bytes()[:200])
     assert main(["decode", "-t", str(tok_path), str(out)]) == 2
     assert "truncated" in capsys.readouterr().err
@@ -250,5 +253,5 @@ def test_cli_bin_with_dtype_and_text_output(tok, corpus, tmp_path, capsys):
     assert [list(map(int, line.split())) for line in printed] == tok.encode_batch(
         documents[1200:], disallowed_special=())
     assert main(["decode", "-t", str(tok_path), str(out), "--dtype", "uint32"]) == 0
-    assert capsys.readouterr().out == "".join(d + "\n" for d in documents[:1200])
+    assert capsys.readouterr().out == paths[0].read_text(encoding="utf-8")  # byte for byte
     assert main(["encode", "-t", str(tok_path), "--text", "x", "-o", str(out)]) == 2
