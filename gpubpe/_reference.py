@@ -153,7 +153,8 @@ def token_frequencies(words: list[list[int]], counts: list[int]) -> Counter:
 
 
 def train_scaffold_bpe(
-    word_counts: dict[bytes, int], vocab_size: int, events: list | None = None
+    word_counts: dict[bytes, int], vocab_size: int, events: list | None = None,
+    event_rows: list | None = None,
 ) -> tuple[list[tuple[int, int, int]], list[bool]]:
     """Scaffold-BPE (Lian et al., Algorithm 1) as DESIGN §3 states it.
 
@@ -175,8 +176,12 @@ def train_scaffold_bpe(
     |V| counts normal tokens (bytes included); training runs until |V| =
     vocab_size or no candidate is left. ``events``, when given, receives
     ("scaffold" | "readmit" | "readmit-by-pair", token) in order.
+    ``event_rows``, when given, receives the fast trainer's event log
+    ``(kind, value)``: 0 a rule appended (its index), 1 a token marked scaffold,
+    2 a token re-admitted (``gpubpe.sweep`` cuts runs with it).
     """
     events = [] if events is None else events
+    rows = [] if event_rows is None else event_rows
     byte_rank = hf_byte_rank()
     words = [list(word) for word in word_counts]
     counts = list(word_counts.values())
@@ -192,18 +197,21 @@ def train_scaffold_bpe(
         if kind == "token":
             scaffold[item] = False
             events.append(("readmit", item))
+            rows.append((2, item))
             continue
         merged_bytes = token_bytes[item[0]] + token_bytes[item[1]]
         existing = token_id.get(merged_bytes)
         if existing is not None and scaffold[existing]:
             scaffold[existing] = False
             events.append(("readmit-by-pair", existing))
+            rows.append((2, existing))
             continue
         if existing is None:
             existing = token_id[merged_bytes] = len(token_bytes)
             token_bytes.append(merged_bytes)
             scaffold.append(False)
         rules.append((item[0], item[1], existing))
+        rows.append((0, len(rules) - 1))
         words = [merge_word(tokens, item, existing) for tokens in words]
         threshold = _scaffold_head(words, counts, scaffold, byte_rank)
         threshold_priority = threshold[2] if threshold else 0
@@ -212,6 +220,7 @@ def train_scaffold_bpe(
             if child >= 256 and not scaffold[child] and freq[child] < threshold_priority:
                 scaffold[child] = True
                 events.append(("scaffold", child))
+                rows.append((1, child))
     return rules, scaffold
 
 
