@@ -264,3 +264,37 @@ def demolish_table(
         return memo[token]
 
     return {t: pieces(t) for t in range(len(scaffold)) if scaffold[t]}
+
+
+# ---------------------------------------------------------------- continuing BPE
+
+
+def continue_bpe(
+    word_counts: dict[bytes, int], rules: list[tuple[int, int, int]], vocab_size: int,
+    min_frequency: int = 0,
+) -> list[tuple[int, int, int]]:
+    """BPE continued from existing rules: they are applied to the words in rank order (as
+    training applied them), then new rules are chosen as :func:`train_bpe` does, until
+    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new."""
+    byte_rank = hf_byte_rank()
+    words = [list(word) for word in word_counts]
+    counts = list(word_counts.values())
+    token_bytes = token_bytes_of(rules)
+    token_id = {piece: i for i, piece in enumerate(token_bytes)}
+    rules = [tuple(rule) for rule in rules]
+    for left, right, result in rules:
+        words = [merge_word(tokens, (left, right), result) for tokens in words]
+    while len(token_bytes) < vocab_size:
+        pair_counts = count_pairs(words, counts)
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], _negated(hf_pair_order(p, byte_rank))))
+        if pair_counts[best] < max(min_frequency, 1):
+            break
+        merged_bytes = token_bytes[best[0]] + token_bytes[best[1]]
+        if merged_bytes not in token_id:
+            token_id[merged_bytes] = len(token_bytes)
+            token_bytes.append(merged_bytes)
+        rules.append((best[0], best[1], token_id[merged_bytes]))
+        words = [merge_word(tokens, best, token_id[merged_bytes]) for tokens in words]
+    return rules
