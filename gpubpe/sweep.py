@@ -76,9 +76,7 @@ def _check_size(vocab_size) -> None:
 
 def _bpe_cut(rules: np.ndarray, vocab_size: int) -> int:
     """Rules kept: up to where the token count (256 + new tokens) first reaches vocab_size."""
-    results = rules[:, 2]
-    newest_before = np.concatenate([[255], np.maximum.accumulate(results)[:-1]])
-    tokens_after = 256 + np.cumsum(results > newest_before)
+    tokens_after = 256 + np.cumsum(_creates_token(rules))
     if vocab_size <= 256:
         return 0
     reached = np.flatnonzero(tokens_after >= vocab_size)
@@ -86,33 +84,64 @@ def _bpe_cut(rules: np.ndarray, vocab_size: int) -> int:
 
 
 def _replay_events(rules, events, final_scaffold, vocab_size):
-    """(rules kept, flags in force) at the first iteration boundary with |V| >= vocab_size."""
-    n_final = 256 + len(rules) if final_scaffold is None else len(final_scaffold)
-    flags = np.zeros(max(n_final, 256 + len(rules)), dtype=bool)
-    normal, n_tokens, kept = 256, 256, 0
-    for kind, value in events.tolist():
-        if kind != EVENT_SCAFFOLD and normal >= vocab_size:
-            return kept, flags[:n_tokens].copy()
-        if kind == EVENT_RULE:
-            if value != kept:
-                raise ValueError(f"event log: rule {value} appended where rule {kept} was due")
-            kept += 1
-            if rules[value, 2] == n_tokens:
-                n_tokens += 1
-                normal += 1
-        elif kind in (EVENT_SCAFFOLD, EVENT_READMIT):
-            if flags[value] == (kind == EVENT_SCAFFOLD):
-                raise ValueError(f"event log: token {value} is already in the state {kind} sets")
-            flags[value] = kind == EVENT_SCAFFOLD
-            normal += 1 if kind == EVENT_READMIT else -1
-        else:
-            raise ValueError(f"event log: unknown event kind {kind}")
-    if kept != len(rules):
-        raise ValueError(f"event log names {kept} rules, the run has {len(rules)}")
-    flags = flags[:n_tokens]
-    if final_scaffold is not None and not np.array_equal(flags, np.asarray(final_scaffold, bool)):
-        raise ValueError("event log replayed to other scaffold flags than the run's final ones")
-    return kept, flags.copy()
+    """(rules kept, flags in force) at the first iteration boundary with |V| >= vocab_size.
+
+    Vectorized (a Python loop over a 64K-rule log took 50 ms per cut): the
+    normal-token count before each event is a prefix sum of per-event steps,
+    and a token's flag at the cut is set by its last mark/re-admit before it.
+    """
+    kinds, values = events[:, 0], events[:, 1]
+    _check_log(rules, kinds, values, final_scaffold)
+    is_rule = kinds == EVENT_RULE
+    creates = np.zeros(len(events), dtype=bool)
+    creates[is_rule] = _creates_token(rules)
+    steps = creates.astype(np.int64) + (kinds == EVENT_READMIT) - (kinds == EVENT_SCAFFOLD)
+    normal_before = 256 + np.concatenate([[0], np.cumsum(steps)[:-1]])
+    boundary = (kinds != EVENT_SCAFFOLD) & (normal_before >= vocab_size)
+    cut = int(np.argmax(boundary)) if boundary.any() else len(events)
+    kept = int(np.count_nonzero(is_rule[:cut]))
+    n_tokens = 256 + int(np.count_nonzero(_creates_token(rules[:kept])))
+    flags = np.zeros(n_tokens, dtype=bool)
+    toggles = np.flatnonzero(~is_rule[:cut])
+    if toggles.size:  # the last toggle of each token decides its flag
+        tokens = values[toggles][::-1]
+        last = toggles[::-1][np.unique(tokens, return_index=True)[1]]
+        flags[values[last]] = kinds[last] == EVENT_SCAFFOLD
+    return kept, flags
+
+
+def _creates_token(rules: np.ndarray) -> np.ndarray:
+    """Whether each rule creates a token (its result is above every earlier id)."""
+    results = rules[:, 2]
+    return results > np.concatenate([[255], np.maximum.accumulate(results)[:-1]])
+
+
+def _check_log(rules, kinds, values, final_scaffold) -> None:
+    """ValueError unless the log names the rules in order and marks/re-admits alternate."""
+    if np.any((kinds < EVENT_RULE) | (kinds > EVENT_READMIT)):
+        raise ValueError(f"event log: unknown event kind {int(kinds[(kinds < 0) | (kinds > 2)][0])}")
+    rule_values = values[kinds == EVENT_RULE]
+    if not np.array_equal(rule_values, np.arange(len(rules))):
+        due = int(np.argmax(rule_values != np.arange(rule_values.size))) \
+            if rule_values.size else 0
+        raise ValueError(f"event log: rule {int(rule_values[due]) if rule_values.size else -1} "
+                         f"appended where rule {due} was due (the log names "
+                         f"{rule_values.size} rules, the run has {len(rules)})")
+    toggled = np.flatnonzero(kinds != EVENT_RULE)
+    order = toggled[np.argsort(values[toggled], kind="stable")]
+    tokens, states = values[order], kinds[order]
+    first = np.concatenate([[True], tokens[1:] != tokens[:-1]]) if order.size else order
+    repeated = np.concatenate([[False], states[1:] == states[:-1]]) & ~first \
+        if order.size else order
+    if np.any(first & (states != EVENT_SCAFFOLD)) or np.any(repeated):
+        raise ValueError("event log: a token is marked or re-admitted twice in a row")
+    if final_scaffold is not None:
+        final = np.zeros(len(final_scaffold), dtype=bool)
+        last = order[np.concatenate([tokens[1:] != tokens[:-1], [True]])] if order.size else order
+        final[values[last]] = kinds[last] == EVENT_SCAFFOLD
+        if not np.array_equal(final, np.asarray(final_scaffold, dtype=bool)):
+            raise ValueError("event log replayed to other scaffold flags than the run's final "
+                             "ones")
 
 
 def truncated_vocabulary(vocab, vocab_size: int, events=None):
