@@ -88,6 +88,15 @@ def test_rules_applied_in_training_order_not_by_encoding():
     assert tokens.tolist() == [258, 120, 257] and word_len.tolist() == [1, 2]
 
 
+@given(SMALL_WORDS, SMALL_WORDS, st.integers(257, 290))
+def test_word_encoder_path_equals_rule_order_path(base_words, words, size):
+    from gpubpe.extend import _encoded_words, _words_in_rule_order
+
+    rules = np.array(_reference.train_bpe(base_words, size), np.int64).reshape(-1, 3)
+    fast, slow = _encoded_words(list(words), rules), _words_in_rule_order(list(words), rules)
+    assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
+
+
 def test_extend_from_hf_and_tiktoken_files(corpora, tmp_path):
     base_path, domain_path = corpora
     base = gpubpe.train([base_path], 400, progress=False)
