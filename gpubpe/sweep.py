@@ -180,17 +180,27 @@ Trainer = Callable[[dict, int, bool, int], tuple]
 
 def fast_trainer(backend=None, progress: bool = False) -> Trainer:
     """The product trainer (``train_from_counts``), with its event log when it has one."""
+    import inspect
+
     from .trainer import train_from_counts
+
+    # The training loop of issue 15 logs events; ask for them by whichever flag it takes.
+    parameters = inspect.signature(train_from_counts).parameters
+    asks = {name: True for name in _EVENT_FLAGS if name in parameters}
 
     def run(word_counts, vocab_size, scaffold, min_frequency):
         result = train_from_counts(word_counts, vocab_size, min_frequency=min_frequency,
-                                   scaffold=scaffold, progress=progress, backend=backend)
+                                   scaffold=scaffold, progress=progress, backend=backend,
+                                   **(asks if scaffold else {}))
         if not scaffold:
             return np.asarray(result[0] if isinstance(result, tuple) else result), None, None
         events = result[2] if len(result) > 2 else None
         return result[0], result[1], events
 
     return run
+
+
+_EVENT_FLAGS = ("events", "return_events", "log_events", "with_events")
 
 
 @dataclass

@@ -221,3 +221,32 @@ def test_counts_trained_sweep_uses_counts_pattern():
     counts = WordCounts.from_dict({b"ab": 3}, pattern="cl100k")
     with pytest.raises(ConfigError, match="pattern 'cl100k'"):
         gpubpe.train(counts=counts, vocab_size=300, progress=False)
+
+
+def test_fast_trainer_cuts_scaffold_when_the_trainer_logs_events(monkeypatch):
+    # Stand-in for the issue-15 loop: train_from_counts(..., events=True) -> (rules, flags, log).
+    import gpubpe.trainer
+    from gpubpe.sweep import fast_trainer
+
+    def logging_trainer(word_counts, vocab_size, *, min_frequency=0, scaffold=False,
+                        progress=True, backend=None, events=False):
+        assert events == scaffold  # asked for the log only where a cut needs it
+        rules, flags, log = reference_trainer(word_counts, vocab_size, scaffold)
+        return (rules, flags, log) if scaffold else rules
+
+    monkeypatch.setattr(gpubpe.trainer, "train_from_counts", logging_trainer)
+    word_counts = count_word_dict(ARIZONA * 2 + ["Arizonan"] * 3, pattern=None)
+    swept = sweep_vocabularies(word_counts, [257, 258, 259, 262], "scaffold", fast_trainer())
+    assert [t.cut_from for t in swept] == [262] * 4
+    for trained in swept:
+        assert as_lists(trained.rules, trained.scaffold) == \
+            _reference.train_scaffold_bpe(word_counts, trained.vocab_size)
+
+
+def test_fast_trainer_scaffold_sweep_equals_reference():
+    # Cut from one run once train_from_counts logs events; one run per size until then.
+    word_counts = count_word_dict(ARIZONA, pattern=None)
+    swept = sweep_vocabularies(word_counts, [258, 259], "scaffold", _fast_trainer)
+    for trained in swept:
+        assert as_lists(trained.rules, trained.scaffold) == \
+            _reference.train_scaffold_bpe(word_counts, trained.vocab_size)
