@@ -308,7 +308,7 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
                       f"vocab_size={vocab_size}: no pair left", stacklevel=3)
     vocab.metadata.update(
         corpus_bytes=counts.total_bytes, unique_words=len(counts),
-        counts_fingerprint=counts.fingerprint, seconds_counting=round(loaded - started, 3),
+        counts_fingerprint=counts.fingerprint, seconds_loading_counts=round(loaded - started, 3),
         seconds_merging=round(time.perf_counter() - loaded, 3), backend=chosen.name,
         min_frequency=int(min_frequency), tie_break=tie_break, scaffold=bool(scaffold))
     return Tokenizer(vocab, backend)
