@@ -162,3 +162,19 @@ def test_other_special_tokens_are_refused():
 def test_counts_and_corpus_together_are_refused():
     with pytest.raises(ConfigError, match="either a corpus or counts="):
         gpubpe.train(["x"], 300, counts=WordCounts.from_dict({b"ab": 1}))
+
+
+def test_count_shows_a_progress_bar_over_the_file_bytes(shards, tmp_path, capsys):
+    paths, _ = shards
+    assert main(["count", str(paths[0]), "-o", str(tmp_path / "a.counts")]) == 0
+    err = capsys.readouterr().err
+    size = paths[0].stat().st_size
+    assert "counting words" in err and f"/{size / 1000:.1f}k" in err  # tqdm's total
+    assert f"({size:,} bytes)" in err
+
+
+def test_count_words_of_documents_and_special_tokens():
+    counts = gpubpe.count_words(["hi there<|endoftext|>hi", b"there"],
+                                special_tokens=["<|endoftext|>"], progress=False)
+    assert counts.as_dict() == {b"hi": 2, b" there": 1, b"there": 1}
+    assert counts.special_tokens == ["<|endoftext|>"] and counts.sources == []
