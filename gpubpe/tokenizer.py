@@ -311,7 +311,8 @@ class Tokenizer:
 
         Classic BPE keeps the rules up to where the token count first reaches
         ``vocab_size``; Scaffold-BPE needs its training's event log (see
-        ``gpubpe.sweep.cut_rules``). Ids of the kept tokens do not change.
+        ``gpubpe.sweep.cut_rules``). Ids of the kept tokens do not change;
+        special tokens follow the normal ones, as after training at that size.
         """
         from .sweep import truncated_vocabulary
 
