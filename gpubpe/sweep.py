@@ -101,13 +101,16 @@ def _replay_events(rules, events, final_scaffold, vocab_size):
     cut = int(np.argmax(boundary)) if boundary.any() else len(events)
     kept = int(np.count_nonzero(is_rule[:cut]))
     n_tokens = 256 + int(np.count_nonzero(_creates_token(rules[:kept])))
+    return kept, _flags_after(kinds[:cut], values[:cut], n_tokens)
+
+
+def _flags_after(kinds, values, n_tokens: int) -> np.ndarray:
+    """Scaffold flags after these events: each token's last mark or re-admission decides."""
     flags = np.zeros(n_tokens, dtype=bool)
-    toggles = np.flatnonzero(~is_rule[:cut])
-    if toggles.size:  # the last toggle of each token decides its flag
-        tokens = values[toggles][::-1]
-        last = toggles[::-1][np.unique(tokens, return_index=True)[1]]
-        flags[values[last]] = kinds[last] == EVENT_SCAFFOLD
-    return kept, flags
+    toggles = np.flatnonzero(kinds != EVENT_RULE)[::-1]
+    last = toggles[np.unique(values[toggles], return_index=True)[1]]
+    flags[values[last]] = kinds[last] == EVENT_SCAFFOLD
+    return flags
 
 
 def _creates_token(rules: np.ndarray) -> np.ndarray:
@@ -117,31 +120,33 @@ def _creates_token(rules: np.ndarray) -> np.ndarray:
 
 
 def _check_log(rules, kinds, values, final_scaffold) -> None:
-    """ValueError unless the log names the rules in order and marks/re-admits alternate."""
+    """ValueError unless the log names the rules in order, marks and re-admits tokens made
+    by them, alternately, and ends at the run's final flags."""
     if np.any((kinds < EVENT_RULE) | (kinds > EVENT_READMIT)):
         raise ValueError(f"event log: unknown event kind {int(kinds[(kinds < 0) | (kinds > 2)][0])}")
     rule_values = values[kinds == EVENT_RULE]
-    if not np.array_equal(rule_values, np.arange(len(rules))):
-        due = int(np.argmax(rule_values != np.arange(rule_values.size))) \
-            if rule_values.size else 0
+    expected = np.arange(len(rules))
+    if not np.array_equal(rule_values, expected):
+        due = int(np.argmax(rule_values[:len(rules)] != expected[:rule_values.size])) \
+            if rule_values.size and len(rules) else 0
         raise ValueError(f"event log: rule {int(rule_values[due]) if rule_values.size else -1} "
                          f"appended where rule {due} was due (the log names "
                          f"{rule_values.size} rules, the run has {len(rules)})")
+    n_tokens = 256 + int(np.count_nonzero(_creates_token(rules)))
     toggled = np.flatnonzero(kinds != EVENT_RULE)
-    order = toggled[np.argsort(values[toggled], kind="stable")]
-    tokens, states = values[order], kinds[order]
-    first = np.concatenate([[True], tokens[1:] != tokens[:-1]]) if order.size else order
-    repeated = np.concatenate([[False], states[1:] == states[:-1]]) & ~first \
-        if order.size else order
-    if np.any(first & (states != EVENT_SCAFFOLD)) or np.any(repeated):
+    tokens = values[toggled]
+    if np.any((tokens < 256) | (tokens >= n_tokens)):
+        raise ValueError(f"event log: token {int(tokens[(tokens < 256) | (tokens >= n_tokens)][0])}"
+                         " is not a merged token of the run")
+    order = np.argsort(tokens, kind="stable")
+    states, tokens = kinds[toggled][order], tokens[order]
+    first = np.concatenate([[True], tokens[1:] != tokens[:-1]])[:tokens.size]
+    same_as_before = np.concatenate([[False], states[1:] == states[:-1]])[:tokens.size]
+    if np.any(first & (states != EVENT_SCAFFOLD)) or np.any(same_as_before & ~first):
         raise ValueError("event log: a token is marked or re-admitted twice in a row")
-    if final_scaffold is not None:
-        final = np.zeros(len(final_scaffold), dtype=bool)
-        last = order[np.concatenate([tokens[1:] != tokens[:-1], [True]])] if order.size else order
-        final[values[last]] = kinds[last] == EVENT_SCAFFOLD
-        if not np.array_equal(final, np.asarray(final_scaffold, dtype=bool)):
-            raise ValueError("event log replayed to other scaffold flags than the run's final "
-                             "ones")
+    if final_scaffold is not None and not np.array_equal(
+            _flags_after(kinds, values, n_tokens), np.asarray(final_scaffold, dtype=bool)):
+        raise ValueError("event log replayed to other scaffold flags than the run's final ones")
 
 
 def truncated_vocabulary(vocab, vocab_size: int, events=None):

@@ -86,6 +86,12 @@ def test_bad_event_logs_are_refused():
         cut_rules(rules, [(0, 0)], np.ones(257, bool), 300)
     with pytest.raises(ConfigError, match="at least 256"):
         cut_rules(rules, None, None, 100)
+    with pytest.raises(ValueError, match="token 97 is not a merged token"):
+        cut_rules(rules, [(0, 0), (1, 97)], None, 300)
+    with pytest.raises(ValueError, match="twice in a row"):
+        cut_rules(rules, [(0, 0), (1, 256), (1, 256)], None, 300)
+    with pytest.raises(ValueError, match="unknown event kind 7"):
+        cut_rules(rules, [(0, 0), (7, 256)], None, 300)
 
 
 # ---------------------------------------------------------------- cut == train at N
