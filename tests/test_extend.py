@@ -175,3 +175,11 @@ def test_extend_json_keeps_metadata(corpora, tmp_path):
     extended.save(tmp_path / "e.json")
     meta = json.loads((tmp_path / "e.json").read_text())["metadata"]
     assert meta["counts_fingerprint"] == counts.fingerprint and meta["extended_from"] == 300
+
+
+def test_gpt2_byte_ids_follow_the_tie_order_extend_uses():
+    # extend breaks ties as training does: byte tokens by HF's rank. GPT-2's vocab.json numbers
+    # its bytes in bytes_to_unicode's order, so for GPT-2 (and HF-trained files) that rank is
+    # the imported vocabulary's own id order, as the issue asks.
+    gpt2_id_of_byte = {byte: i for i, byte in enumerate(_reference.gpt2_byte_to_unicode())}
+    assert [gpt2_id_of_byte[b] for b in range(256)] == _reference.hf_byte_rank()
