@@ -261,13 +261,13 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
     if counts is None:
         raise ConfigError("extend= needs counts= (the word counts of the text to learn from)")
     counts = as_counts(counts)
-    check_pattern(counts, pattern, "train")
-    special_tokens = list(dict.fromkeys(special_tokens)) or list(counts.special_tokens)
-    if extend is not None:
+    if extend is not None:  # the base's pattern and special tokens rule, checked there
         from .extend import extend_tokenizer
 
         return extend_tokenizer(extend, counts, add, min_frequency=min_frequency,
                                 vocab_size=vocab_size, progress=progress)
+    check_pattern(counts, pattern, "train")
+    special_tokens = list(dict.fromkeys(special_tokens)) or list(counts.special_tokens)
     if sorted(special_tokens) != sorted(counts.special_tokens):
         raise ConfigError(
             f"special tokens {special_tokens} differ from those the counts were made with "

@@ -147,7 +147,7 @@ def test_counts_of_other_pattern_or_special_tokens_are_refused(corpora):
     base = gpubpe.train([corpora[0]], 300, progress=False)
     with pytest.raises(ConfigError, match="made with pattern 'cl100k'"):
         gpubpe.train(counts=WordCounts.from_dict({b"ab": 1}, pattern="cl100k"), extend=base,
-                     add=5, pattern="cl100k", progress=False)
+                     add=5, progress=False)
     with pytest.raises(ConfigError, match=r"special tokens \['<s>'\], the base has \[\]"):
         gpubpe.train(counts=WordCounts.from_dict({b"ab": 1}, special_tokens=["<s>"]),
                      extend=base, add=5, progress=False)
