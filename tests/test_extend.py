@@ -183,3 +183,12 @@ def test_gpt2_byte_ids_follow_the_tie_order_extend_uses():
     # the imported vocabulary's own id order, as the issue asks.
     gpt2_id_of_byte = {byte: i for i, byte in enumerate(_reference.gpt2_byte_to_unicode())}
     assert [gpt2_id_of_byte[b] for b in range(256)] == _reference.hf_byte_rank()
+
+
+def test_extend_takes_the_bases_pattern(corpora):
+    base = gpubpe.train([corpora[0]], 300, pattern="cl100k", progress=False)
+    counts = count_words([corpora[1]], pattern="cl100k", progress=False)
+    extended = gpubpe.train(counts=counts, extend=base, add=20, progress=False)
+    assert extended.vocabulary.pattern == "cl100k" and extended.vocab_size == 320
+    assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == _reference.continue_bpe(
+        counts.as_dict(), base.vocabulary.rules.tolist(), 320)
