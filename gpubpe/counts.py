@@ -239,12 +239,13 @@ def count_words(corpus, *, pattern: str | None = "gpt2", special_tokens: Iterabl
 
 
 def _paths_of(corpus) -> list[Path]:
-    """The existing files among the corpus items (for the progress total and the record)."""
+    """The corpus items the one reader takes as files (its rule, never a file-system guess)."""
+    from .pretokenize import is_corpus_path
+
     items = [corpus] if isinstance(corpus, str | os.PathLike) else corpus
     if not isinstance(items, list | tuple):
         return []
-    return [Path(item) for item in items
-            if isinstance(item, str | os.PathLike) and Path(item).is_file()]
+    return [Path(item) for item in items if is_corpus_path(item)]
 
 
 # ---------------------------------------------------------------- training

@@ -182,7 +182,7 @@ def iter_batches(corpus, text_field: str = "text",
     pending: list[bytes] = []
     pending_bytes = 0
     for index, item in enumerate(items):
-        if _looks_like_path(item):
+        if is_corpus_path(item):
             if pending:
                 yield _documents_batch(pending, pending_bytes)
                 pending, pending_bytes = [], 0
@@ -203,7 +203,7 @@ def _documents_batch(documents: list[bytes], input_bytes: int) -> Batch:
     return Batch(b"".join(documents), np.cumsum(lengths), input_bytes)
 
 
-def _looks_like_path(item) -> bool:
+def is_corpus_path(item) -> bool:
     """The rule of :func:`iter_batches`: Path objects, and str shaped like a corpus file name."""
     if isinstance(item, os.PathLike):
         return True
