@@ -287,10 +287,16 @@ def launch(kernel, n_items: int, *args) -> None:
     simulated = numba.config.ENABLE_CUDASIM
     threads = SIMULATOR_THREADS if simulated else THREADS_PER_BLOCK
     blocks = min((n_items + threads - 1) // threads, 2 if simulated else MAX_BLOCKS)
-    kernel[blocks, threads](*(args if simulated else _without_stream_sync(args)))
+    kernel[blocks, threads](*(_unguarded(args) if simulated else _without_stream_sync(args)))
     name = kernel.py_func.__name__
     launch_counts[name] += 1
     _record(launch_name=name)
+
+
+def _unguarded(args) -> tuple:
+    """Simulator kernel arguments as plain NumPy views (a kernel's reads are device reads)."""
+    return tuple(arg.view(np.ndarray) if isinstance(arg, SimulatedDeviceArray) else arg
+                 for arg in args)
 
 
 def _without_stream_sync(args) -> tuple:
