@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpubpe.backend import resolve_backend
 from gpubpe.bitlevel import (
     BACKENDS,
     HI_VALUES,
@@ -27,7 +28,6 @@ from gpubpe.bitlevel import (
     BitLevelDecodeError,
     BitLevelEncodeError,
 )
-from gpubpe.backend import resolve_backend
 from gpubpe.errors import ConfigError, GpubpeError
 from gpubpe.kernels import bitpack
 from gpubpe.kernels._cuda import to_device, to_host
