@@ -160,3 +160,47 @@ def available_backends() -> dict[str, str]:
         return {"cpu": "available", "cuda": "available (simulator: NUMBA_ENABLE_CUDASIM=1)"}
     reason = cuda_unavailable_reason() or probe_cuda()
     return {"cpu": "available", "cuda": "available" if reason is None else f"unavailable: {reason}"}
+
+
+def device_facts() -> tuple[list[dict], str | None]:
+    """Each visible CUDA device (name, memory, compute capability, SMs), or why none is listed."""
+    try:
+        import cupy
+    except ImportError:
+        return [], "cupy is not installed"
+    try:
+        devices = []
+        for index in range(cupy.cuda.runtime.getDeviceCount()):
+            props = cupy.cuda.runtime.getDeviceProperties(index)
+            with cupy.cuda.Device(index):
+                free, total = cupy.cuda.runtime.memGetInfo()
+            name = props["name"]
+            devices.append({"index": index,
+                            "name": name.decode() if isinstance(name, bytes) else str(name),
+                            "memory_bytes": int(total), "free_bytes": int(free),
+                            "compute_capability": f"{props['major']}.{props['minor']}",
+                            "sm_count": int(props["multiProcessorCount"])})
+        return devices, None
+    except Exception as exc:  # no driver, a lost device: report it, do not fail doctor
+        return [], f"{type(exc).__name__}: {_first_lines(exc)}"
+
+
+def doctor_report() -> dict:
+    """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
+    import numba
+
+    devices, devices_error = device_facts()
+    unavailable = None if simulator_enabled() else cuda_unavailable_reason()
+    if simulator_enabled():
+        probe = "not run: the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+    elif unavailable:
+        probe = f"not run: {unavailable}"
+    else:
+        probe = probe_cuda() or "ok: a small kernel and a grid-sync kernel compiled and ran"
+    backends = available_backends()
+    return {"versions": library_versions(), "backends": backends,
+            "auto": resolve_backend("auto").reason, "probe": probe, "devices": devices,
+            "devices_error": devices_error, "simulator": simulator_enabled(),
+            "numba_threads": numba.config.NUMBA_NUM_THREADS,
+            "device_bytes_cap": os.environ.get("GPUBPE_DEVICE_BYTES") or None,
+            "hint": None if backends["cuda"].startswith("available") else INSTALL_HINT}

@@ -156,3 +156,39 @@ def test_the_real_probe_compiles_here_and_fails_only_for_want_of_a_device():
         return
     assert state.startswith("unavailable: running the test kernels"), out.stdout + out.stderr
     assert "CudaSupportError" in state
+
+
+def test_auto_logs_the_install_hint_at_info_and_keeps_it_out_of_its_reason(monkeypatch, caplog):
+    from gpubpe import backend
+
+    monkeypatch.setattr(backend, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(backend, "cuda_unavailable_reason", lambda: "cupy is not installed")
+    with caplog.at_level("INFO", logger="gpubpe.backend"):
+        auto = backend.resolve_backend("auto")
+    assert (auto.name, auto.reason) == ("cpu", "auto picked the CPU: cupy is not installed")
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "pip install 'gpubpe[cuda12]'" in caplog.records[0].getMessage()
+
+
+def test_doctor_json_reports_devices_versions_and_the_probe(monkeypatch, capsys):
+    import json
+
+    import numba
+
+    from gpubpe import backend
+    from gpubpe.cli import main
+
+    facts = [{"index": 0, "name": "Test GPU", "memory_bytes": 80 << 30, "free_bytes": 79 << 30,
+              "compute_capability": "9.0", "sm_count": 132}]
+    monkeypatch.setattr(backend, "device_facts", lambda: (facts, None))
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["devices"] == facts
+    assert report["versions"]["numpy"] == np.__version__
+    assert report["versions"]["numba"] == numba.__version__
+    assert {"numba-cuda", "cupy", "driver", "runtime"} <= set(report["versions"])
+    assert report["backends"]["cpu"] == "available" and report["probe"]
+    assert main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "device 0: Test GPU, 80.0 GiB (79.0 free), compute capability 9.0, 132 SMs" in text
+    assert f"cuda probe: {report['probe']}" in text
