@@ -34,7 +34,7 @@ import numpy as np
 from .backend import resolve_backend
 from .errors import ConfigError, GpubpeError
 from .kernels import bitpack
-from .kernels._cuda import to_device, to_host
+from .kernels._cuda import kernel_view, to_device, to_host
 
 # The 9-bit values a character can produce (b2, b3 are continuation bytes 0x80-0xBF).
 _CONTINUATION = range(0x80, 0xC0)
@@ -85,7 +85,8 @@ class BitLevelCodec:
         self.backend = _check_backend(backend)
         self._xp = _cuda_array_module() if backend == "cuda" else np
         self._tables = _build_tables(self.base_vocab_size, self.lead_bytes, self.prefixes)
-        self._device_tables = {k: to_device(self._xp, v) for k, v in self._tables.items()} \
+        self._device_tables = {k: kernel_view(to_device(self._xp, v))
+                               for k, v in self._tables.items()} \
             if backend == "cuda" else self._tables
 
     def __repr__(self) -> str:

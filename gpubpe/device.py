@@ -41,7 +41,7 @@ import numpy as np
 
 from .backend import Backend
 from .errors import ConfigError, DeviceError
-from .kernels._cuda import to_device, to_host
+from .kernels._cuda import kernel_view, to_device, to_host
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
@@ -206,7 +206,8 @@ class DeviceCodec:
     def _device_rules(self) -> RuleTable:
         if self._rules is None:
             xp = self.backend.xp
-            self._rules = RuleTable(*(to_device(xp, table) for table in self._host_rules))
+            self._rules = RuleTable(*(kernel_view(to_device(xp, table))
+                                      for table in self._host_rules))
         return self._rules
 
     # ------------------------------------------------------------ decoding
@@ -219,7 +220,8 @@ class DeviceCodec:
             bounds = even_chunk_bounds(ids.size, DECODE_DEVICE_BYTES_PER_ID + longest,
                                        self._budget())
             if self._byte_table is None:
-                self._byte_table = (to_device(xp, table_bytes), to_device(xp, table_offsets))
+                self._byte_table = (kernel_view(to_device(xp, table_bytes)),
+                                    to_device(xp, table_offsets))
             device_bytes, device_offsets = self._byte_table
             pieces, positions = [], [np.zeros(1, dtype=np.int64)]
             for lo, hi in bounds:

@@ -12,6 +12,20 @@ and every launch through :func:`launch`; :func:`device_stats` counts them for
 the code run inside it, the same under the simulator and on a GPU. On an H100
 a launch costs 7-43 us and a sync 17 us (``shared/GPU_FACTS.md``): these
 counts are the cost a device pays that CI can see.
+
+The simulator guard, and how device code opts in: under the simulator,
+:func:`to_device`, :func:`device_empty`, :func:`device_zeros` and
+:func:`device_full` return a :class:`SimulatedDeviceArray`, and so does what is
+computed from one (ufuncs, slices, sorts, scans, reductions). Reading such an
+array on the host any other way than :func:`to_host` / :func:`read_scalar`
+(``int()``, ``bool()``, ``.item()``, ``.tolist()``, ``.get()``, a boolean mask,
+``nonzero``/``flatnonzero``/``argwhere``/one-argument ``where``/``unique``/
+``compress``) raises :class:`HiddenDeviceRead` at the line that does it, where
+a GPU would silently sync. Arrays made with plain ``xp.asarray``/``xp.empty``
+are ordinary NumPy arrays, unguarded: code joins the guard by allocating its
+device arrays through these helpers, and then fails loudly, never silently.
+``GPUBPE_SIM_GUARD=0`` switches the guard off (to bisect a failure).
+``tests/test_device_stats.py`` shows both the guard and exact sync counts.
 """
 
 from __future__ import annotations
@@ -213,8 +227,10 @@ def to_host(array, what: str = "read") -> np.ndarray:
     """
     if isinstance(array, SimulatedDeviceArray):
         host = np.array(array.view(np.ndarray))
-    elif hasattr(array, "get"):
+    elif hasattr(array, "get"):  # CuPy
         host = array.get()
+    elif hasattr(array, "copy_to_host"):  # a Numba device array (see kernel_view)
+        host = array.copy_to_host()
     else:
         host = np.asarray(array)
     _record(sync_site=what, to_host_bytes=host.nbytes)
@@ -261,6 +277,22 @@ def device_zeros(xp, shape, dtype):
 def device_full(xp, shape, value, dtype):
     """``xp.full`` for a device buffer (guarded under the simulator)."""
     return _on_device(xp, xp.full(shape, value, dtype=dtype))
+
+
+def kernel_view(array):
+    """``array`` as kernels take it fastest: on a GPU a Numba device array over the
+    CuPy memory (no copy, no stream sync), made once and reused for every launch;
+    the array itself under the simulator.
+
+    For arrays only kernels read (rule and byte tables): a Numba argument launches
+    in ~17 us against ~43 us for a CuPy one (``shared/GPU_FACTS.md``). CuPy calls
+    (``xp.cumsum``...) need the CuPy array, so keep that too where both are used.
+    """
+    if type(array).__module__.split(".")[0] != "cupy":
+        return array
+    from numba import cuda
+
+    return cuda.as_cuda_array(array, sync=False)
 
 
 def array_module(array):
@@ -354,3 +386,23 @@ def sum_by_key(xp, keys, values):
     totals = exclusive_scan(xp, values)
     ends = xp.concatenate([first[1:], xp.full(1, keys.size, dtype=first.dtype)])
     return keys[first], totals[ends] - totals[first]
+
+
+# Performance notes
+# -----------------
+# - Syncs: every read of device data by the host waits for the queue to drain. The
+#   encoding path reads twice per chunk (offsets, then the ids they size), decoding
+#   three times (the output size, bytes, positions), the bit-level codec once for its
+#   size plus its two results; a batch that fits one chunk pays exactly that, counted
+#   in tests/test_device_stats.py. Reading only the size and then one buffer was kept
+#   over copying the worst-case buffer in one read: the worst case is ~4x the bytes.
+# - Numba's launch syncs the stream that a CuPy array's __cuda_array_interface__
+#   names, once per array argument (a hidden sync each). ``launch`` hands CuPy arrays
+#   over with ``as_cuda_array(..., sync=False)``; CuPy and Numba both use the legacy
+#   default stream here, so order is kept. Tables that only kernels read are wrapped
+#   once (``kernel_view``) and reused.
+# - Copies go through pageable host memory both ways (NumPy arrays in, ``.get()``
+#   out): the driver stages them, so they cannot overlap kernels. Not changed yet:
+#   pinned staging needs a pinned pool sized to the chunk, and no GPU has been here
+#   to measure whether it pays at the chunk sizes encoding uses. Bytes each way are
+#   counted (``bytes_to_device``/``bytes_to_host``) so the cost is visible.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from ._cuda import to_host
+
 PROBE_ITEMS = 64
 # Compiled for sm_80 without a device (the oldest architecture gpubpe builds for; the
 # installed NVVM may not support Numba's default); running them JITs for the device's own.
@@ -58,7 +60,7 @@ def run_probe() -> None:
     add_index_kernel[2, PROBE_ITEMS // 2](values)
     total = cuda.to_device(np.zeros(2, dtype=np.int64))
     grid_sum_kernel[2, PROBE_ITEMS // 2](values, total)
-    got = total.copy_to_host().tolist()
+    got = to_host(total, "cuda probe").tolist()  # sync
     expected = PROBE_ITEMS * (PROBE_ITEMS - 1) // 2
     if got != [expected, expected]:
         raise RuntimeError(f"the probe kernels computed {got}, expected [{expected}, {expected}]")
