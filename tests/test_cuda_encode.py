@@ -121,6 +121,14 @@ def test_too_little_device_memory_is_a_clear_error(cpu_tok, cap_device_bytes):
         cpu_tok.with_backend("cuda").encode("a word never seen before: qwertzuiop")
 
 
+def test_a_device_bytes_cap_that_is_not_a_number_is_a_config_error(cpu_tok, monkeypatch):
+    from gpubpe.errors import ConfigError
+
+    monkeypatch.setenv("GPUBPE_DEVICE_BYTES", "4 GB")
+    with pytest.raises(ConfigError, match="GPUBPE_DEVICE_BYTES='4 GB' is not a number of bytes"):
+        cpu_tok.with_backend("cuda").encode("another word never seen: zxcvbnm")
+
+
 def test_chunk_bounds_fit_the_budget():
     costs = np.array([5, 5, 5, 9, 1, 1, 1, 10], dtype=np.int64)
     assert device.chunk_bounds(costs, 10) == [(0, 2), (2, 3), (3, 5), (5, 7), (7, 8)]
