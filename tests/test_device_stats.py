@@ -176,3 +176,30 @@ def test_launch_hands_cupy_arrays_to_numba_without_a_stream_sync():
 
     wrapped = _cuda._without_stream_sync((cupy.zeros(3), 7))
     assert type(wrapped[0]).__module__.startswith("numba") and wrapped[1] == 7
+
+
+@simulator_only
+def test_encoding_decoding_and_the_codec_run_on_guarded_arrays(tok, monkeypatch):
+    # The paths above ran under the guard: what they hand their kernels is guarded.
+    from gpubpe import device
+
+    seen = []
+
+    def spy(function):
+        def wrapped(*args, **kwargs):
+            seen.append((function.__name__, type(args[0]).__name__))
+            return function(*args, **kwargs)
+        return wrapped
+
+    for name in ("encode_word_list_cuda", "gather_token_bytes_cuda"):
+        monkeypatch.setattr(device, name, spy(getattr(device, name)))
+    for name in ("bitlevel_encode_cuda", "bitlevel_decode_cuda"):
+        monkeypatch.setattr(bitpack, name, spy(getattr(bitpack, name)))
+    gpu_tok = tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    assert gpu_tok.decode(gpu_tok.encode("guarded words, every one")) == "guarded words, every one"
+    codec = BitLevelCodec(1000, backend="cuda")
+    assert codec.decode(codec.encode([0xE4, 0xB8, 0xAD, 65])) == [0xE4, 0xB8, 0xAD, 65]
+    assert seen == [(name, "SimulatedDeviceArray") for name in (
+        "encode_word_list_cuda", "gather_token_bytes_cuda", "bitlevel_encode_cuda",
+        "bitlevel_decode_cuda")]
