@@ -7,21 +7,35 @@
   ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CUDA simulator on
   NumPy arrays (slow; for debugging kernels and for tests without a GPU).
   Where neither is possible it raises :class:`~gpubpe.errors.BackendUnavailable`
-  naming the reason (no cupy, no device, driver too old).
+  naming the reason (no cupy, no device, driver too old) and the versions of
+  the CUDA stack.
 - ``auto``: CUDA when a real device is usable, else the CPU; ``reason`` says
   which was picked and why.
+
+"Usable" means more than importable: once per process, before the first
+``cuda`` backend is handed out, the probe (``gpubpe.kernels.probe``) compiles
+a small kernel, then runs it and a grid-sync kernel on the device. A stack
+that cannot compile (numba-cuda 0.30.4 with numpy 2.5 fails so) or cannot
+link ``libcudadevrt`` or launch is reported here, not deep inside training.
+The hint to install the CUDA extra is logged at INFO and shown by
+``gpubpe doctor``; ``auto`` does not print it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
+from importlib import metadata
 
 import numpy as np
 
 from .errors import BackendUnavailable, ConfigError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
+INSTALL_HINT = ("to use a GPU, install the CUDA extra matching the driver: "
+                "pip install 'gpubpe[cuda12]' (or 'gpubpe[cuda13]')")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,11 +53,11 @@ def simulator_enabled() -> bool:
 
 
 def cuda_unavailable_reason() -> str | None:
-    """Why a real CUDA device cannot be used here, or None when it can."""
+    """Why a real CUDA device cannot be used here (before the probe), or None when it can."""
     try:
         import cupy
     except ImportError:
-        return "cupy is not installed (pip install 'gpubpe[cuda12]' or 'gpubpe[cuda13]')"
+        return "cupy is not installed"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # cupy raises its own CUDARuntimeError subclasses
@@ -53,30 +67,140 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
+_probe_outcome: dict[str, str | None] = {}
+
+
+def probe_cuda() -> str | None:
+    """Compile and run the probe kernels, once per process: None when they work, else why."""
+    if "outcome" not in _probe_outcome:
+        _probe_outcome["outcome"] = _run_probe()
+    return _probe_outcome["outcome"]
+
+
+def _run_probe() -> str | None:
+    try:
+        from .kernels import probe
+
+        probe.compile_probe()
+    except Exception as exc:  # whatever the stack raises is the cause to report
+        return f"compiling a test kernel failed: {type(exc).__name__}: {_first_lines(exc)}"
+    try:
+        probe.run_probe()
+    except Exception as exc:
+        return (f"running the test kernels (a plain and a grid-sync kernel, which needs "
+                f"libcudadevrt) failed: {type(exc).__name__}: {_first_lines(exc)}")
+    return None
+
+
+def _first_lines(exc: Exception, n: int = 3) -> str:
+    return " ".join(str(exc).strip().splitlines()[:n])
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries the CUDA path depends on ('not installed' where absent)."""
+    import numba
+
+    versions = {"numpy": np.__version__, "numba": numba.__version__,
+                "numba-cuda": _distribution_version("numba-cuda"), "cupy": "not installed",
+                "driver": "unknown", "runtime": "unknown"}
+    try:
+        import cupy
+    except ImportError:
+        return versions
+    versions["cupy"] = cupy.__version__
+    for key, read in (("driver", cupy.cuda.runtime.driverGetVersion),
+                      ("runtime", cupy.cuda.runtime.runtimeGetVersion)):
+        try:
+            number = int(read())
+            versions[key] = f"{number // 1000}.{number % 1000 // 10}"
+        except Exception:  # no driver: the version stays 'unknown'
+            pass
+    return versions
+
+
+def _distribution_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def versions_line() -> str:
+    return ", ".join(f"{name} {version}" for name, version in library_versions().items())
+
+
 def resolve_backend(name: str = "auto") -> Backend:
     """Turn a backend name into a :class:`Backend`, or raise a clear error."""
     if name not in BACKEND_NAMES:
         raise ConfigError(f"backend={name!r} is not one of {BACKEND_NAMES}")
     if name == "cpu":
         return Backend("cpu", np, "asked for the CPU")
-    if name == "cuda" and simulator_enabled():
-        return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
-    reason = None if simulator_enabled() else cuda_unavailable_reason()
-    if reason is None and not simulator_enabled():
+    if simulator_enabled():
+        if name == "cuda":
+            return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
+        return Backend("cpu", np, "auto picked the CPU: the CUDA simulator is on; "
+                                  "auto never picks it")
+    reason = cuda_unavailable_reason() or probe_cuda()
+    if reason is None:
         import cupy
 
-        return Backend("cuda", cupy, "a CUDA device is usable")
+        return Backend("cuda", cupy, "a CUDA device is usable (the probe kernels ran)")
     if name == "cuda":
-        raise BackendUnavailable(f"backend='cuda' cannot run here: {reason}")
-    why = reason or "the CUDA simulator is on; auto never picks it"
-    return Backend("cpu", np, f"auto picked the CPU: {why}")
+        raise BackendUnavailable(f"backend='cuda' cannot run here: {reason}. Versions: "
+                                 f"{versions_line()}. Fix: {INSTALL_HINT}, with a numpy the "
+                                 "numba-cuda release supports (see `gpubpe doctor`); or use "
+                                 "backend='cpu'")
+    logger.info("backend auto picked the CPU (%s); %s", reason, INSTALL_HINT)
+    return Backend("cpu", np, f"auto picked the CPU: {reason}")
 
 
 def available_backends() -> dict[str, str]:
     """Each backend name mapped to 'available' or the reason it is not."""
-    reason = cuda_unavailable_reason()
     if simulator_enabled():
-        cuda = "available (simulator: NUMBA_ENABLE_CUDASIM=1)"
+        return {"cpu": "available", "cuda": "available (simulator: NUMBA_ENABLE_CUDASIM=1)"}
+    reason = cuda_unavailable_reason() or probe_cuda()
+    return {"cpu": "available", "cuda": "available" if reason is None else f"unavailable: {reason}"}
+
+
+def device_facts() -> tuple[list[dict], str | None]:
+    """Each visible CUDA device (name, memory, compute capability, SMs), or why none is listed."""
+    try:
+        import cupy
+    except ImportError:
+        return [], "cupy is not installed"
+    try:
+        devices = []
+        for index in range(cupy.cuda.runtime.getDeviceCount()):
+            props = cupy.cuda.runtime.getDeviceProperties(index)
+            with cupy.cuda.Device(index):
+                free, total = cupy.cuda.runtime.memGetInfo()
+            name = props["name"]
+            devices.append({"index": index,
+                            "name": name.decode() if isinstance(name, bytes) else str(name),
+                            "memory_bytes": int(total), "free_bytes": int(free),
+                            "compute_capability": f"{props['major']}.{props['minor']}",
+                            "sm_count": int(props["multiProcessorCount"])})
+        return devices, None
+    except Exception as exc:  # no driver, a lost device: report it, do not fail doctor
+        return [], f"{type(exc).__name__}: {_first_lines(exc)}"
+
+
+def doctor_report() -> dict:
+    """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
+    import numba
+
+    devices, devices_error = device_facts()
+    unavailable = None if simulator_enabled() else cuda_unavailable_reason()
+    if simulator_enabled():
+        probe = "not run: the CUDA simulator is on (NUMBA_ENABLE_CUDASIM=1)"
+    elif unavailable:
+        probe = f"not run: {unavailable}"
     else:
-        cuda = "available" if reason is None else f"unavailable: {reason}"
-    return {"cpu": "available", "cuda": cuda}
+        probe = probe_cuda() or "ok: a small kernel and a grid-sync kernel compiled and ran"
+    backends = available_backends()
+    return {"versions": library_versions(), "backends": backends,
+            "auto": resolve_backend("auto").reason, "probe": probe, "devices": devices,
+            "devices_error": devices_error, "simulator": simulator_enabled(),
+            "numba_threads": numba.config.NUMBA_NUM_THREADS,
+            "device_bytes_cap": os.environ.get("GPUBPE_DEVICE_BYTES") or None,
+            "hint": None if backends["cuda"].startswith("available") else INSTALL_HINT}

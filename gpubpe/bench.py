@@ -4,7 +4,9 @@ Same corpus and settings for every contender; outputs are checked equal
 before a time is reported; every clock stops after the device is
 synchronised (CuPy's stream synchronize); JIT compile time is taken by a
 warm-up run and reported apart. A backend that cannot run here is listed as
-"unavailable: <reason>".
+"unavailable: <reason>". CUDA rows also give the device round trips that
+``gpubpe.device_stats()`` counted: kernel launches and syncs per MB of text
+(encoding) and per merge (training), the cost a GPU pays per host round trip.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .backend import BackendUnavailable, resolve_backend
+from .kernels._cuda import device_stats
+from .kernels._cuda import synchronize as synchronize_device
 
 
 @dataclass
@@ -26,12 +30,22 @@ class Row:
     seconds: float | None
     mb_per_s: float | None
     note: str = ""
+    unit: str = ""  # what the counts below are per: "MB" or "merge" (CUDA rows only)
+    launches_per_unit: float | None = None
+    syncs_per_unit: float | None = None
 
 
 def synchronize(backend) -> None:
-    """Wait for the device (no-op on the CPU and under the simulator)."""
+    """Wait for the device before a clock stops (no-op on the CPU and under the simulator)."""
     if backend.name == "cuda" and not backend.simulated:
-        backend.xp.cuda.get_current_stream().synchronize()
+        synchronize_device(backend.xp, "bench clock")
+
+
+def _with_counts(row: Row, backend, stats, unit: str, n_units: float) -> Row:
+    if backend.name == "cuda":
+        per = stats.per(n_units)
+        row.unit, row.launches_per_unit, row.syncs_per_unit = unit, per["launches"], per["syncs"]
+    return row
 
 
 def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
@@ -51,12 +65,14 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
             rows.append(Row("train", f"gpubpe {name}", None, None, f"unavailable: {exc}"))
             continue
         started = time.perf_counter()
-        tok = train([corpus_path], vocab_size, backend=name, progress=False)
+        with device_stats() as stats:
+            tok = train([corpus_path], vocab_size, backend=name, progress=False)
         synchronize(backend)
         seconds = time.perf_counter() - started
         reference = reference or tok
         note = "" if tok.merges == reference.merges else "MERGES DIFFER"
-        rows.append(Row("train", f"gpubpe {name}", seconds, megabytes / seconds, note))
+        rows.append(_with_counts(Row("train", f"gpubpe {name}", seconds, megabytes / seconds,
+                                     note), backend, stats, "merge", len(tok.merges)))
         row, ids = _encode_row(tok, documents, megabytes, f"gpubpe {name}", backend, first_ids)
         first_ids = ids if first_ids is None else first_ids
         rows.append(row)
@@ -78,12 +94,14 @@ def _encode_row(tok, documents, megabytes, contender, backend, expected) -> tupl
     tok.encode_batch(documents[:100])
     tok.clear_cache()
     started = time.perf_counter()
-    batch = tok.encode_arrays(documents)
+    with device_stats() as stats:
+        batch = tok.encode_arrays(documents)
     synchronize(backend)
     seconds = time.perf_counter() - started
     same = expected is None or np.array_equal(batch.ids, expected)
     note = "cold word cache" + ("" if same else "; IDS DIFFER from the first backend")
-    return Row("encode", contender, seconds, megabytes / seconds, note), batch.ids
+    row = Row("encode", contender, seconds, megabytes / seconds, note)
+    return _with_counts(row, backend, stats, "MB", megabytes), batch.ids
 
 
 def _reference_rows(tok, corpus_path, documents, vocab_size, megabytes) -> list[Row]:
@@ -137,12 +155,20 @@ def _tiktoken_encode_row(tok, documents, megabytes) -> Row:
 
 
 def format_rows(rows: list[Row]) -> str:
-    lines = ["| task | contender | seconds | MB/s | note |", "|---|---|---:|---:|---|"]
+    lines = ["| task | contender | seconds | MB/s | launches | syncs | note |",
+             "|---|---|---:|---:|---:|---:|---|"]
     for row in rows:
         seconds = f"{row.seconds:.2f}" if row.seconds is not None else "-"
         rate = f"{row.mb_per_s:.1f}" if row.mb_per_s is not None else "-"
-        lines.append(f"| {row.task} | {row.contender} | {seconds} | {rate} | {row.note} |")
+        launches, syncs = (_per_unit(row.launches_per_unit, row.unit),
+                           _per_unit(row.syncs_per_unit, row.unit))
+        lines.append(f"| {row.task} | {row.contender} | {seconds} | {rate} | {launches} | "
+                     f"{syncs} | {row.note} |")
     return "\n".join(lines)
+
+
+def _per_unit(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:.3g}/{unit}"
 
 
 def rows_json(rows: list[Row]) -> str:

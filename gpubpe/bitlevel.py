@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import BackendUnavailable, ConfigError, GpubpeError
+from .backend import resolve_backend
+from .errors import ConfigError, GpubpeError
 from .kernels import bitpack
+from .kernels._cuda import kernel_view, to_device, to_host
 
 # The 9-bit values a character can produce (b2, b3 are continuation bytes 0x80-0xBF).
 _CONTINUATION = range(0x80, 0xC0)
@@ -83,7 +85,8 @@ class BitLevelCodec:
         self.backend = _check_backend(backend)
         self._xp = _cuda_array_module() if backend == "cuda" else np
         self._tables = _build_tables(self.base_vocab_size, self.lead_bytes, self.prefixes)
-        self._device_tables = {k: self._xp.asarray(v) for k, v in self._tables.items()} \
+        self._device_tables = {k: kernel_view(to_device(self._xp, v))
+                               for k, v in self._tables.items()} \
             if backend == "cuda" else self._tables
 
     def __repr__(self) -> str:
@@ -196,11 +199,11 @@ class BitLevelCodec:
             return kernel(ids, offsets, *tables, self.base_vocab_size)
         tables = [self._device_tables[name] for name in table_names]
         xp = self._xp
-        results = kernel(xp.asarray(ids), xp.asarray(offsets), *tables, self.base_vocab_size,
-                         xp=xp)
-        host = _to_host(xp)
-        return (host(results[0]).astype(np.uint32, copy=False),
-                host(results[1]).astype(np.int64, copy=False), *results[2:])
+        results = kernel(to_device(xp, ids), to_device(xp, offsets), *tables,
+                         self.base_vocab_size, xp=xp)
+        return (to_host(results[0], f"bit-level {operation} ids").astype(np.uint32, copy=False),
+                to_host(results[1], f"bit-level {operation} offsets").astype(np.int64, copy=False),
+                *results[2:])
 
     def _malformed_cause(self, ids, offsets, position) -> str:
         """Why the unit starting at ``position`` cannot be decoded, in words."""
@@ -256,26 +259,8 @@ def _check_backend(backend) -> str:
 
 
 def _cuda_array_module():
-    """numpy under the Numba CUDA simulator, cupy on a usable device; else a clear error."""
-    import numba
-
-    if numba.config.ENABLE_CUDASIM:
-        return np
-    try:
-        import cupy
-    except ImportError:
-        raise BackendUnavailable("backend='cuda' needs cupy: pip install 'gpubpe[cuda12]' "
-                                 "(or use backend='cpu')") from None
-    from numba import cuda
-
-    if not cuda.is_available():
-        raise BackendUnavailable("backend='cuda': no usable CUDA device or driver "
-                                 "(numba.cuda.is_available() is False); use backend='cpu'")
-    return cupy
-
-
-def _to_host(xp):
-    return np.asarray if xp is np else xp.asnumpy
+    """numpy under the Numba CUDA simulator, cupy on a usable device (probed); else a clear error."""
+    return resolve_backend("cuda").xp
 
 
 def _build_tables(base_vocab_size, lead_bytes, prefixes) -> dict[str, np.ndarray]:
@@ -298,7 +283,7 @@ def _build_tables(base_vocab_size, lead_bytes, prefixes) -> dict[str, np.ndarray
 def _as_ids(ids) -> tuple[np.ndarray, bool]:
     """(contiguous uint32 array, whether the caller gave something other than an ndarray)."""
     if type(ids).__module__.split(".")[0] == "cupy":
-        ids = ids.get()
+        ids = to_host(ids, "bit-level input ids")  # sync
     as_list = not isinstance(ids, np.ndarray)
     array = np.asarray(ids)
     if as_list and array.size == 0:
@@ -318,7 +303,7 @@ def _as_ids(ids) -> tuple[np.ndarray, bool]:
 def _as_offsets(offsets, n_ids) -> np.ndarray:
     """Checked int64 offsets of a ragged batch: 0 first, n_ids last, never decreasing."""
     if type(offsets).__module__.split(".")[0] == "cupy":
-        offsets = offsets.get()
+        offsets = to_host(offsets, "bit-level input offsets")  # sync
     array = np.asarray(offsets)
     if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer):
         raise ConfigError(f"offsets must be a 1-D integer array of length B+1, got {offsets!r}")

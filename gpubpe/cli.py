@@ -592,38 +592,57 @@ def _need_matplotlib() -> None:
 def _add_doctor(commands) -> None:
     p = commands.add_parser(
         "doctor", help="report backends, devices and versions",
-        description="Say which backends can run here and why not, with library versions. "
-                    "--ptx compiles every CUDA kernel to PTX for the given architectures "
-                    "without needing a GPU, and exits 1 if any fails.")
+        description="Say which backends can run here and why not: each CUDA device (name, "
+                    "memory, compute capability, SMs), driver and runtime versions, library "
+                    "versions, and the result of the probe that compiles and runs test "
+                    "kernels. --ptx compiles every CUDA kernel to PTX for the given "
+                    "architectures without needing a GPU, and exits 1 if any fails.")
     p.add_argument("--ptx", metavar="ARCHS", help="e.g. sm_80,sm_90")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_run_doctor)
 
 
 def _run_doctor(args) -> int:
+    import json
     import platform
 
-    import numba
-    import numpy
-
     from . import __version__
-    from .backend import available_backends, resolve_backend
+    from .backend import doctor_report
 
-    print(f"gpubpe {__version__}, python {platform.python_version()}, numpy {numpy.__version__}, "
-          f"numba {numba.__version__}")
-    for name, state in available_backends().items():
-        print(f"backend {name}: {state}")
-    print(f"backend auto: {resolve_backend('auto').reason}")
-    print(f"numba threads: {numba.config.NUMBA_NUM_THREADS}")
-    if not args.ptx:
-        return 0
-    from .kernels.cuda_kernels import compile_all_ptx
-
-    architectures = [_parse_arch(a) for a in args.ptx.split(",")]
+    report = {"gpubpe": __version__, "python": platform.python_version(), **doctor_report()}
     failures = 0
-    for arch, name, outcome in compile_all_ptx(architectures):
-        print(f"ptx {arch} {name}: {outcome}")
-        failures += outcome != "ok"
+    if args.ptx:
+        from .kernels.cuda_kernels import compile_all_ptx
+
+        architectures = [_parse_arch(a) for a in args.ptx.split(",")]
+        report["ptx"] = [{"arch": arch, "kernel": name, "outcome": outcome}
+                         for arch, name, outcome in compile_all_ptx(architectures)]
+        failures = sum(row["outcome"] != "ok" for row in report["ptx"])
+    print(json.dumps(report, indent=1) if args.json else _doctor_text(report))
     return 1 if failures else 0
+
+
+def _doctor_text(report: dict) -> str:
+    versions = report["versions"]
+    lines = [f"gpubpe {report['gpubpe']}, python {report['python']}, "
+             + ", ".join(f"{name} {version}" for name, version in versions.items())]
+    lines += [f"backend {name}: {state}" for name, state in report["backends"].items()]
+    lines.append(f"backend auto: {report['auto']}")
+    lines.append(f"cuda probe: {report['probe']}")
+    for d in report["devices"]:
+        lines.append(f"device {d['index']}: {d['name']}, {d['memory_bytes'] / 2**30:.1f} GiB "
+                     f"({d['free_bytes'] / 2**30:.1f} free), compute capability "
+                     f"{d['compute_capability']}, {d['sm_count']} SMs")
+    if report["devices_error"]:
+        lines.append(f"devices: none listed ({report['devices_error']})")
+    if report["device_bytes_cap"]:
+        lines.append(f"GPUBPE_DEVICE_BYTES: {report['device_bytes_cap']}")
+    lines.append(f"numba threads: {report['numba_threads']}")
+    if report["hint"]:
+        lines.append(f"hint: {report['hint']}")
+    lines += [f"ptx {row['arch']} {row['kernel']}: {row['outcome']}"
+              for row in report.get("ptx", [])]
+    return "\n".join(lines)
 
 
 def _parse_arch(text: str) -> tuple[int, int]:

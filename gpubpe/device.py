@@ -12,8 +12,17 @@ A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands two steps to a
 - Decoding: ids to bytes (``kernels.encode.gather_token_bytes_cuda``).
 
 Both run in chunks sized from the device's free memory at the time (never a
-constant), so a batch larger than device memory still goes through. The rule
-and byte tables are copied to the device once per tokenizer.
+constant), so a batch larger than device memory still goes through.
+``GPUBPE_DEVICE_BYTES`` caps the device memory gpubpe plans for, on a GPU
+(enforced there with CuPy's memory-pool limit) and in the simulator alike, so
+chunking can be exercised anywhere. The rule and byte tables are copied to the
+device once per tokenizer.
+
+Host round trips, counted by ``gpubpe.device_stats()``: encoding makes two
+syncs per chunk (the output offsets, then the ids they size) and copies the
+chunk's words and starts to the device; decoding makes three per chunk (the
+output size, the bytes, the positions). A batch that fits in one chunk pays
+exactly that; ``tests/test_device_stats.py`` holds the counts.
 
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;
@@ -31,8 +40,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from .backend import Backend
-from .errors import DeviceError
-from .kernels._cuda import to_host
+from .errors import ConfigError, DeviceError
+from .kernels._cuda import kernel_view, to_device, to_host
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
@@ -49,18 +58,48 @@ from .kernels.encode import (
 DEVICE_MAX_WORD_BYTES = 64
 # Share of the free device memory one chunk may take (the rest: CuPy's pool, other work).
 DEVICE_MEMORY_SHARE = 0.5
-# Free bytes the simulator reports (NUMBA_ENABLE_CUDASIM=1 has no device to ask);
-# GPUBPE_SIM_DEVICE_BYTES sets it, so chunking can be exercised on any machine.
+# Bytes a chunk's plan keeps back for what the per-byte costs do not see: CuPy's pool
+# rounds every allocation up to 512 bytes, and the sort of word lengths takes scratch.
+DEVICE_CHUNK_RESERVE = 64 << 10
+# Free bytes the simulator reports (NUMBA_ENABLE_CUDASIM=1 has no device to ask).
 SIMULATED_DEVICE_BYTES = 1 << 30
+DEVICE_BYTES_VARIABLE = "GPUBPE_DEVICE_BYTES"
+
+
+def device_bytes_cap() -> int | None:
+    """``GPUBPE_DEVICE_BYTES`` as an int (the device memory gpubpe may hold), or None."""
+    text = os.environ.get(DEVICE_BYTES_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        return max(int(text), 0)
+    except ValueError:
+        raise ConfigError(f"{DEVICE_BYTES_VARIABLE}={text!r} is not a number of bytes; "
+                          "set it to an int such as 4000000000, or unset it") from None
+
+
+def held_device_bytes(backend: Backend) -> int:
+    """Device bytes gpubpe's arrays hold now (CuPy's pool in use; 0 in the simulator)."""
+    if backend.simulated:
+        return 0
+    return int(backend.xp.get_default_memory_pool().used_bytes())
 
 
 def free_device_bytes(backend: Backend) -> int:
-    """Bytes the device can hand out now: free memory plus what CuPy's pool holds unused."""
+    """Bytes the device can hand out now, within ``GPUBPE_DEVICE_BYTES`` when it is set.
+
+    On a GPU: free memory plus what CuPy's pool holds unused; the cap also becomes
+    the pool's limit (0: none), so an allocation past it fails as out of memory.
+    """
+    cap = device_bytes_cap()
     if backend.simulated:
-        return int(os.environ.get("GPUBPE_SIM_DEVICE_BYTES", SIMULATED_DEVICE_BYTES))
+        return SIMULATED_DEVICE_BYTES if cap is None else cap
     cupy = backend.xp
+    pool = cupy.get_default_memory_pool()
+    pool.set_limit(size=cap or 0)
     free, _ = cupy.cuda.runtime.memGetInfo()
-    return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+    free = int(free) + int(pool.free_bytes())
+    return free if cap is None else max(min(free, cap - int(pool.used_bytes())), 0)
 
 
 def device_error_types() -> tuple[type, ...]:
@@ -117,7 +156,9 @@ def _check_fits(largest: int, budget: int) -> None:
     if largest > budget:
         raise DeviceError(f"not enough free device memory: one item needs {largest:,} bytes "
                           f"and {budget:,} may be used ({DEVICE_MEMORY_SHARE:.0%} of what is "
-                          "free); free device memory or use backend='cpu'")
+                          f"free, less {DEVICE_CHUNK_RESERVE:,} kept back, within "
+                          f"{DEVICE_BYTES_VARIABLE} if set); free device memory, raise "
+                          f"{DEVICE_BYTES_VARIABLE}, or use backend='cpu'")
 
 
 class DeviceCodec:
@@ -130,7 +171,9 @@ class DeviceCodec:
         self._byte_table = None
 
     def _budget(self) -> int:
-        return int(free_device_bytes(self.backend) * DEVICE_MEMORY_SHARE)
+        """Device bytes one chunk may plan for now (see DEVICE_CHUNK_RESERVE)."""
+        share = int(free_device_bytes(self.backend) * DEVICE_MEMORY_SHARE)
+        return max(share - DEVICE_CHUNK_RESERVE, 0)
 
     # ------------------------------------------------------------ encoding
     def encode_words(self, data: np.ndarray, word_at: np.ndarray, word_len: np.ndarray
@@ -148,21 +191,23 @@ class DeviceCodec:
     def _encode_on_device(self, data, word_at, word_len):
         xp = self.backend.xp
         with reporting_device_errors(f"encoding {word_at.size:,} words"):
-            rules = self._device_rules()
             costs = word_len * ENCODE_DEVICE_BYTES_PER_BYTE + ENCODE_DEVICE_BYTES_PER_WORD
+            bounds = chunk_bounds(costs, self._budget())
+            rules = self._device_rules()
             parts = []
-            for lo, hi in chunk_bounds(costs, self._budget()):
+            for lo, hi in bounds:
                 packed, word_start = pack_words_cpu(data, word_at[lo:hi], word_len[lo:hi])
-                ids, offsets = encode_word_list_cuda(xp.array(packed), xp.array(word_start),
-                                                     rules, xp)
-                offsets = to_host(offsets)  # sync
-                parts.append((to_host(ids[:int(offsets[-1])]), offsets))
+                ids, offsets = encode_word_list_cuda(to_device(xp, packed),
+                                                     to_device(xp, word_start), rules, xp)
+                offsets = to_host(offsets, "encoded word offsets")  # sync
+                parts.append((to_host(ids[:offsets[-1]], "encoded word ids"), offsets))  # sync
         return join_word_lists(parts)
 
     def _device_rules(self) -> RuleTable:
         if self._rules is None:
             xp = self.backend.xp
-            self._rules = RuleTable(*(xp.array(table) for table in self._host_rules))
+            self._rules = RuleTable(*(kernel_view(to_device(xp, table))
+                                      for table in self._host_rules))
         return self._rules
 
     # ------------------------------------------------------------ decoding
@@ -171,17 +216,20 @@ class DeviceCodec:
         """The bytes of valid int64 ids, and each document's byte offsets (host arrays)."""
         xp = self.backend.xp
         with reporting_device_errors(f"decoding {ids.size:,} ids"):
+            longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
+            bounds = even_chunk_bounds(ids.size, DECODE_DEVICE_BYTES_PER_ID + longest,
+                                       self._budget())
             if self._byte_table is None:
-                longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
-                self._byte_table = (xp.array(table_bytes), xp.array(table_offsets), longest)
-            device_bytes, device_offsets, longest = self._byte_table
-            cost = DECODE_DEVICE_BYTES_PER_ID + longest
+                self._byte_table = (kernel_view(to_device(xp, table_bytes)),
+                                    to_device(xp, table_offsets))
+            device_bytes, device_offsets = self._byte_table
             pieces, positions = [], [np.zeros(1, dtype=np.int64)]
-            for lo, hi in even_chunk_bounds(ids.size, cost, self._budget()):
+            for lo, hi in bounds:
                 out, chunk_positions = gather_token_bytes_cuda(
-                    xp.array(ids[lo:hi]), device_bytes, device_offsets, xp)
-                pieces.append(to_host(out))  # sync
-                positions.append(to_host(chunk_positions[1:]) + positions[-1][-1])
+                    to_device(xp, ids[lo:hi]), device_bytes, device_offsets, xp)
+                pieces.append(to_host(out, "decoded bytes"))  # sync
+                positions.append(to_host(chunk_positions[1:], "decoded byte positions")
+                                 + positions[-1][-1])  # sync
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]

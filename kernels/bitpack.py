@@ -44,7 +44,17 @@ from llvmlite import ir
 from numba import cuda, njit, prange, types
 from numba.core.extending import intrinsic
 
-from ._cuda import array_module, exclusive_scan, launch, launch_counts
+from ._cuda import (
+    array_module,
+    device_empty,
+    device_full,
+    device_zeros,
+    exclusive_scan,
+    launch,
+    launch_counts,
+    to_device,
+    to_host,
+)
 from ._jit import hot
 from ._lanes import LANES, LaneBuilder
 
@@ -1081,7 +1091,7 @@ CUDA_KERNEL_SIGNATURES = {
 
 
 def _boundary_flags_cuda(xp, offsets, n):
-    boundary = xp.zeros(n + 1, dtype=xp.uint8)
+    boundary = device_zeros(xp, n + 1, xp.uint8)
     launch(mark_boundaries_kernel, offsets.size, offsets, boundary)
     return boundary
 
@@ -1097,16 +1107,17 @@ def bitlevel_encode_cuda(ids, offsets, lead_prefix_ids, value_ids, base_vocab_si
     xp = array_module(ids) if xp is None else xp
     n = ids.size
     boundary = _boundary_flags_cuda(xp, offsets, n)
-    char_prefix = xp.empty(n, dtype=xp.uint32)
+    char_prefix = device_empty(xp, n, xp.uint32)
     launch(encode_char_prefix_kernel, n, ids, boundary, lead_prefix_ids, char_prefix)
-    lengths = xp.empty(n, dtype=xp.uint8)
-    first_bad = xp.full(1, n, dtype=xp.int64)
+    lengths = device_empty(xp, n, xp.uint8)
+    first_bad = device_full(xp, 1, n, xp.int64)
     launch(encode_lengths_kernel, n, ids, boundary, char_prefix, base_vocab_size, lengths,
             first_bad)
     positions = exclusive_scan(xp, lengths)
-    out = xp.empty(n, dtype=xp.uint32)  # encoding never grows: no read of the total needed yet
+    out = device_empty(xp, n, xp.uint32)  # encoding never grows: no read of the total needed yet
     launch(encode_scatter_kernel, n, ids, char_prefix, lengths, positions, value_ids, out)
-    total, bad = xp.concatenate((positions[-1:], first_bad)).tolist()  # sync
+    total, bad = to_host(xp.concatenate((positions[-1:], first_bad)),
+                         "bit-level encode size").tolist()  # sync
     return out[:total], positions[offsets], bad if bad < n else -1
 
 
@@ -1123,21 +1134,22 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
     xp = array_module(ids) if xp is None else xp
     n = ids.size
     boundary = _boundary_flags_cuda(xp, offsets, n)
-    entries = xp.empty(n, dtype=xp.uint32)
-    events = xp.empty(n, dtype=xp.uint8)
+    entries = device_empty(xp, n, xp.uint32)
+    events = device_empty(xp, n, xp.uint8)
     launch(decode_classify_kernel, n, ids, boundary, decode_table, base_vocab_size, entries,
             events)
     event_rank = xp.cumsum(events, dtype=xp.int64)
-    event_prefix = xp.empty(n, dtype=xp.int64)
+    event_prefix = device_empty(xp, n, xp.int64)
     launch(decode_record_events_kernel, n, entries, events, event_rank, event_prefix)
-    units = xp.empty(n, dtype=xp.uint8)
-    lengths = xp.empty(n, dtype=xp.uint8)
-    malformed = xp.asarray([0, n], dtype=xp.int64)
+    units = device_empty(xp, n, xp.uint8)
+    lengths = device_empty(xp, n, xp.uint8)
+    malformed = to_device(xp, [0, n], np.int64)
     launch(decode_units_kernel, n, entries, boundary, event_rank, event_prefix, units, lengths,
             malformed)
     positions = exclusive_scan(xp, lengths)
-    total, n_bad, first_bad = xp.concatenate((positions[-1:], malformed)).tolist()  # sync
-    out = xp.empty(total, dtype=xp.uint32)
+    total, n_bad, first_bad = to_host(xp.concatenate((positions[-1:], malformed)),
+                                      "bit-level decode size").tolist()  # sync
+    out = device_empty(xp, total, xp.uint32)
     launch(decode_scatter_kernel, n, ids, entries, units, event_rank, event_prefix, positions,
             out)
     return out, positions[offsets], n_bad, first_bad if n_bad else -1

@@ -71,7 +71,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, njit
 
-from ._cuda import device_function, exclusive_scan, launch
+from ._cuda import device_empty, device_function, exclusive_scan, launch, read_scalar
 from ._jit import hot
 from .hashing import (
     EMPTY_KEY,
@@ -1027,16 +1027,16 @@ def encode_word_list_cuda(word_bytes, word_start, rules: RuleTable, xp):
     """
     n_words = word_start.size - 1
     order = xp.argsort(xp.diff(word_start))
-    symbols = xp.empty(word_bytes.size, dtype=xp.int32)
-    pair_rank = xp.empty(word_bytes.size, dtype=xp.int64)
-    n_symbols = xp.empty(n_words, dtype=xp.int64)
+    symbols = device_empty(xp, word_bytes.size, xp.int32)
+    pair_rank = device_empty(xp, word_bytes.size, xp.int64)
+    n_symbols = device_empty(xp, n_words, xp.int64)
     launch(encode_words_kernel, n_words, word_bytes, word_start, order, rules.keys, rules.ranks,
            rules.result, symbols, pair_rank, n_symbols)
-    out_len = xp.empty(n_words, dtype=xp.int64)
+    out_len = device_empty(xp, n_words, xp.int64)
     launch(output_lengths_kernel, n_words, symbols, word_start, n_symbols,
            rules.demolish_offsets, out_len)
     offsets = exclusive_scan(xp, out_len)
-    ids = xp.empty(word_bytes.size, dtype=xp.uint32)
+    ids = device_empty(xp, word_bytes.size, xp.uint32)
     launch(write_output_kernel, n_words, symbols, word_start, n_symbols, rules.demolish_ids,
            rules.demolish_offsets, offsets, ids)
     return ids, offsets
@@ -1050,7 +1050,7 @@ def gather_token_bytes_cuda(ids, table_bytes, table_offsets, xp):
     """
     lengths = table_offsets[ids + 1] - table_offsets[ids]
     positions = exclusive_scan(xp, lengths)
-    out = xp.empty(int(positions[-1]), dtype=xp.uint8)  # sync
+    out = device_empty(xp, read_scalar(positions, -1, "decode output size"), xp.uint8)  # sync
     launch(copy_token_bytes_kernel, ids.size, ids, table_bytes, table_offsets, positions, out)
     return out, positions
 

@@ -4,12 +4,17 @@ The Numba CUDA simulator is switched on before anything imports numba, so the
 real ``@cuda.jit`` kernels run here (no GPU on the build machines); CPU
 ``@njit`` code is unaffected by it. PTX compilation for real architectures is
 tested in a subprocess without the simulator.
+
+On a GPU node, ``NUMBA_ENABLE_CUDASIM=0 python -m pytest`` runs every CUDA test
+against the device; tests that only make sense in the simulator skip there
+with a reason (``bench/gpu_node.sh`` does this).
 """
 
 import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile(
@@ -19,3 +24,21 @@ settings.register_profile(
     database=None,  # no .hypothesis/ folder in the working directory
 )
 settings.load_profile("gpubpe")
+
+
+@pytest.fixture
+def cap_device_bytes(monkeypatch):
+    """Set ``GPUBPE_DEVICE_BYTES`` for one test: ``cap_device_bytes(n)``.
+
+    On a GPU the cap is also CuPy's pool limit; it is lifted after the test, so
+    tests that follow are not starved.
+    """
+    yield lambda n: monkeypatch.setenv("GPUBPE_DEVICE_BYTES", str(int(n)))
+    monkeypatch.delenv("GPUBPE_DEVICE_BYTES", raising=False)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        try:
+            import cupy
+
+            cupy.get_default_memory_pool().set_limit(size=0)
+        except ImportError:
+            pass

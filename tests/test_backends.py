@@ -8,6 +8,9 @@ same rules, scaffold flags and ids, bit for bit.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -89,3 +92,103 @@ def test_every_backend_trains_encodes_and_decodes_alike(backend, scaffold):
     if backend != "reference":
         tok = Tokenizer(Vocabulary.from_rules(got_rules, scaffold=got_flags), backend=backend)
         assert tok.decode_batch(got_ids) == HELD_OUT
+
+
+# --- the CUDA probe ---------------------------------------------------------------------
+
+PROBE_SCRIPT = """
+import numpy, numba
+from numba import cuda
+from gpubpe import backend
+from gpubpe.errors import BackendUnavailable
+from gpubpe.kernels import probe
+
+backend.cuda_unavailable_reason = lambda: None  # stub: as if cupy and a device were there
+
+@cuda.jit
+def broken_kernel(values):
+    values[0] = "not a number"  # a typing error: the compile fails on purpose
+
+probe.PROBE_SIGNATURES = {broken_kernel: "void(int64[::1])"}
+compiles = []
+real_compile = probe.compile_probe
+probe.compile_probe = lambda: (compiles.append(1), real_compile())
+try:
+    backend.resolve_backend("cuda")
+    print("NO ERROR")
+except BackendUnavailable as exc:
+    print("cuda:", exc)
+auto = backend.resolve_backend("auto")
+print("auto:", auto.name, "|", auto.reason)
+print("probes:", len(compiles))
+print("versions:", numpy.__version__, numba.__version__)
+"""
+
+
+def test_a_stack_that_cannot_compile_is_unavailable_and_auto_falls_back():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", PROBE_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    lines = dict(line.split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    assert "cuda" in lines, out.stdout + out.stderr
+    numpy_version, numba_version = lines["versions"].split()
+    assert lines["cuda"].startswith("backend='cuda' cannot run here: compiling a test kernel "
+                                    "failed: TypingError")
+    for named in (f"numpy {numpy_version}", f"numba {numba_version}", "numba-cuda ", "cupy ",
+                  "driver "):
+        assert named in lines["cuda"]
+    assert "pip install 'gpubpe[cuda12]'" in lines["cuda"]
+    name, reason = lines["auto"].split(" | ")
+    assert name == "cpu" and reason.startswith("auto picked the CPU: compiling a test kernel "
+                                               "failed: TypingError")
+    assert lines["probes"] == "1"  # once per process, however often a backend is resolved
+
+
+def test_the_real_probe_compiles_here_and_fails_only_for_want_of_a_device():
+    code = ("from gpubpe import backend\n"
+            "backend.cuda_unavailable_reason = lambda: None\n"
+            "print(backend.available_backends()['cuda'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    state = out.stdout.strip()
+    if state == "available":  # a GPU node: the probe kernels ran
+        return
+    assert state.startswith("unavailable: running the test kernels"), out.stdout + out.stderr
+    assert "CudaSupportError" in state
+
+
+def test_auto_logs_the_install_hint_at_info_and_keeps_it_out_of_its_reason(monkeypatch, caplog):
+    from gpubpe import backend
+
+    monkeypatch.setattr(backend, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(backend, "cuda_unavailable_reason", lambda: "cupy is not installed")
+    with caplog.at_level("INFO", logger="gpubpe.backend"):
+        auto = backend.resolve_backend("auto")
+    assert (auto.name, auto.reason) == ("cpu", "auto picked the CPU: cupy is not installed")
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "pip install 'gpubpe[cuda12]'" in caplog.records[0].getMessage()
+
+
+def test_doctor_json_reports_devices_versions_and_the_probe(monkeypatch, capsys):
+    import json
+
+    import numba
+
+    from gpubpe import backend
+    from gpubpe.cli import main
+
+    facts = [{"index": 0, "name": "Test GPU", "memory_bytes": 80 << 30, "free_bytes": 79 << 30,
+              "compute_capability": "9.0", "sm_count": 132}]
+    monkeypatch.setattr(backend, "device_facts", lambda: (facts, None))
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["devices"] == facts
+    assert report["versions"]["numpy"] == np.__version__
+    assert report["versions"]["numba"] == numba.__version__
+    assert {"numba-cuda", "cupy", "driver", "runtime"} <= set(report["versions"])
+    assert report["backends"]["cpu"] == "available" and report["probe"]
+    assert main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "device 0: Test GPU, 80.0 GiB (79.0 free), compute capability 9.0, 132 SMs" in text
+    assert f"cuda probe: {report['probe']}" in text

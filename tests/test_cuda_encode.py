@@ -3,8 +3,10 @@
 The conftest switches the simulator on, so ``Tokenizer(..., backend="cuda")``
 runs the real ``@cuda.jit`` word-encoding and decoding kernels on NumPy arrays;
 ``launch_counts`` proves they ran. Also: long words taken by the CPU, chunks
-sized by (simulated) free device memory, and a device failure in the middle of
-``encode_files`` keeping the finished documents.
+sized by free device memory (capped by ``GPUBPE_DEVICE_BYTES``, in the
+simulator and on a GPU alike), and a device failure in the middle of
+``encode_files`` keeping the finished documents. With ``NUMBA_ENABLE_CUDASIM=0``
+on a GPU node every test here runs against the device.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 import gpubpe
 from gpubpe import device
 from gpubpe._reference import encode_word
+from gpubpe.backend import resolve_backend
 from gpubpe.encode_files import encode_files, read_token_file
 from gpubpe.errors import DeviceError
 from gpubpe.kernels import _cuda
@@ -92,11 +95,18 @@ def test_long_words_go_to_the_cpu_and_keep_their_place(cpu_tok):
     assert launches("encode_words_kernel") == before + 1  # the short words went to the device
 
 
-def test_chunks_follow_free_device_memory(cpu_tok, lines, monkeypatch):
+def cap_for_budget(budget: int) -> int:
+    """The GPUBPE_DEVICE_BYTES that leaves a chunk ``budget`` bytes beyond what is held now."""
+    held = device.held_device_bytes(resolve_backend("cuda"))
+    return held + int((device.DEVICE_CHUNK_RESERVE + budget) / device.DEVICE_MEMORY_SHARE) + 1
+
+
+def test_chunks_follow_free_device_memory(cpu_tok, lines, cap_device_bytes):
     gpu_tok = cpu_tok.with_backend("cuda")
     expected = cpu_tok.encode_arrays(lines[600:700])
+    gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))  # tables on the device first
     before = launches("encode_words_kernel")
-    monkeypatch.setenv("GPUBPE_SIM_DEVICE_BYTES", "6000")  # half of it, 3000 B, per chunk
+    cap_device_bytes(cap_for_budget(3000))  # 3000 B per chunk
     got = gpu_tok.encode_arrays(lines[600:700])
     assert got.ids.tolist() == expected.ids.tolist()
     assert launches("encode_words_kernel") - before >= 3
@@ -105,10 +115,18 @@ def test_chunks_follow_free_device_memory(cpu_tok, lines, monkeypatch):
     assert launches("copy_token_bytes_kernel") - copies > 1
 
 
-def test_too_little_device_memory_is_a_clear_error(cpu_tok, monkeypatch):
-    monkeypatch.setenv("GPUBPE_SIM_DEVICE_BYTES", "100")
+def test_too_little_device_memory_is_a_clear_error(cpu_tok, cap_device_bytes):
+    cap_device_bytes(device.held_device_bytes(resolve_backend("cuda")) + 100)
     with pytest.raises(DeviceError, match="not enough free device memory"):
         cpu_tok.with_backend("cuda").encode("a word never seen before: qwertzuiop")
+
+
+def test_a_device_bytes_cap_that_is_not_a_number_is_a_config_error(cpu_tok, monkeypatch):
+    from gpubpe.errors import ConfigError
+
+    monkeypatch.setenv("GPUBPE_DEVICE_BYTES", "4 GB")
+    with pytest.raises(ConfigError, match="GPUBPE_DEVICE_BYTES='4 GB' is not a number of bytes"):
+        cpu_tok.with_backend("cuda").encode("another word never seen: zxcvbnm")
 
 
 def test_chunk_bounds_fit_the_budget():
@@ -173,7 +191,8 @@ def test_backend_choice_travels_with_the_tokenizer(cpu_tok, tmp_path):
     gpu_tok = cpu_tok.with_backend("cuda")
     assert pickle.loads(pickle.dumps(gpu_tok)).backend == "cuda"
     assert gpu_tok.with_bitlevel().backend == "cuda"
-    assert gpubpe.Tokenizer(cpu_tok.vocabulary).backend == "cpu"  # auto: no real device here
+    auto = resolve_backend("auto").name  # the CPU here; the device on a GPU node
+    assert gpubpe.Tokenizer(cpu_tok.vocabulary).backend == auto
     path = tmp_path / "tok.json"
     cpu_tok.save(path)
     assert gpubpe.load(path, backend="cuda").backend == "cuda"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One command for a GPU node: doctor, the CUDA tests on the device, then CPU-vs-GPU benchmarks.
+#
+#   bench/gpu_node.sh [--wheels DIR] [--extra cuda12|cuda13] [--out DIR]
+#                     [--corpus FILE] [--megabytes N] [--vocab-size N] [--simulator]
+#
+# Run from the repository root after the README install (`pip install -e ".[cuda12,dev]"`
+# in a venv), or pass --wheels DIR to install offline from a folder of wheels first
+# (air-gapped nodes: `pip download -d DIR ".[cuda12,dev]"` on a machine with network,
+# then copy DIR over). Writes into --out (default bench/out/gpu-node-DATE):
+#   doctor.txt / doctor.json   devices, versions, the probe's result
+#   tests.txt / tests.xml      NUMBA_ENABLE_CUDASIM=0 pytest of the CUDA tests
+#   bench.json                 `gpubpe bench --backend cpu,cuda` (training + encoding vs HF/tiktoken)
+#   gpu_bench.json             encode/decode/bit-level codec, CPU vs GPU, launches and syncs per MB
+#   RESULTS.md                 one markdown section to paste into bench/RESULTS.md
+# Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
+# --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
+# file; give a tiny --corpus and --megabytes 0.02): its numbers mean nothing.
+set -uo pipefail
+
+wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --wheels) wheels="$2"; shift 2 ;;
+        --extra) extra="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --corpus) corpus="$2"; shift 2 ;;
+        --megabytes) megabytes="$2"; shift 2 ;;
+        --vocab-size) vocab_size="$2"; shift 2 ;;
+        --simulator) simulator=1; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+    esac
+done
+
+cd "$(dirname "$0")/.." || exit 1
+out="${out:-bench/out/gpu-node-$(date -u +%Y%m%d-%H%M)}"
+mkdir -p "$out"
+python="${PYTHON:-python}"
+export NUMBA_ENABLE_CUDASIM=0   # the real device, not the simulator the test suite defaults to
+tests=(tests/test_cuda.py tests/test_cuda_encode.py tests/test_backends.py tests/test_bitlevel.py
+       tests/test_device_stats.py)
+if [ "$simulator" -eq 1 ]; then
+    export NUMBA_ENABLE_CUDASIM=1
+    tests=(tests/test_device_stats.py)
+fi
+
+if [ -n "$wheels" ]; then
+    echo "== installing gpubpe[$extra,dev] offline from $wheels"
+    "$python" -m pip install --no-index --find-links "$wheels" -e ".[$extra,dev]" || exit 2
+fi
+
+echo "== gpubpe doctor"
+"$python" -m gpubpe doctor | tee "$out/doctor.txt"
+"$python" -m gpubpe doctor --json > "$out/doctor.json"
+if [ "$simulator" -eq 0 ] && ! grep -q '^backend cuda: available$' "$out/doctor.txt"; then
+    echo "gpu_node.sh: the CUDA backend is not usable here (see $out/doctor.txt); fix that first" >&2
+    exit 2
+fi
+
+echo "== CUDA tests on the device"
+"$python" -m pytest -p no:cacheprovider -rs --junitxml "$out/tests.xml" "${tests[@]}" 2>&1 \
+    | tee "$out/tests.txt"
+tests_status=${PIPESTATUS[0]}
+
+echo "== gpubpe bench (training and encoding: CPU, GPU, HF tokenizers, tiktoken)"
+bench_corpus=()
+[ -n "$corpus" ] && bench_corpus=("$corpus")
+"$python" -m gpubpe bench "${bench_corpus[@]}" --backend cpu,cuda --vocab-size "$vocab_size" \
+    --json "$out/bench.json" | tee "$out/bench.txt"
+
+echo "== bench/gpu_bench.py (encode, decode, bit-level codec: CPU vs GPU, device counts)"
+corpus_option=()
+[ -n "$corpus" ] && corpus_option=(--corpus "$corpus")
+"$python" bench/gpu_bench.py "${corpus_option[@]}" --megabytes "$megabytes" \
+    --vocab-size "$vocab_size" --doctor "$out/doctor.json" --bench "$out/bench.json" \
+    --tests "$out/tests.txt" --json "$out/gpu_bench.json" --markdown "$out/RESULTS.md"
+
+echo "== wrote $out/RESULTS.md (paste it into bench/RESULTS.md)"
+[ "$tests_status" -eq 0 ] || exit 1
