@@ -4,6 +4,8 @@ This is the public API; everything else is internal::
 
     import gpubpe
     tok = gpubpe.train(["corpus.txt"], vocab_size=8000)          # scaffold=True for Scaffold-BPE
+    counts = gpubpe.count_words(["corpus.txt"])                   # count once: counts.save(path)
+    tok = gpubpe.train(counts=counts, vocab_size=8000)             # no corpus pass; tok.truncate(n)
     ids = tok.encode("hello world")
     text = tok.decode(ids)                                         # "hello world"
     batch = tok.encode_arrays(["many", "documents"])              # ragged: batch.ids, batch.offsets
@@ -17,6 +19,7 @@ __version__ = "0.1.0"
 from . import metrics
 from .backend import available_backends
 from .bitlevel import BitLevelCodec
+from .counts import WordCounts, count_words
 from .encode_files import encode_files, load_tokens
 from .kernels._cuda import device_stats
 from .tokenizer import Tokenizer
@@ -24,5 +27,6 @@ from .trainer import train
 
 load = Tokenizer.load
 
-__all__ = ["BitLevelCodec", "Tokenizer", "available_backends", "device_stats", "encode_files",
-           "load", "load_tokens", "metrics", "train", "__version__"]
+__all__ = ["BitLevelCodec", "Tokenizer", "WordCounts", "available_backends", "count_words",
+           "device_stats", "encode_files", "load", "load_tokens", "metrics", "train",
+           "__version__"]

@@ -153,7 +153,8 @@ def token_frequencies(words: list[list[int]], counts: list[int]) -> Counter:
 
 
 def train_scaffold_bpe(
-    word_counts: dict[bytes, int], vocab_size: int, events: list | None = None
+    word_counts: dict[bytes, int], vocab_size: int, events: list | None = None,
+    event_rows: list | None = None,
 ) -> tuple[list[tuple[int, int, int]], list[bool]]:
     """Scaffold-BPE (Lian et al., Algorithm 1) as DESIGN §3 states it.
 
@@ -175,8 +176,12 @@ def train_scaffold_bpe(
     |V| counts normal tokens (bytes included); training runs until |V| =
     vocab_size or no candidate is left. ``events``, when given, receives
     ("scaffold" | "readmit" | "readmit-by-pair", token) in order.
+    ``event_rows``, when given, receives the fast trainer's event log
+    ``(kind, value)``: 0 a rule appended (its index), 1 a token marked scaffold,
+    2 a token re-admitted (``gpubpe.sweep`` cuts runs with it).
     """
     events = [] if events is None else events
+    rows = [] if event_rows is None else event_rows
     byte_rank = hf_byte_rank()
     words = [list(word) for word in word_counts]
     counts = list(word_counts.values())
@@ -192,18 +197,21 @@ def train_scaffold_bpe(
         if kind == "token":
             scaffold[item] = False
             events.append(("readmit", item))
+            rows.append((2, item))
             continue
         merged_bytes = token_bytes[item[0]] + token_bytes[item[1]]
         existing = token_id.get(merged_bytes)
         if existing is not None and scaffold[existing]:
             scaffold[existing] = False
             events.append(("readmit-by-pair", existing))
+            rows.append((2, existing))
             continue
         if existing is None:
             existing = token_id[merged_bytes] = len(token_bytes)
             token_bytes.append(merged_bytes)
             scaffold.append(False)
         rules.append((item[0], item[1], existing))
+        rows.append((0, len(rules) - 1))
         words = [merge_word(tokens, item, existing) for tokens in words]
         threshold = _scaffold_head(words, counts, scaffold, byte_rank)
         threshold_priority = threshold[2] if threshold else 0
@@ -212,6 +220,7 @@ def train_scaffold_bpe(
             if child >= 256 and not scaffold[child] and freq[child] < threshold_priority:
                 scaffold[child] = True
                 events.append(("scaffold", child))
+                rows.append((1, child))
     return rules, scaffold
 
 
@@ -255,3 +264,37 @@ def demolish_table(
         return memo[token]
 
     return {t: pieces(t) for t in range(len(scaffold)) if scaffold[t]}
+
+
+# ---------------------------------------------------------------- continuing BPE
+
+
+def continue_bpe(
+    word_counts: dict[bytes, int], rules: list[tuple[int, int, int]], vocab_size: int,
+    min_frequency: int = 0,
+) -> list[tuple[int, int, int]]:
+    """BPE continued from existing rules: they are applied to the words in rank order (as
+    training applied them), then new rules are chosen as :func:`train_bpe` does, until
+    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new."""
+    byte_rank = hf_byte_rank()
+    words = [list(word) for word in word_counts]
+    counts = list(word_counts.values())
+    token_bytes = token_bytes_of(rules)
+    token_id = {piece: i for i, piece in enumerate(token_bytes)}
+    rules = [tuple(rule) for rule in rules]
+    for left, right, result in rules:
+        words = [merge_word(tokens, (left, right), result) for tokens in words]
+    while len(token_bytes) < vocab_size:
+        pair_counts = count_pairs(words, counts)
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], _negated(hf_pair_order(p, byte_rank))))
+        if pair_counts[best] < max(min_frequency, 1):
+            break
+        merged_bytes = token_bytes[best[0]] + token_bytes[best[1]]
+        if merged_bytes not in token_id:
+            token_id[merged_bytes] = len(token_bytes)
+            token_bytes.append(merged_bytes)
+        rules.append((best[0], best[1], token_id[merged_bytes]))
+        words = [merge_word(tokens, best, token_id[merged_bytes]) for tokens in words]
+    return rules

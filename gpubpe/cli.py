@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpubpe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(commands)
+    _add_count(commands)
+    _add_sweep(commands)
     _add_encode(commands)
     _add_decode(commands)
     _add_demo(commands)
@@ -62,11 +64,11 @@ def _add_train(commands) -> None:
         "train", help="train a BPE vocabulary on text files",
         description="Train a byte-level BPE vocabulary. .txt files: each line is a document; "
                     ".jsonl files: the text field of each line.")
-    p.add_argument("files", nargs="+", type=Path,
+    p.add_argument("files", nargs="*", type=Path,
                    help="corpus files (.txt: each line a document, its newline kept; .jsonl; "
                         ".parquet)")
     p.add_argument("-o", "--output", type=Path, required=True, help="tokenizer file to write (JSON)")
-    p.add_argument("--vocab-size", type=int, required=True,
+    p.add_argument("--vocab-size", type=int,
                    help="normal tokens to reach, the 256 bytes included, special tokens excluded")
     p.add_argument("--min-frequency", type=int, default=0,
                    help="stop when the best pair occurs fewer times (default: 0, no threshold)")
@@ -76,6 +78,7 @@ def _add_train(commands) -> None:
                    help="train Scaffold-BPE (Lian et al.): rare intermediate tokens become "
                         "scaffold tokens, demolished when encoding; --vocab-size counts the rest")
     _add_training_options(p)
+    _add_counts_training_options(p)
     p.set_defaults(run=_run_train)
 
 
@@ -260,6 +263,10 @@ def _run_train(args) -> int:
     from .pretokenize import corpus_paths
     from .trainer import train
 
+    if args.counts or args.extend or args.add:
+        return _run_train_counts(args)
+    if not args.files or args.vocab_size is None:
+        raise _usage("train needs corpus files (or --counts FILE) and --vocab-size")
     pattern = None if args.pattern == "none" else args.pattern
     files = corpus_paths(args.files)
     check_output(args.output, files)
@@ -695,4 +702,125 @@ def _run_bitlevel_report(args) -> int:
               f"{r.efficiency_before:.4f} | {r.efficiency_after:.4f} | "
               f"{r.byte_efficiency_before:.4f} | {r.byte_efficiency_after:.4f} | "
               f"{r.relative_gain:.4f} |")
+    return 0
+
+
+# ---------------------------------------------------------------- count once, train many
+
+
+def _add_count(commands) -> None:
+    p = commands.add_parser(
+        "count", help="pre-tokenize and count a corpus once, into a counts file",
+        description="Split a corpus into words and count them (a progress bar counts bytes "
+                    "read) into a counts file for 'train --counts' and 'sweep'. With --merge, "
+                    "sum existing counts files (same pattern and special tokens) instead.")
+    p.add_argument("files", nargs="*", type=Path,
+                   help="corpus files (.txt, .jsonl), or with --merge counts files")
+    p.add_argument("-o", "--output", type=Path, required=True, help="counts file to write")
+    p.add_argument("--merge", action="store_true", help="sum the counts files given")
+    p.add_argument("--pattern", default="gpt2",
+                   help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+    p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
+                   help="a special token (repeat for several); its text is never counted")
+    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(run=_run_count)
+
+
+def _run_count(args) -> int:
+    from .counts import WordCounts, count_words
+
+    if not args.files:
+        raise _usage("count needs corpus files (or counts files with --merge)")
+    started = time.perf_counter()
+    if args.merge:
+        first, *rest = [WordCounts.load(path) for path in args.files]
+        counts = first.merged(*rest)
+    else:
+        pattern = None if args.pattern == "none" else args.pattern
+        counts = count_words([str(f) for f in args.files], pattern=pattern,
+                             special_tokens=args.special_token, text_field=args.text_field,
+                             num_threads=args.threads, progress=not args.no_progress)
+    counts.save(args.output)
+    print(f"{'merged' if args.merge else 'counted'} {len(counts):,} distinct words "
+          f"({counts.total_bytes:,} bytes) in {time.perf_counter() - started:.2f} s "
+          f"-> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _add_counts_training_options(p) -> None:
+    p.add_argument("--counts", type=Path, metavar="FILE",
+                   help="train from a counts file ('gpubpe count') instead of corpus files")
+    p.add_argument("--extend", type=Path, metavar="TOKENIZER",
+                   help="continue BPE from this tokenizer (gpubpe or HF tokenizer.json): its "
+                        "ids keep their meaning, new tokens get ids above all of them")
+    p.add_argument("--add", type=int, metavar="N", help="with --extend: new tokens to learn")
+
+
+def _run_train_counts(args) -> int:
+    from .trainer import train
+
+    if args.files or args.counts is None:
+        raise _usage("--counts replaces corpus files: give one or the other "
+                     "(--extend and --add need --counts)")
+    if args.extend is not None and (args.add is None or args.vocab_size is not None):
+        raise _usage("--extend takes --add N (new tokens), not --vocab-size")
+    if args.extend is None and (args.add is not None or args.vocab_size is None):
+        raise _usage("--add needs --extend; training from --counts needs --vocab-size")
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tok = train(counts=args.counts, vocab_size=args.vocab_size, extend=args.extend,
+                    add=args.add, min_frequency=args.min_frequency,
+                    pattern=None if args.pattern == "none" else args.pattern,
+                    special_tokens=args.special_token, backend=args.backend,
+                    progress=not args.no_progress, scaffold=args.scaffold)
+    for warning in caught:
+        print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
+    tok.save(args.output)
+    print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges) from {args.counts} in "
+          f"{time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _add_sweep(commands) -> None:
+    p = commands.add_parser(
+        "sweep", help="many vocabulary sizes and variants from one counts file",
+        description="Train each variant once at the largest size, cut the smaller sizes out "
+                    "of that run (equal to training at each size), and measure every "
+                    "vocabulary on held-out text: bytes/token, entropy, redundancy, Rényi "
+                    "efficiency, scaffold share, training time. Prints a table.")
+    p.add_argument("--counts", type=Path, required=True, help="counts file ('gpubpe count')")
+    p.add_argument("--vocab-sizes", required=True,
+                   help="comma-separated sizes, k = 1000 (e.g. 4k,8k,16k,32k,64k)")
+    p.add_argument("--variants", default="bpe,scaffold", help="bpe, scaffold or both (default)")
+    p.add_argument("--eval", type=Path, action="append", default=[], metavar="FILE",
+                   help="held-out corpus file to measure on (repeat for several)")
+    p.add_argument("--json", type=Path, help="write the rows as JSON here")
+    p.add_argument("--plot", type=Path, help="plot each metric against size to this PNG")
+    p.add_argument("--min-frequency", type=int, default=0, help="as for train (default: 0)")
+    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+    _add_backend_option(p)
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(run=_run_sweep)
+
+
+def _run_sweep(args) -> int:
+    from .sweep import plot_rows, rows_json, rows_table, sweep
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    rows = sweep(args.counts, args.vocab_sizes, variants, [str(f) for f in args.eval] or None,
+                 min_frequency=args.min_frequency, alpha=args.alpha, backend=args.backend,
+                 progress=not args.no_progress)
+    print(rows_table(rows))
+    if any(r.variant == "scaffold" and r.cut_from != max(x.vocab_size for x in rows)
+           for r in rows):
+        print("note: Scaffold-BPE was trained once per size (this trainer exposes no event "
+              "log to cut one run with)", file=sys.stderr)
+    if args.json:
+        args.json.write_text(rows_json(rows))
+    if args.plot:
+        plot_rows(rows, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
     return 0

@@ -306,6 +306,18 @@ class Tokenizer:
         vocab = dataclasses.replace(self._vocab, bitlevel_leads=[int(b) for b in lead_bytes])
         return BitLevelTokenizer(vocab, self._backend_name)
 
+    def truncate(self, vocab_size: int) -> Tokenizer:
+        """This vocabulary cut to ``vocab_size`` normal tokens: what training at that size gives.
+
+        Classic BPE keeps the rules up to where the token count first reaches
+        ``vocab_size``; Scaffold-BPE needs its training's event log (see
+        ``gpubpe.sweep.cut_rules``). Ids of the kept tokens do not change;
+        special tokens follow the normal ones, as after training at that size.
+        """
+        from .sweep import truncated_vocabulary
+
+        return type(self)(truncated_vocabulary(self._vocab, vocab_size), self._backend_name)
+
     # ------------------------------------------------------------ encoding
     def encode(self, text: str | bytes, *, allowed_special: Specials = (),
                disallowed_special: Specials = "all") -> list[int]:

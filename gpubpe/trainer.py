@@ -334,9 +334,12 @@ def _grown(array: np.ndarray, wanted: int) -> np.ndarray:
 
 
 def train(
-    corpus,
-    vocab_size: int,
+    corpus=None,
+    vocab_size: int | None = None,
     *,
+    counts=None,
+    extend=None,
+    add: int | None = None,
     min_frequency: int = 0,
     pattern: str | None = "gpt2",
     special_tokens: Iterable[str] = (),
@@ -358,9 +361,20 @@ def train(
     ``scaffold=True`` trains Scaffold-BPE (Lian et al.): tokens that become
     rare once merged into longer ones turn into scaffold tokens, used while
     encoding and then demolished, so ``vocab_size`` counts normal tokens only.
+
+    ``counts`` (a :class:`~gpubpe.WordCounts` or a counts file) replaces the
+    corpus: no corpus pass. ``extend`` (a Tokenizer or a tokenizer file) with
+    ``add`` new tokens continues BPE from that vocabulary (``gpubpe.extend``).
     """
     from .tokenizer import Tokenizer
 
+    if counts is not None or extend is not None:  # word counts from a file (gpubpe.counts)
+        from .counts import train_on_counts
+
+        return train_on_counts(
+            counts, vocab_size, corpus=corpus, extend=extend, add=add,
+            min_frequency=min_frequency, pattern=pattern, special_tokens=special_tokens,
+            tie_break=tie_break, scaffold=scaffold, backend=backend, progress=progress)
     check_train_args(vocab_size, min_frequency, tie_break)
     if scaffold and vocab_size <= 256:
         raise ConfigError(
