@@ -49,6 +49,7 @@ SPLIT_BYTES = 64 << 20
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "gpubpe-shards/1"
 _SHARD_NAME = re.compile(r"^shard-(\d{5,})(\.offsets\.npy|\.npy|\.json)$")
+_SHARD_TEMPORARY = re.compile(r"^\.shard-\d{5,}\..*\.tmp$")  # see gpubpe.atomic.temporary_path
 
 
 @dataclass(frozen=True)
@@ -256,10 +257,11 @@ def _other_jobs(out_dir: Path, job: str) -> list[Path]:
 
 
 def remove_shards(out_dir: Path, keep: int) -> None:
-    """Remove shard files numbered ``keep`` and above (left by an earlier, larger job)."""
+    """Remove shard files numbered ``keep`` and above (left by an earlier, larger job), and
+    the temporary files of attempts that died mid-write (every task has finished by now)."""
     for path in out_dir.iterdir():
         match = _SHARD_NAME.match(path.name)
-        if match and int(match.group(1)) >= keep:
+        if match and int(match.group(1)) >= keep or _SHARD_TEMPORARY.match(path.name):
             path.unlink(missing_ok=True)
 
 
