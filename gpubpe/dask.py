@@ -44,6 +44,24 @@ from .shards import SPLIT_BYTES
 # Seconds to wait for a scheduler before saying it cannot be reached.
 CONNECT_TIMEOUT = 10.0
 
+# glibc malloc settings for worker processes. Dask's nanny starts workers with
+# MALLOC_TRIM_THRESHOLD_=65536, which also pins glibc's mmap threshold at 128 KiB:
+# every batch-sized NumPy array is then a fresh mmap, page-faulted on first
+# touch and unmapped on free. Measured on encoding: +35-50% CPU time against
+# glibc's defaults; with these two settings, -20% against the defaults.
+WORKER_ENVIRON = {"MALLOC_TRIM_THRESHOLD_": 256 << 20, "MALLOC_MMAP_THRESHOLD_": 32 << 20}
+
+
+def worker_config() -> dict:
+    """Dask config for clusters that run gpubpe: ``with dask.config.set(worker_config()):``
+    around ``LocalCluster(...)`` (a ``dask worker`` command takes the same as environment
+    variables, :data:`WORKER_ENVIRON`)."""
+    import dask
+
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
+    environ.update(WORKER_ENVIRON)
+    return {"distributed.nanny.pre-spawn-environ": environ}
+
 
 def connect(address: str, timeout: float = CONNECT_TIMEOUT):
     """A :class:`distributed.Client` for ``address``; ConfigError (one line) when unreachable."""
@@ -76,13 +94,17 @@ def _client(client):
 
 
 def _worker_threads() -> int:
-    """Threads of the worker running this task (``threads_per_worker``); 1 outside a worker."""
+    """Threads of the worker running this task (``threads_per_worker``; 1 outside a worker),
+    also made the Numba thread count of this task's thread (``parallel=True`` kernels)."""
+    import numba
     from distributed import get_worker
 
     try:
-        return max(1, int(get_worker().state.nthreads))
+        threads = max(1, int(get_worker().state.nthreads))
     except ValueError:
-        return 1
+        threads = 1
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return threads
 
 
 # ---------------------------------------------------------------- counting
