@@ -1,8 +1,9 @@
 """gpubpe.dask.encode_files on a LocalCluster against single-process encode_files, same cores.
 
-Corpus (no download): the Python standard library's ``.py`` sources of this
-interpreter (~31 MB for 3.11) and ``tests/data/multiscript.txt`` (1.2 MB,
-English + CJK + more), cut into ``--files`` files on line boundaries.
+Corpus (no download): the first ``--megabytes`` of this interpreter's Python
+sources (standard library ~31 MB, then installed packages) and
+``tests/data/multiscript.txt`` (1.2 MB, English + CJK + more), cut into
+``--files`` files on line boundaries.
 Tokenizer: trained here on the first ``--train-mb`` of it (``--vocab`` tokens). Both runs start with a cold word
 cache (the single-process tokenizer's is cleared; every Dask job scatters a
 fresh tokenizer), after a warm-up run that loads the Numba JIT everywhere.
@@ -13,7 +14,7 @@ workers' processes' plus this one's (client and scheduler) for a Dask run. On
 a shared machine wall times swing with the load; CPU seconds say what the
 distributed run costs over the single one on the same cores.
 
-    python bench/dask_bench.py [--files 4] [--split-mb 4] [--repeats 3]
+    python bench/dask_bench.py [--megabytes 128] [--files 8] [--split-mb 16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -34,12 +35,21 @@ HERE = Path(__file__).resolve().parent
 TEXT = HERE.parent / "tests" / "data" / "multiscript.txt"
 
 
-def make_corpus(folder: Path, files: int) -> list[Path]:
-    """The Python standard library's sources (sorted paths) and the multiscript text, as
-    ``files`` files of about equal size: distinct text, so no run is all cache hits."""
-    library = Path(sysconfig.get_paths()["stdlib"])
-    sources = sorted(p for p in library.rglob("*.py") if "site-packages" not in p.parts)
-    data = b"".join(p.read_bytes() for p in sources) + TEXT.read_bytes()
+def make_corpus(folder: Path, files: int, megabytes: float = 32) -> list[Path]:
+    """Python sources (the standard library's, then the installed packages', sorted paths)
+    and the multiscript text, the first ``megabytes`` of them as ``files`` files of about
+    equal size: distinct text, so no run is all cache hits."""
+    paths = sysconfig.get_paths()
+    sources = sorted(p for p in Path(paths["stdlib"]).rglob("*.py")
+                     if "site-packages" not in p.parts)
+    sources += sorted(Path(paths["purelib"]).rglob("*.py"))
+    chunks, size = [TEXT.read_bytes()], 0
+    for source in sources:
+        if size >= megabytes * 1e6:
+            break
+        chunks.append(source.read_bytes())
+        size += len(chunks[-1])
+    data = b"".join(chunks[1:]) + chunks[0]
     paths, start = [], 0
     for index in range(files):
         end = len(data) * (index + 1) // files
@@ -78,9 +88,10 @@ def main() -> None:
     import gpubpe.dask as gd
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--megabytes", type=float, default=128.0)
     parser.add_argument("--train-mb", type=float, default=4.0)
-    parser.add_argument("--split-mb", type=float, default=4.0)
+    parser.add_argument("--split-mb", type=float, default=16.0)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
@@ -88,7 +99,7 @@ def main() -> None:
     split_bytes = int(args.split_mb * (1 << 20))
     with tempfile.TemporaryDirectory() as folder_name:
         folder = Path(folder_name)
-        paths = make_corpus(folder, args.files)
+        paths = make_corpus(folder, args.files, args.megabytes)
         total = sum(p.stat().st_size for p in paths)
         head = paths[0].read_bytes()[:int(args.train_mb * 1e6)].split(b"\n")
         tok = gpubpe.train([line + b"\n" for line in head], args.vocab, progress=False)
