@@ -74,6 +74,17 @@ def assert_same_tokens(out_dir: Path, expected) -> None:
     assert offsets.tobytes() == np.asarray(expected[1]).tobytes()
 
 
+def test_dask_is_imported_only_when_used():
+    import subprocess
+
+    code = ("import sys, gpubpe; loaded = lambda: [m in sys.modules for m in "
+            "('gpubpe.dask', 'dask', 'distributed')]; before = loaded(); "
+            "gpubpe.dask.count_words; print(*before, *loaded())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.split() == ["False"] * 3 + ["True", "False", "False"]
+
+
 # ---------------------------------------------------------------- splits (no cluster)
 
 
