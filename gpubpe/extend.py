@@ -15,11 +15,14 @@ reads today: GPT-2's and HF-trained files number bytes in that same order and
 merged tokens in creation order, tiktoken's ranks likewise.
 
 What imported layouts still need (the real-vocabularies issue's id tables):
-an import renumbers ids to gpubpe's layout, and special tokens follow the
-normal tokens, so a base with special tokens (GPT-2's ``<|endoftext|>``)
-would see them move. Such bases are refused here until the vocabulary carries
-an output-id table; :func:`_check_layout` is where that table plugs in, and
-the new tokens' output ids then start above the highest existing id.
+an import renumbers ids to gpubpe's layout (GPT-2, cl100k and HF-trained
+files put the byte tokens elsewhere), and special tokens follow the normal
+tokens, so a base with special tokens (GPT-2's ``<|endoftext|>``) would see
+them move. Such bases are refused until the vocabulary carries an output-id
+table; :func:`_check_same_ids` and :func:`_check_layout` are where that table
+plugs in, and the new tokens' output ids then start above the highest
+existing id. A file or encoding whose ids already are gpubpe's (exported by
+gpubpe) is extended today.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ _RULES_PER_CALL = 512
 
 def load_base(base):
     """The base as a :class:`~gpubpe.model.Vocabulary`: a Tokenizer, a gpubpe file, a HF
-    ``tokenizer.json`` or a ``tiktoken.Encoding``; anything not byte-level BPE is refused."""
+    ``tokenizer.json`` or a ``tiktoken.Encoding``; anything not byte-level BPE is refused,
+    and so is an import whose ids are not gpubpe's (see :func:`_check_same_ids`)."""
     from . import interop
     from .model import Vocabulary
     from .tokenizer import Tokenizer
@@ -63,7 +67,9 @@ def load_base(base):
     if isinstance(base, Vocabulary):
         return base
     if hasattr(base, "_mergeable_ranks"):
-        return interop.from_tiktoken(base)
+        vocab = interop.from_tiktoken(base)
+        _check_same_ids(base._mergeable_ranks, vocab, f"tiktoken encoding {base.name!r}")
+        return vocab
     path = Path(base)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -71,13 +77,33 @@ def load_base(base):
         raise ModelFormatError(f"{path}: no such tokenizer file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ModelFormatError(f"{path} is not a tokenizer JSON file ({exc})") from None
-    if isinstance(data, dict) and "model" in data:
-        try:
-            return interop.from_hf(data)
-        except ModelFormatError as exc:
-            raise ModelFormatError(f"--extend needs a byte-level BPE vocabulary; {path}: "
-                                   f"{exc}") from None
-    return Vocabulary.from_json(data, str(path))
+    if not (isinstance(data, dict) and "model" in data):
+        return Vocabulary.from_json(data, str(path))
+    try:
+        vocab, id_map = interop.from_hf(data), interop.hf_id_map(data)
+    except ModelFormatError as exc:
+        raise ModelFormatError(f"--extend needs a byte-level BPE vocabulary; {path}: "
+                               f"{exc}") from None
+    _check_same_ids({vocab.token_bytes[ours]: theirs for theirs, ours in id_map.items()
+                     if ours < len(vocab.token_bytes)}, vocab, str(path))
+    return vocab
+
+
+def _check_same_ids(their_ids: dict[bytes, int], vocab, where: str) -> None:
+    """Refuse an import whose ids differ from gpubpe's layout (bytes at 0-255, then rules).
+
+    Where the real-vocabularies work's output-id tables plug in: with such a
+    table the base keeps its own ids and new tokens go above its highest id.
+    """
+    moved = [i for i, piece in enumerate(vocab.token_bytes) if their_ids.get(piece, i) != i]
+    if moved:
+        piece = vocab.token_bytes[moved[0]]
+        raise ConfigError(
+            f"{where} numbers its tokens otherwise than gpubpe (token {piece!r} is id "
+            f"{their_ids[piece]} there, {moved[0]} here; {len(moved)} ids differ): extending it "
+            "while keeping its ids needs the output-id tables of imported vocabularies, not "
+            "yet in gpubpe; import it with Tokenizer.from_hf / from_tiktoken and extend that "
+            "(gpubpe's ids) instead")
 
 
 def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,

@@ -192,3 +192,32 @@ def test_extend_takes_the_bases_pattern(corpora):
     assert extended.vocabulary.pattern == "cl100k" and extended.vocab_size == 320
     assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == _reference.continue_bpe(
         counts.as_dict(), base.vocabulary.rules.tolist(), 320)
+
+
+def test_imports_whose_ids_would_change_are_refused(corpora, tmp_path):
+    # A HF BpeTrainer file numbers bytes by their GPT-2 character's code point, not by value:
+    # extending it would renumber them, so it is refused until imports keep their own ids.
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.train([str(corpora[0])], trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    hf.save(str(tmp_path / "hf.json"))
+    counts = count_words([corpora[1]], progress=False)
+    with pytest.raises(ConfigError, match="numbers its tokens otherwise than gpubpe"):
+        gpubpe.train(counts=counts, extend=tmp_path / "hf.json", add=10, progress=False)
+    imported = gpubpe.Tokenizer.from_hf(tmp_path / "hf.json")  # the way the message suggests
+    extended = gpubpe.train(counts=counts, extend=imported, add=10, progress=False)
+    assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == _reference.continue_bpe(
+        counts.as_dict(), imported.vocabulary.rules.tolist(), imported.vocab_size + 10)
+    import tiktoken
+
+    gpt2_order = list(_reference.gpt2_byte_to_unicode())  # GPT-2's byte ids
+    encoding = tiktoken.Encoding("bytes-gpt2-order", pat_str=r"\S+|\s+",
+                                 mergeable_ranks={bytes([b]): i for i, b in enumerate(gpt2_order)},
+                                 special_tokens={})
+    with pytest.raises(ConfigError, match=r"token b'\\x00' is id 188 there, 0 here; 256"):
+        gpubpe.train(counts=WordCounts.from_dict({b"ab": 1}, pattern=r"\S+|\s+"),
+                     extend=encoding, add=10, progress=False)

@@ -256,3 +256,23 @@ def test_fast_trainer_scaffold_sweep_equals_reference():
     for trained in swept:
         assert as_lists(trained.rules, trained.scaffold) == \
             _reference.train_scaffold_bpe(word_counts, trained.vocab_size)
+
+
+def test_counts_sweep_on_the_cuda_backend_equals_cpu():
+    # NUMBA_ENABLE_CUDASIM=1 (conftest): the real CUDA kernels on NumPy arrays; keep it tiny.
+    text = demo_corpus_path().read_text(encoding="utf-8").splitlines(keepends=True)[:15]
+    counts = count_words(text, progress=False)
+    from gpubpe.backend import resolve_backend
+    from gpubpe.sweep import fast_trainer
+
+    for variant in ("bpe", "scaffold"):
+        cpu, gpu = (sweep_vocabularies(counts.as_dict(), [262, 280], variant,
+                                       fast_trainer(resolve_backend(name)))
+                    for name in ("cpu", "cuda"))
+        for on_cpu, on_gpu in zip(cpu, gpu):
+            assert np.array_equal(on_cpu.rules, on_gpu.rules)
+            assert (on_cpu.scaffold is None) == (on_gpu.scaffold is None)
+            assert on_cpu.scaffold is None or np.array_equal(on_cpu.scaffold, on_gpu.scaffold)
+    tok = gpubpe.train(counts=counts, vocab_size=280, backend="cuda", progress=False)
+    assert tok.metadata["backend"] == "cuda"
+    assert tok.merges == gpubpe.train(counts=counts, vocab_size=280, progress=False).merges
