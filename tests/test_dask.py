@@ -191,6 +191,15 @@ def test_another_jobs_output_refused_unless_overwrite(client, tok, corpus, tmp_p
     assert (out / "manifest.json").read_bytes() == before
 
 
+def test_missing_input_refused_before_any_work(client, tok, corpus, tmp_path):
+    with pytest.raises(gpubpe.errors.CorpusError, match="missing.txt: no such file"):
+        gd.encode_files(tok, [corpus[0], tmp_path / "missing.txt"], tmp_path / "out",
+                        client=client)
+    with pytest.raises(gpubpe.errors.CorpusError, match="missing.txt: no such file"):
+        gd.count_words([tmp_path / "missing.txt"], client=client)
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_reruns_only_missing_or_invalid_shards(client, tok, corpus, expected, tmp_path):
     out = tmp_path / "out"
     first = gd.encode_files(tok, corpus, out, client=client, split_bytes=SPLIT_BYTES)
