@@ -25,10 +25,18 @@ re-run leaves no duplicated or missing documents. Re-running a job skips the
 shards already complete and valid (record key: tokenizer fingerprint,
 settings, each input's byte range, size and mtime; checksums re-read).
 
-Performance notes: splits of 64 MiB keep a task at a few seconds on one core
-and the per-task overhead (scheduling, a JSON record, SHA-256 of the output,
-about 1 GB/s) at a few percent; the tokenizer's word cache lives on each
-worker across its tasks, as it does across batches on one machine.
+Performance notes (numbers in ``bench/RESULTS.md``):
+
+- Splits of 64 MiB keep a task at seconds on one core and the per-task
+  costs (scheduling, a JSON record, SHA-256 and fsync of the shard) small;
+  the tokenizer's word cache lives on each worker across its tasks.
+- Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536: +35-50% CPU
+  for encoding (every NumPy array a fresh mmap). Fixed by
+  :func:`worker_config` at cluster start, or by ``mallopt`` in the first task.
+- Tried, no effect here: Numba thread settings, turning off Dask's profiler,
+  warm vs cold word caches. What remains on 2 cores: the two workers' task
+  threads use ~1.35x the CPU of one process for the same split while they run
+  at once, and each idle worker ~0.03 CPU s per second.
 """
 
 from __future__ import annotations

@@ -102,6 +102,13 @@ def test_byte_ranges_tile_a_file_into_its_documents(tmp_path, name, content):
         assert parts == whole, cut
 
 
+def test_bad_jsonl_line_in_a_byte_range_named_by_its_file_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"text": "a"}\n{"text": "b"}\n{"text": 3}\n')
+    with pytest.raises(gpubpe.errors.CorpusError, match=r"x.jsonl:3: field 'text' is a int"):
+        list(read_file(path, byte_range=(20, path.stat().st_size)))
+
+
 def _documents(batch) -> list[bytes]:
     return [batch.data[a:b] for a, b in zip(batch.doc_starts.tolist(), batch.doc_ends.tolist())]
 
@@ -137,6 +144,13 @@ def test_shards_equal_single_process_in_input_order(client, tok, corpus, expecte
     assert done["encoded"] == len(done["shards"]) and done["skipped"] == 0
     assert_same_tokens(tmp_path / "out", expected)
     assert int(np.sum(np.diff(expected[1]) == 0)) >= 3  # the empty .jsonl documents
+    ids, _ = gpubpe.load_tokens(tmp_path / "out")  # slices across shard boundaries, ints
+    whole = np.asarray(expected[0])
+    for start, stop in ((0, 1), (5, ids.size - 5), (ids.shards[0].size - 2, ids.shards[0].size + 3),
+                        (-7, None), (ids.size, ids.size + 4)):
+        assert np.array_equal(ids[start:stop], whole[start:stop])
+    assert [ids[i] for i in (0, ids.shards[0].size, -1)] == \
+        [whole[i] for i in (0, ids.shards[0].size, -1)]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["documents"] == expected[1].size - 1
     assert [s["documents"] for s in manifest["shards"]] == [s["documents"] for s in done["shards"]]
