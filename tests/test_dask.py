@@ -138,6 +138,25 @@ def test_counts_equal_single_process(client, corpus):
     assert distributed_counts.sources == single.sources
 
 
+def test_counts_with_another_pattern_equal_single_process(client, corpus):
+    distributed_counts = gd.count_words(corpus, client=client, split_bytes=SPLIT_BYTES,
+                                        pattern="cl100k")
+    assert distributed_counts.fingerprint == \
+        gpubpe.count_words(corpus, pattern="cl100k", progress=False).fingerprint
+
+
+def test_special_token_settings_equal_single_process(client, tok, corpus, tmp_path):
+    settings = {"allowed_special": {"<|endoftext|>"}, "append_special": "<|endoftext|>",
+                "dtype": "uint32"}
+    gd.encode_files(tok, corpus, tmp_path / "out", client=client, split_bytes=SPLIT_BYTES,
+                    **settings)
+    gpubpe.encode_files(tok, corpus, tmp_path / "single.npy", progress=False, **settings)
+    single = gpubpe.load_tokens(tmp_path / "single.npy")
+    assert np.count_nonzero(np.asarray(single[0]) == tok.special_tokens["<|endoftext|>"]) > \
+        single[1].size - 1  # appended to every document, and one in the text
+    assert_same_tokens(tmp_path / "out", single)
+
+
 def test_shards_equal_single_process_in_input_order(client, tok, corpus, expected, tmp_path):
     done = gd.encode_files(tok, corpus, tmp_path / "out", client=client, split_bytes=SPLIT_BYTES)
     assert len(done["shards"]) == len(plan_splits(corpus, SPLIT_BYTES)) > 5
