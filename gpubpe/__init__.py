@@ -27,6 +27,16 @@ from .trainer import train
 
 load = Tokenizer.load
 
+
+def __getattr__(name: str):
+    # gpubpe.dask is imported on first use only (it needs dask + distributed)
+    if name == "dask":
+        import importlib
+
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module 'gpubpe' has no attribute {name!r}")
+
+
 __all__ = ["BitLevelCodec", "Tokenizer", "WordCounts", "available_backends", "count_words",
            "device_stats", "encode_files", "load", "load_tokens", "metrics", "train",
            "__version__"]

@@ -130,7 +130,19 @@ def _add_encode(commands) -> None:
                    help="leave out the first N documents (to finish a run a GPU failure "
                         "stopped; the error names N)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_scheduler_options(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --scheduler: replace another job's output in the -o folder")
     p.set_defaults(run=_run_encode)
+
+
+def _add_scheduler_options(p) -> None:
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on this Dask scheduler (e.g. tcp://host:8786; needs "
+                        "'gpubpe[dask]'); encode then writes -o as a folder of shards and a "
+                        "manifest (read it with gpubpe.load_tokens)")
+    p.add_argument("--scheduler-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds to wait for the scheduler (default: 10)")
 
 
 def _add_backend_option(p) -> None:
@@ -302,6 +314,10 @@ def _run_encode(args) -> int:
         raise _usage("give input files or --text, not both")
     files = corpus_paths(args.files) if args.files else []
     allowed = _allowed_special(tok, args.allowed_special)
+    if args.scheduler is not None:
+        return _run_encode_on_dask(args, tok, files, allowed)
+    if args.overwrite:
+        raise _usage("--overwrite applies with --scheduler (a folder of shards) only")
     if args.output is not None:
         check_output(args.output, files)
     if args.output is not None and args.output.suffix in SUFFIXES:
@@ -330,6 +346,26 @@ def _run_encode(args) -> int:
     with atomic_output(args.output, binary=False) as out:
         for line in lines:
             out.write(line)
+    return 0
+
+
+def _run_encode_on_dask(args, tok, files, allowed) -> int:
+    """``encode --scheduler``: shards and a manifest in the -o folder, written by the workers."""
+    if args.text is not None or args.output is None:
+        raise _usage("encode --scheduler needs input files and -o FOLDER (shards + manifest)")
+    if args.skip_documents:
+        raise _usage("--skip-documents does not apply with --scheduler (a re-run resumes)")
+    from .dask import connect, encode_files
+
+    started = time.perf_counter()
+    with connect(args.scheduler, args.scheduler_timeout) as client:
+        done = encode_files(tok, files, args.output, client=client, dtype=args.dtype,
+                            text_field=args.text_field, allowed_special=allowed,
+                            append_special=args.append_special, overwrite=args.overwrite)
+    print(f"encoded {done['documents']:,} documents into {done['tokens']:,} {done['dtype']} ids "
+          f"in {len(done['shards'])} shards ({done['encoded']} written, {done['skipped']} "
+          f"already done) in {time.perf_counter() - started:.2f} s on {args.scheduler} -> "
+          f"{args.output}", file=sys.stderr)
     return 0
 
 
@@ -744,6 +780,7 @@ def _add_count(commands) -> None:
     p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_scheduler_options(p)
     p.set_defaults(run=_run_count)
 
 
@@ -754,8 +791,12 @@ def _run_count(args) -> int:
         raise _usage("count needs corpus files (or counts files with --merge)")
     started = time.perf_counter()
     if args.merge:
+        if args.scheduler is not None:
+            raise _usage("--merge runs here; leave out --scheduler")
         first, *rest = [WordCounts.load(path) for path in args.files]
         counts = first.merged(*rest)
+    elif args.scheduler is not None:
+        counts = _count_on_dask(args)
     else:
         pattern = None if args.pattern == "none" else args.pattern
         counts = count_words([str(f) for f in args.files], pattern=pattern,
@@ -766,6 +807,19 @@ def _run_count(args) -> int:
           f"({counts.total_bytes:,} bytes) in {time.perf_counter() - started:.2f} s "
           f"-> {args.output}", file=sys.stderr)
     return 0
+
+
+def _count_on_dask(args):
+    from .atomic import check_output
+    from .dask import connect, count_words
+    from .pretokenize import corpus_paths
+
+    files = corpus_paths(args.files)
+    check_output(args.output, files)
+    with connect(args.scheduler, args.scheduler_timeout) as client:
+        return count_words(files, client=client,
+                           pattern=None if args.pattern == "none" else args.pattern,
+                           special_tokens=args.special_token, text_field=args.text_field)
 
 
 def _add_counts_training_options(p) -> None:

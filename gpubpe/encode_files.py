@@ -390,8 +390,17 @@ def load_tokens(path, dtype=None, n_vocab: int | None = None):
     offsets file, no manifest, e.g. an array saved with ``np.save``) is one
     document: ``offsets`` is None. A truncated, inconsistent or unmatched
     pair raises CorpusError saying what is wrong.
+
+    A folder written by ``gpubpe.dask.encode_files`` (a finished job: its
+    ``manifest.json``) gives its shards end to end in input order: ``ids`` a
+    :class:`gpubpe.shards.ShardedIds` (each shard memory-mapped), ``offsets``
+    one int64 array over all documents.
     """
     path = Path(path)
+    if path.is_dir():
+        from .shards import load_shards
+
+        return load_shards(path)
     if path.suffix not in SUFFIXES:
         raise CorpusError(f"{path}: token files end in .npy or .bin")
     for _ in range(_READ_ATTEMPTS):

@@ -235,15 +235,24 @@ def check_num_threads(num_threads) -> None:
                           "int, or None for every core")
 
 
-def read_file(path: Path, text_field: str = "text",
-              batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
-    """The documents of one corpus file (checked readable first), by its suffix."""
+def read_file(path: Path, text_field: str = "text", batch_bytes: int = _BATCH_BYTES,
+              byte_range: tuple[int, int] | None = None) -> Iterator[Batch]:
+    """The documents of one corpus file (checked readable first), by its suffix.
+
+    ``byte_range=(start, end)``: only the documents whose first byte lies in
+    ``[start, end)`` (line files and ``.jsonl``; a document is a line), so
+    ranges that tile a file give each document exactly once (``gpubpe.dask``
+    splits large files this way). A ``.parquet`` file is read whole.
+    """
     check_readable(path)
-    if path.suffix == ".jsonl":
-        return _read_jsonl(path, text_field, batch_bytes)
+    start, end = (0, None) if byte_range is None else byte_range
     if path.suffix == ".parquet":
+        if byte_range is not None and (start, end) != (0, path.stat().st_size):
+            raise CorpusError(f"{path}: a .parquet file is read whole, not by byte range")
         return _read_parquet(path, text_field, batch_bytes)
-    return _read_lines(path, batch_bytes)
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, text_field, batch_bytes, start, end)
+    return _read_lines(path, batch_bytes, start, end)
 
 
 def check_readable(path: Path) -> None:
@@ -266,34 +275,76 @@ def check_readable(path: Path) -> None:
         raise CorpusError(f"{path} looks binary (NUL bytes in its first 8 KiB); expected text")
 
 
-def _read_lines(path: Path, batch_bytes: int) -> Iterator[Batch]:
-    """Whole lines, about ``batch_bytes`` at a time; each line with its "\\n" is a document."""
+def _read_lines(path: Path, batch_bytes: int, start: int = 0,
+                end: int | None = None) -> Iterator[Batch]:
+    """Whole lines, about ``batch_bytes`` at a time; each line with its "\\n" is a document.
+
+    Only lines starting in ``[start, end)`` (``end`` None: to the end of the file).
+    """
     with path.open("rb") as handle:
-        while True:
-            data = handle.read(batch_bytes) + handle.readline()
+        position = _first_line_at(handle, start)
+        while end is None or position < end:
+            limit = batch_bytes if end is None else min(batch_bytes, end - position)
+            data = handle.read(limit)
+            if data and data[-1] != 10:  # finish the line begun before the limit
+                data += handle.readline()
             if not data:
                 return
+            position += len(data)
             doc_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
             if doc_ends.size == 0 or doc_ends[-1] != len(data):
                 doc_ends = np.append(doc_ends, len(data))
             yield Batch(data, doc_ends.astype(np.int64), len(data))
 
 
-def _read_jsonl(path: Path, text_field: str, batch_bytes: int) -> Iterator[Batch]:
+def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
+                end: int | None = None) -> Iterator[Batch]:
+    """The ``text_field`` of each non-blank line starting in ``[start, end)``."""
     documents: list[bytes] = []
     size = consumed = 0
     with path.open("rb") as handle:
+        position = _first_line_at(handle, start)
         for number, line in enumerate(handle, 1):
+            if end is not None and position >= end:
+                break
+            position += len(line)
             consumed += len(line)
             if not line.strip():
                 continue
-            documents.append(_jsonl_text(line, path, number, text_field))
+            try:
+                documents.append(_jsonl_text(line, path, number, text_field))
+            except CorpusError:
+                if not start:
+                    raise
+                # in a byte range, name the line by its number in the whole file
+                _jsonl_text(line, path, _line_number(path, position - len(line)), text_field)
             size += len(documents[-1])
             if size >= batch_bytes:
                 yield _documents_batch(documents, consumed)
                 documents, size, consumed = [], 0, 0
     if documents or consumed:
         yield _documents_batch(documents, consumed)
+
+
+def _first_line_at(handle, start: int) -> int:
+    """Seek ``handle`` to the first line starting at or after byte ``start``; its offset."""
+    if start <= 0:
+        return 0
+    handle.seek(start - 1)
+    if handle.read(1) != b"\n":  # ``start`` is inside a line that began before it
+        handle.readline()
+    return handle.tell()
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """The 1-based number of the line starting at byte ``offset`` of ``path``."""
+    newlines = 0
+    with path.open("rb") as handle:
+        while offset > 0:
+            chunk = handle.read(min(offset, 1 << 20))
+            newlines += chunk.count(b"\n")
+            offset -= len(chunk)
+    return newlines + 1
 
 
 def _jsonl_text(line: bytes, path: Path, number: int, text_field: str) -> bytes:
@@ -389,6 +440,14 @@ def count_words(
     Special-token text is cut out and never counted. ``progress`` (a tqdm-like
     object) is advanced by the number of bytes read.
     """
+    return count_batch_words(iter_batches(corpus, text_field), pattern, special_tokens,
+                             num_threads, progress)
+
+
+def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
+                      special_tokens: Iterable[str] = (), num_threads: int | None = None,
+                      progress=None) -> dict[bytes, int]:
+    """:func:`count_words` over batches already read (``gpubpe.dask`` reads a split's)."""
     regex_text = resolve_pattern(pattern)
     specials = special_splitter(special_tokens)
     special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
@@ -397,7 +456,7 @@ def count_words(
     totals: Counter = Counter()
     with ThreadPoolExecutor(threads) as pool:
         pending = []
-        for batch in iter_batches(corpus, text_field):
+        for batch in batches:
             starts, ends = segments(batch, special_bytes)
             pending.append(pool.submit(counter, batch.data, starts, ends, regex_text))
             if len(pending) > threads:
