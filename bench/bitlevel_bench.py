@@ -101,14 +101,15 @@ def _zipf_code_points(rng, n):
 
 
 def run_times(functions, repeats):
-    """Wall times of each function (a list per function), the runs interleaved so that
-    load on a shared machine hits all of them alike."""
+    """CPU times of each function (a list per function), the runs interleaved so that
+    load on a shared machine hits all of them alike. CPU time of the process, not wall
+    time: on a shared machine a run that waits for a core is not counted."""
     times = [[] for _ in functions]
     for _ in range(repeats):
         for k, function in enumerate(functions):
-            start = time.perf_counter()
+            start = time.process_time()
             function()
-            times[k].append(time.perf_counter() - start)
+            times[k].append(time.process_time() - start)
     return [np.array(t) for t in times]
 
 
@@ -214,8 +215,8 @@ def main():
           f"decode {jit_decode:.1f} s")
     for _, description in results:
         print(f"- corpus {description}")
-    print(f"- medians of {ARGS.repeats} interleaved runs after a warm-up (times and ratios; "
-          "IQR of the per-round ratio); outputs checked first\n")
+    print(f"- process CPU time, medians of {ARGS.repeats} interleaved runs after a warm-up "
+          "(times and ratios; IQR of the per-round ratio); outputs checked first\n")
     print("| operation | corpus | variant | input ids | time (ms) | Mids/s | np.copy Mids/s "
           "| ratio to copy (median, IQR) | lanes speedup over plain |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
