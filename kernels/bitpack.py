@@ -1204,14 +1204,15 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 # time, medians; bench/RESULTS.md): real text, the zh + ja lines of
 # tests/data/multiscript.txt as byte ids, one ~60-id document a line.
 # - The lane steps against the best plain Numba loops written for this (kept in
-#   bench/bitlevel_plain.py for the comparison): 1.9-2.0x faster on real CJK, 2.0-3.6x
-#   on the synthetic corpora, so the LLVM IR stays (the bar: >= 1.3x).
+#   bench/bitlevel_plain.py for the comparison): encode 1.5x and decode 1.9x faster on
+#   real CJK, 1.9-3.3x on the synthetic corpora, so the LLVM IR stays (the bar:
+#   >= 1.3x).
 #   Plain loops tried: one unit (character or id) per step, branchy or branch-free
 #   (each step waits on two loads of the step before: ids[i], then the lead-byte
 #   table; ~11 cycles a unit); one position per step (only the output position
 #   carried, but LLVM turns the selects back into branches).
-# - Against np.copy, one core: 0.2-0.3 here on every corpus, real or synthetic, far
-#   from 0.5 (the copy itself ran at 200-1000 Mids/s with the machine's load).
+# - Against np.copy, one core, 20M ids: real encode 0.20, decode 0.14; synthetic
+#   0.22-0.29; far from 0.5 (np.copy ran at ~2,400 Mids/s here).
 # - Short documents cost: the same ids as one document encode in 0.70x and decode in
 #   0.78x the time of ~60-id lines, ~90 ns per document (the partial last step,
 #   the span set-up and the exits of the step loops; not NRT reference counts:
