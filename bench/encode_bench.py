@@ -248,8 +248,8 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
           f"(~{n_bytes // len(docs)} B each), {machine()}\n")
     print("| operation | threads | MB/s (median) | spread (IQR) | CPU s per call | "
-          "speedup over 1 thread |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "of it on the calling thread | speedup over 1 thread | bound on free cores |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, run in operations.items():
         outputs = [run(t) for t in thread_counts]  # warm-up, and the outputs compared
         if name.startswith("count"):
@@ -261,22 +261,31 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
             sys.exit(f"{name}: outputs differ between thread counts")
         wall = {t: [] for t in thread_counts}
         cpu = {t: [] for t in thread_counts}
+        caller = {t: [] for t in thread_counts}
         for _ in range(repeats):
             for t in thread_counts:
-                start, start_cpu = time.perf_counter(), time.process_time()
+                start, start_cpu, start_caller = (time.perf_counter(), time.process_time(),
+                                                  time.thread_time())
                 run(t)
                 wall[t].append(time.perf_counter() - start)
                 cpu[t].append(time.process_time() - start_cpu)
+                caller[t].append(time.thread_time() - start_caller)
         one = np.median(wall[1])
         for t in thread_counts:
             rates = n_bytes / np.array(wall[t]) / 1e6
             q1, q3 = np.percentile(rates, [25, 75])
+            total, serial = np.median(cpu[t]), np.median(caller[t])
+            bound = np.median(cpu[1]) / max(serial, total / t)
             print(f"| {name} | {t} | {np.median(rates):.1f} | {q1:.1f}-{q3:.1f} | "
-                  f"{np.median(cpu[t]):.2f} | {one / np.median(wall[t]):.2f}x |")
+                  f"{total:.2f} | {serial:.2f} | {one / np.median(wall[t]):.2f}x | "
+                  f"{bound:.2f}x |")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nLoad average at the end: {load:.1f}. With other work on the machine the "
           "wall-time speedup is capped by the cores left free; equal CPU seconds per call "
-          "across thread counts mean the threads add no work (no contention).")
+          "across thread counts mean the threads add no work (no contention). \"Bound on "
+          "free cores\": one thread's CPU time over max(CPU time on the calling thread, all "
+          "CPU time / threads), the speedup if every thread had a core of its own (the "
+          "calling thread's share, reading and joining, is serial).")
 
 
 def decode_rows(megabytes: float, repeats: int) -> None:

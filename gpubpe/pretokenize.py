@@ -149,13 +149,19 @@ def iter_batches(corpus, text_field: str = "text") -> Iterator[Batch]:
     pending: list[bytes] = []
     pending_bytes = 0
     for index, item in enumerate(items):
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and _looks_like_path(item)):
+        if type(item) is str and not _looks_like_path(item):  # the common case, made cheap:
+            try:  # no ABC check, no message built (issue 18: the reader is serial)
+                document = item.encode("utf-8")
+            except UnicodeEncodeError:
+                document = as_bytes(item, f"document {index}")  # raises, naming it
+        elif isinstance(item, os.PathLike) or (isinstance(item, str) and _looks_like_path(item)):
             if pending:
                 yield _documents_batch(pending)
                 pending, pending_bytes = [], 0
             yield from _read_path(Path(item), text_field)
             continue
-        document = as_bytes(item, f"document {index}")
+        else:
+            document = as_bytes(item, f"document {index}")
         pending.append(document)
         pending_bytes += len(document)
         if pending_bytes >= _BATCH_BYTES:
