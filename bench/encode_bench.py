@@ -275,7 +275,7 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
             rates = n_bytes / np.array(wall[t]) / 1e6
             q1, q3 = np.percentile(rates, [25, 75])
             total, serial = np.median(cpu[t]), np.median(caller[t])
-            bound = np.median(cpu[1]) / max(serial, total / t)
+            bound = np.median(cpu[1]) / (serial + (total - serial) / t)
             print(f"| {name} | {t} | {np.median(rates):.1f} | {q1:.1f}-{q3:.1f} | "
                   f"{total:.2f} | {serial:.2f} | {one / np.median(wall[t]):.2f}x | "
                   f"{bound:.2f}x |")
@@ -283,9 +283,10 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     print(f"\nLoad average at the end: {load:.1f}. With other work on the machine the "
           "wall-time speedup is capped by the cores left free; equal CPU seconds per call "
           "across thread counts mean the threads add no work (no contention). \"Bound on "
-          "free cores\": one thread's CPU time over max(CPU time on the calling thread, all "
-          "CPU time / threads), the speedup if every thread had a core of its own (the "
-          "calling thread's share, reading and joining, is serial).")
+          "free cores\": one thread's CPU time over (CPU time on the calling thread + "
+          "the rest / threads): Amdahl's bound if every thread had a core of its own, the "
+          "calling thread's share (reading, str to bytes, joining) taken as serial; "
+          "count_words overlaps its reading with the counting and can do better.")
 
 
 def decode_rows(megabytes: float, repeats: int) -> None:
