@@ -128,14 +128,6 @@ def bitlevel_encode_cpu_plain(ids, offsets, lead_prefix_ids, value_ids, base_voc
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
-@njit(inline="always", cache=True)
-def _kind_of(x, index, in_table, entry, base):
-    """The kind of id x (``index`` = x - base, wrapped; ``entry`` its table entry where
-    ``in_table``), without a branch."""
-    outside = KIND_PASS if x < base else KIND_INVALID
-    return entry_kind(entry) if in_table else outside
-
-
 @njit(cache=True)
 def _decode_well_formed(ids, start, stop, decode_table, base, out, o):
     """Decode ids[start:stop] of one sequence into out[o:] if every unit is well formed;
