@@ -531,7 +531,7 @@ def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
     return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _encode_span(ids, start, stop, layout, base, out, o, scratch):
     """Encode ids[start:stop], all of one sequence, into out[o:]; return (next output
     position, first bad position or -1). Writes up to LANES ids past its output."""
@@ -746,7 +746,7 @@ def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
     return return_type(ids, p, n_in_span, layout, base, carried, out, o), codegen
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _decode_span(ids, start, stop, sequence_stop, decode_table, layout, base, out, o,
                  scratch):
     """Decode ids[start:stop] of one sequence into out[o:]; return (next output position,
@@ -1213,8 +1213,12 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   carried, but LLVM turns the selects back into branches).
 # - Against np.copy, one core, 20M ids: real encode 0.20, decode 0.14; synthetic
 #   0.22-0.29; far from 0.5 (np.copy ran at ~2,400 Mids/s here).
-# - Short documents cost: the same ids as one document encode in 0.70x and decode in
-#   0.78x the time of ~60-id lines, ~90 ns per document (the partial last step,
-#   the span set-up and the exits of the step loops; not NRT reference counts:
-#   compiling the span loops without NRT changed nothing). Steps that run across
-#   document ends, with per-lane bounds, are the next thing to try.
+# - Short documents cost: the same ids as one document encoded in 0.70x and decoded in
+#   0.78x the time of ~60-id lines, ~90 ns per document. Not NRT reference counts
+#   (compiling the span loops without NRT changed nothing): the call of the span
+#   loop, with the layout tuple and eight more arguments, once per document.
+#   ``_encode_span`` / ``_decode_span`` inlined (inline="always") into the chunk
+#   loops: real zh+ja encode 0.16-0.20 -> 0.19-0.22 of copy, decode 0.14 ->
+#   0.17-0.19 (A/B/A/B runs of bitlevel_bench --corpus real). What is left per
+#   document is the partial last step; steps that run across document ends, with
+#   per-lane bounds, are the next thing to try.
