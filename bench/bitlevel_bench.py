@@ -17,6 +17,14 @@ Corpora (seeded, so every run sees the same ids):
   64M of 131M); the rest are merged tokens (ids 256-31999) and a little ASCII.
 - ``bytes``: a byte-level tokenizer with no CJK merges: nearly every id is a byte
   of a 3-byte character, with some ASCII and merged tokens between.
+- ``real``: real text, the Chinese and Japanese lines of ``tests/data/multiscript.txt``
+  (LibreOffice help, from Debian's libreoffice-help-zh-cn / -ja; the same pages
+  ``bench/corpora.py`` builds its zh and ja corpora from), as byte ids, each line a
+  document (~60 ids), repeated up to ``--n-ids``.
+
+Each operation runs two ways on the same tables: ``lanes``, the CPU backend (16-lane
+steps in LLVM IR, ``kernels/_lanes.py``), and ``plain``, the best plain Numba loops
+(``bench/bitlevel_plain.py``); the ratio column says how much faster the lanes are.
 
 Characters are drawn Zipf-like from the CJK Unified Ideographs (U+4E00-9FFF),
 with some CJK punctuation (U+3000-303F) and Hangul (U+AC00-D7A3); documents
@@ -36,8 +44,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-ids", type=int, default=20_000_000, help="ids per corpus")
     parser.add_argument("--threads", type=int, default=1, help="NUMBA_NUM_THREADS")
-    parser.add_argument("--repeats", type=int, default=15, help="timed runs; the best is kept")
-    parser.add_argument("--corpus", choices=["mixed", "bytes", "both"], default="both")
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs; medians reported")
+    parser.add_argument("--corpus", choices=["real", "mixed", "bytes", "all"], default="all")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
@@ -50,10 +58,12 @@ os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpubpe-bench-numba-")
 import platform  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 
+import bitlevel_plain  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpubpe.bitlevel import BitLevelCodec  # noqa: E402
+from gpubpe.kernels import bitpack  # noqa: E402
 
 BASE_VOCAB_SIZE = 32000
 CORPUS_MIX = {"mixed": (0.74, 0.02), "bytes": (0.02, 0.03)}  # (merged-token units, ASCII units)
@@ -90,16 +100,17 @@ def _zipf_code_points(rng, n):
     return np.where(other > 0.97, 0xAC00 + rng.integers(0, 11172, n), code_points)
 
 
-def best_times(functions, repeats):
-    """Best wall time of each function, the runs interleaved so that load on a shared
-    machine hits all of them alike."""
-    best = [float("inf")] * len(functions)
+def run_times(functions, repeats):
+    """CPU times of each function (a list per function), the runs interleaved so that
+    load on a shared machine hits all of them alike. CPU time of the process, not wall
+    time: on a shared machine a run that waits for a core is not counted."""
+    times = [[] for _ in functions]
     for _ in range(repeats):
         for k, function in enumerate(functions):
-            start = time.perf_counter()
+            start = time.process_time()
             function()
-            best[k] = min(best[k], time.perf_counter() - start)
-    return best
+            times[k].append(time.process_time() - start)
+    return [np.array(t) for t in times]
 
 
 def check_outputs(codec, reference_codec, ids, offsets):
@@ -114,18 +125,54 @@ def check_outputs(codec, reference_codec, ids, offsets):
     return coded, coded_offsets
 
 
+MULTISCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
+                           "multiscript.txt")
+
+
+def real_corpus(n_ids):
+    """The Chinese and Japanese lines of tests/data/multiscript.txt as byte ids, one
+    document a line, repeated to about ``n_ids`` ids."""
+    import re
+
+    han_or_kana = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+    hangul = re.compile("[\uac00-\ud7af]")
+    with open(MULTISCRIPT, encoding="utf-8") as handle:
+        lines = [line.encode() for line in handle.read().split("\n")
+                 if han_or_kana.search(line) and not hangul.search(line)
+                 and not line.lstrip().startswith("<annotation")]  # the emoji part
+    lines = lines * (n_ids // sum(map(len, lines)) + 1)
+    offsets = np.concatenate([[0], np.cumsum([len(line) for line in lines])]).astype(np.int64)
+    k = int(np.searchsorted(offsets, n_ids))
+    ids = np.frombuffer(b"".join(lines), dtype=np.uint8)[:offsets[k]].astype(np.uint32)
+    return ids, offsets[:k + 1].copy()
+
+
 def bench_corpus(kind, codec, reference_codec):
-    ids, offsets = synthetic_corpus(kind, ARGS.n_ids, ARGS.seed)
+    ids, offsets = real_corpus(ARGS.n_ids) if kind == "real" else \
+        synthetic_corpus(kind, ARGS.n_ids, ARGS.seed)
     coded, coded_offsets = check_outputs(codec, reference_codec, ids, offsets)
+    tables, base = codec._tables, codec.base_vocab_size
+    lead, values, table = tables["lead_prefix_ids"], tables["value_ids"], tables["decode_table"]
+    plain_encoded = bitlevel_plain.bitlevel_encode_cpu_plain(ids, offsets, lead, values, base)
+    plain_decoded = bitlevel_plain.bitlevel_decode_cpu_plain(coded, coded_offsets, table, base)
+    if not (np.array_equal(plain_encoded[0], coded) and np.array_equal(plain_decoded[0], ids)):
+        sys.exit("the plain loops' output differs from the CPU backend's")
     rows = []
-    for operation, data, run in [
-        ("encode", ids, lambda: codec.encode_batch(ids, offsets)),
-        ("decode", coded, lambda: codec.decode_batch(coded, coded_offsets)),
+    for operation, data, lanes, plain in [
+        ("encode", ids, lambda: bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, base),
+         lambda: bitlevel_plain.bitlevel_encode_cpu_plain(ids, offsets, lead, values, base)),
+        ("decode", coded, lambda: bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, base),
+         lambda: bitlevel_plain.bitlevel_decode_cpu_plain(coded, coded_offsets, table, base)),
     ]:
-        run()  # warm-up
-        copy_seconds, seconds = best_times([lambda data=data: np.copy(data), run], ARGS.repeats)
-        rows.append((operation, kind, data.size, seconds, data.size / seconds,
-                     data.size / copy_seconds, copy_seconds / seconds))
+        lanes(), plain()  # warm-up
+        copy_times, lanes_times, plain_times = run_times(
+            [lambda data=data: np.copy(data), lanes, plain], ARGS.repeats)
+        copy_seconds = np.median(copy_times)
+        for variant, times in (("lanes", lanes_times), ("plain", plain_times)):
+            ratios = np.percentile(copy_times / times, [25, 50, 75])  # per interleaved round
+            rows.append((operation, kind, variant, data.size, np.median(times),
+                         data.size / copy_seconds, ratios,
+                         np.median(plain_times / lanes_times)))
     byte_share = float(np.mean(ids < 256))
     return rows, f"{kind}: {ids.size:,} ids in {offsets.size - 1:,} documents, " \
                  f"{100 * byte_share:.0f}% byte ids, coded to {coded.size:,} ids"
@@ -156,7 +203,7 @@ def main():
     codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="cpu")
     reference_codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="numpy")
     jit_encode, jit_decode = compile_seconds(codec)
-    kinds = ["mixed", "bytes"] if ARGS.corpus == "both" else [ARGS.corpus]
+    kinds = ["real", "mixed", "bytes"] if ARGS.corpus == "all" else [ARGS.corpus]
     results = [bench_corpus(kind, codec, reference_codec) for kind in kinds]
     print("## Bit-level codec throughput (Numba CPU backend)\n")
     print(f"- machine: {machine()}")
@@ -168,14 +215,16 @@ def main():
           f"decode {jit_decode:.1f} s")
     for _, description in results:
         print(f"- corpus {description}")
-    print(f"- best of {ARGS.repeats} runs after a warm-up; outputs checked first\n")
-    print("| operation | corpus | input ids | time (ms) | Mids/s | np.copy Mids/s "
-          "| ratio to copy |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"- process CPU time, medians of {ARGS.repeats} interleaved runs after a warm-up "
+          "(times and ratios; IQR of the per-round ratio); outputs checked first\n")
+    print("| operation | corpus | variant | input ids | time (ms) | Mids/s | np.copy Mids/s "
+          "| ratio to copy (median, IQR) | lanes speedup over plain |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for rows, _ in results:
-        for operation, kind, n, seconds, rate, copy_rate, ratio in rows:
-            print(f"| {operation} | {kind} | {n:,} | {1000 * seconds:.1f} | {rate / 1e6:.0f} | "
-                  f"{copy_rate / 1e6:.0f} | {ratio:.2f} |")
+        for operation, kind, variant, n, seconds, copy_rate, ratios, speedup in rows:
+            print(f"| {operation} | {kind} | {variant} | {n:,} | {1000 * seconds:.1f} | "
+                  f"{n / seconds / 1e6:.0f} | {copy_rate / 1e6:.0f} | {ratios[1]:.2f} "
+                  f"({ratios[0]:.2f}-{ratios[2]:.2f}) | {speedup:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ on-disk cache in a new process. gpubpe keeps a cache of word encodings across
 calls; "cold" rows clear it before every timed call, "warm" rows do not.
 
     python bench/encode_bench.py [--megabytes 8] [--threads 1 2] [--repeats 5]
+    python bench/encode_bench.py --sweep [--megabytes 8]   # thread sweep only (offline)
 """
 
 from __future__ import annotations
@@ -207,6 +208,133 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores (load average {load:.1f} at start)"
 
 
+# ---------------------------------------------------------------- thread sweep (issue 18)
+
+MULTISCRIPT = HERE.parent / "tests" / "data" / "multiscript.txt"
+SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
+
+
+def thread_sweep(megabytes: float, repeats: int) -> None:
+    """count_words and encode_arrays (cold cache) over short documents on 1, 2 and all
+    cores, in this process: the lines of tests/data/multiscript.txt (real text in six
+    parts: English, Python, zh, ja, ko, emoji), repeated with a little variation up to
+    ``megabytes``. Outputs are checked equal across thread counts first; every thread
+    count is warmed up on the full input (the threaded path has its own kernels to
+    load), then the runs are interleaved. Prints median wall MB/s with the spread, the
+    CPU seconds per call (all threads) and the speedup over one thread.
+    """
+    import numpy as np
+
+    import gpubpe
+    from gpubpe.pretokenize import count_words
+
+    lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+    copies = int(megabytes * 1e6 / MULTISCRIPT.stat().st_size) + 1
+    docs = [line if r == 0 else line.replace(" ", f" {r % 97} ", 1)
+            for r in range(copies) for line in lines]
+    n_bytes = sum(map(len, (d.encode() for d in docs)))
+    if not SWEEP_VOCAB.exists():
+        SWEEP_VOCAB.parent.mkdir(exist_ok=True)
+        gpubpe.train(lines, 4096, progress=False).save(SWEEP_VOCAB)
+    tok = gpubpe.load(SWEEP_VOCAB)
+
+    def encode(threads):
+        tok.clear_cache()
+        return tok.encode_arrays(docs, num_threads=threads)
+
+    operations = {"count_words (list of str lines)": lambda t: count_words(docs, num_threads=t),
+                  "encode_arrays (lines, cold cache)": encode}
+    thread_counts = sorted({1, 2, os.cpu_count() or 1})
+    print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
+          f"(~{n_bytes // len(docs)} B each), {machine()}\n")
+    print("| operation | threads | MB/s (median) | spread (IQR) | CPU s per call | "
+          "of it on the calling thread | speedup over 1 thread | bound on free cores |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, run in operations.items():
+        outputs = [run(t) for t in thread_counts]  # warm-up, and the outputs compared
+        if name.startswith("count"):
+            same = all(o == outputs[0] and list(o) == list(outputs[0]) for o in outputs)
+        else:
+            same = all(np.array_equal(o.ids, outputs[0].ids)
+                       and np.array_equal(o.offsets, outputs[0].offsets) for o in outputs)
+        if not same:
+            sys.exit(f"{name}: outputs differ between thread counts")
+        wall = {t: [] for t in thread_counts}
+        cpu = {t: [] for t in thread_counts}
+        caller = {t: [] for t in thread_counts}
+        for _ in range(repeats):
+            for t in thread_counts:
+                start, start_cpu, start_caller = (time.perf_counter(), time.process_time(),
+                                                  time.thread_time())
+                run(t)
+                wall[t].append(time.perf_counter() - start)
+                cpu[t].append(time.process_time() - start_cpu)
+                caller[t].append(time.thread_time() - start_caller)
+        one = np.median(wall[1])
+        for t in thread_counts:
+            rates = n_bytes / np.array(wall[t]) / 1e6
+            q1, q3 = np.percentile(rates, [25, 75])
+            total, serial = np.median(cpu[t]), np.median(caller[t])
+            bound = np.median(cpu[1]) / (serial + (total - serial) / t)
+            print(f"| {name} | {t} | {np.median(rates):.1f} | {q1:.1f}-{q3:.1f} | "
+                  f"{total:.2f} | {serial:.2f} | {one / np.median(wall[t]):.2f}x | "
+                  f"{bound:.2f}x |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nLoad average at the end: {load:.1f}. With other work on the machine the "
+          "wall-time speedup is capped by the cores left free; equal CPU seconds per call "
+          "across thread counts mean the threads add no work (no contention). \"Bound on "
+          "free cores\": one thread's CPU time over (CPU time on the calling thread + "
+          "the rest / threads): Amdahl's bound if every thread had a core of its own, the "
+          "calling thread's share (reading, str to bytes, joining) taken as serial; "
+          "count_words overlaps its reading with the counting and can do better.")
+
+
+def decode_rows(megabytes: float, repeats: int) -> None:
+    """Decoding ~2 KB documents on one core: the byte gather alone
+    (``gather_token_bytes_cpu``), ``decode_batch`` (the gather plus one Python str per
+    document) and tiktoken's ``decode_bytes`` per document on the same ids, same vocabulary.
+    Output MB/s; medians of ``repeats`` interleaved runs, CPU time of the process."""
+    import numpy as np
+
+    import gpubpe
+    from gpubpe.interop import to_tiktoken
+    from gpubpe.kernels.encode import gather_token_bytes_cpu
+
+    text = MULTISCRIPT.read_text(encoding="utf-8")
+    docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
+    docs = docs * (int(megabytes * 1e6 / len(text.encode())) + 1)
+    tok = gpubpe.load(SWEEP_VOCAB)
+    batch = tok.encode_arrays(docs, num_threads=1)
+    encoding = to_tiktoken(tok._vocab)
+    id_lists = batch.tolist()
+    flat, table = batch.ids.astype(np.int64), tok._byte_table()
+    n_bytes = sum(len(d.encode()) for d in docs)
+    if tok.decode_batch(batch) != docs or \
+            [encoding.decode_bytes(ids) for ids in id_lists[:100]] != [d.encode() for d in docs[:100]]:
+        sys.exit("decode: outputs differ")
+    calls = {"gpubpe gather_token_bytes_cpu": lambda: gather_token_bytes_cpu(flat, batch.offsets,
+                                                                             *table),
+             "gpubpe decode_batch (list of str)": lambda: tok.decode_batch(batch),
+             "tiktoken decode_bytes per document": lambda: [encoding.decode_bytes(ids)
+                                                            for ids in id_lists]}
+    times = {name: [] for name in calls}
+    for _ in range(repeats + 1):
+        for name, call in calls.items():
+            start = time.process_time()
+            call()
+            times[name].append(time.process_time() - start)
+    tiktoken_seconds = np.median(times["tiktoken decode_bytes per document"][1:])
+    print(f"\n### Decoding {n_bytes / 1e6:.1f} MB in {len(docs):,} documents of ~2 KB "
+          f"(tests/data/multiscript.txt, a 4,096-id vocabulary), one core\n")
+    print("| call | output MB/s (median) | spread (IQR) | vs tiktoken decode_bytes |")
+    print("|---|---:|---:|---:|")
+    for name, seconds in times.items():
+        rates = n_bytes / np.array(seconds[1:]) / 1e6
+        q1, q3 = np.percentile(rates, [25, 75])
+        print(f"| {name} | {np.median(rates):.0f} | {q1:.0f}-{q3:.0f} | "
+              f"{tiktoken_seconds / np.median(seconds[1:]):.2f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=8.0)
@@ -214,7 +342,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--jit-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the thread sweep of count_words / encode_arrays on lines")
     args = parser.parse_args()
+    if args.sweep:
+        thread_sweep(args.megabytes, args.repeats)
+        return decode_rows(args.megabytes, args.repeats)
     if args.jit_child:
         return jit_child()
     if args.child is not None:

@@ -661,7 +661,8 @@ def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
                              "or bytes documents") from None
     if all(isinstance(text, str) for text in texts):
         try:
-            encoded = [text.encode("utf-8") for text in texts]
+            encoded = list(map(str.encode, texts))  # UTF-8; serial under the GIL, and
+            # 1.4x faster than a comprehension (issue 18: 53 -> 38 ms for 9.4 MB of lines)
         except UnicodeEncodeError:
             encoded = [_utf8(text, f"texts[{i}]") for i, text in enumerate(texts)]
     elif all(isinstance(text, bytes | bytearray | memoryview) for text in texts):

@@ -541,7 +541,7 @@ def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
     return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _encode_span(ids, start, stop, layout, base, out, o, scratch):
     """Encode ids[start:stop], all of one sequence, into out[o:]; return (next output
     position, first bad position or -1). Writes up to LANES ids past its output."""
@@ -756,7 +756,7 @@ def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
     return return_type(ids, p, n_in_span, layout, base, carried, out, o), codegen
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _decode_span(ids, start, stop, sequence_stop, decode_table, layout, base, out, o,
                  scratch):
     """Decode ids[start:stop] of one sequence into out[o:]; return (next output position,
@@ -1211,3 +1211,26 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   leaves an atomic NRT incref/decref pair around every call.
 # - The floor of a sequential decoder whose next position waits on the id just read
 #   was 0.41-0.42 of copy on this machine, which is why the vector steps were written.
+#
+# Issue 18 (2026-11-23, shared 2-core AMD EPYC VM, load 4-9 from other sessions; CPU
+# time, medians; bench/RESULTS.md): real text, the zh + ja lines of
+# tests/data/multiscript.txt as byte ids, one ~60-id document a line.
+# - The lane steps against the best plain Numba loops written for this (kept in
+#   bench/bitlevel_plain.py for the comparison): encode 1.5x and decode 1.9x faster on
+#   real CJK, 1.9-3.3x on the synthetic corpora, so the LLVM IR stays (the issue's bar:
+#   >= 1.3x).
+#   Plain loops tried: one unit (character or id) per step, branchy or branch-free
+#   (each step waits on two loads of the step before: ids[i], then the lead-byte
+#   table; ~11 cycles a unit); one position per step (only the output position
+#   carried, but LLVM turns the selects back into branches).
+# - Against np.copy, one core, 20M ids: real encode 0.20, decode 0.14; synthetic
+#   0.22-0.29; far from 0.5 (np.copy ran at ~2,400 Mids/s here).
+# - Short documents cost: the same ids as one document encoded in 0.70x and decoded in
+#   0.78x the time of ~60-id lines, ~90 ns per document. Not NRT reference counts
+#   (compiling the span loops without NRT changed nothing): the call of the span
+#   loop, with the layout tuple and eight more arguments, once per document.
+#   ``_encode_span`` / ``_decode_span`` inlined (inline="always") into the chunk
+#   loops: real zh+ja encode 0.16-0.20 -> 0.19-0.22 of copy, decode 0.14 ->
+#   0.17-0.19 (A/B/A/B runs of bitlevel_bench --corpus real). What is left per
+#   document is the partial last step; steps that run across document ends, with
+#   per-lane bounds, are the next thing to try.

@@ -393,3 +393,21 @@ def test_decoding_foreign_ids_names_the_first_bad_one(tok):
         tok.decode([2.5])
     with pytest.raises(ValueError, match="out of range"):
         tok.decode([2**70])
+
+
+def test_gather_token_bytes_matches_a_python_join():
+    """The gather's 8-byte moves: tokens of 0-20 bytes, the last ones at the table's end
+    (no 8 bytes left to read there), documents of every length, empty ones too."""
+    rng = np.random.default_rng(7)
+    tokens = [rng.integers(0, 256, n).astype(np.uint8).tobytes() for n in rng.integers(0, 21, 300)]
+    tokens[-1], tokens[-2] = b"\xff", b"abc"  # short tokens within 8 bytes of the end
+    table_bytes = np.frombuffer(b"".join(tokens), dtype=np.uint8)
+    table_offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])]).astype(np.int64)
+    ids = np.concatenate([rng.integers(0, len(tokens), 5000), [299, 298, 299]]).astype(np.int64)
+    cuts = np.sort(rng.integers(0, ids.size, 40))
+    doc_offsets = np.concatenate([[0], cuts, [ids.size, ids.size]]).astype(np.int64)
+    out, byte_offsets = kernels.gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets)
+    for d in range(doc_offsets.size - 1):
+        expected = b"".join(tokens[t] for t in ids[doc_offsets[d]:doc_offsets[d + 1]])
+        assert out[byte_offsets[d]:byte_offsets[d + 1]].tobytes() == expected
+    assert byte_offsets[-1] == out.size

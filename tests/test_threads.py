@@ -1,0 +1,94 @@
+"""Same outputs on 1, 2 and the default number of threads (issue 18).
+
+The thread-scaling targets are benchmarks (``bench/encode_bench.py --sweep``,
+``bench/RESULTS.md``); here only the outputs are checked, bit for bit: word counts
+(and their order), token ids and offsets with a cold and a warm word cache, and
+the bit-level codec's chunks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpubpe
+from gpubpe import pretokenize
+from gpubpe import tokenizer as tokenizer_module
+from gpubpe.bitlevel import BitLevelCodec
+from gpubpe.kernels import bitpack
+
+DATA_DIR = Path(__file__).parent / "data"
+THREAD_COUNTS = (1, 2, None)  # None: the default, every core
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    return (DATA_DIR / "multiscript.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+@pytest.fixture(scope="module")
+def tok(lines) -> gpubpe.Tokenizer:
+    return gpubpe.train(lines[:3000], 1000, special_tokens=["<|endoftext|>"], progress=False)
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"])
+def test_count_words_is_the_same_on_every_thread_count(lines, pattern, monkeypatch):
+    """Small batches, so that there are several and each is cut into thread shares."""
+    monkeypatch.setattr(pretokenize, "_BATCH_BYTES", 100_000)
+    counts = [pretokenize.count_words(lines, pattern, num_threads=t) for t in THREAD_COUNTS]
+    assert sum(counts[0].values()) > 100_000  # the corpus' words, not an empty run
+    for other in counts[1:]:
+        assert other == counts[0]
+        assert list(other) == list(counts[0])  # first-occurrence order too
+
+
+def test_segment_shares_cover_the_batch_in_order():
+    starts = np.arange(0, 1000, 10, dtype=np.int64)
+    ends = starts + np.arange(1, 101, dtype=np.int64) % 10
+    shares = pretokenize._segment_shares(starts, ends, 3)
+    assert len(shares) == 3
+    assert np.array_equal(np.concatenate([s for s, _ in shares]), starts)
+    assert np.array_equal(np.concatenate([e for _, e in shares]), ends)
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_encode_arrays_is_the_same_on_every_thread_count(tok, lines, cache, monkeypatch):
+    """Short documents (lines), past the size where the threaded path starts."""
+    monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1 << 12)
+    documents = lines[:6000] + ["<|endoftext|>" + lines[7]]
+    if cache == "warm":
+        tok.encode_arrays(documents[::3], num_threads=1, allowed_special="all")
+    results = []
+    for threads in THREAD_COUNTS:
+        if cache == "cold":
+            tok.clear_cache()
+        results.append(tok.encode_arrays(documents, num_threads=threads,
+                                         allowed_special="all"))
+    assert results[0].ids.size > 50_000
+    for other in results[1:]:
+        assert np.array_equal(other.ids, results[0].ids)
+        assert np.array_equal(other.offsets, results[0].offsets)
+    assert tok.decode_batch(results[0])[:-1] == documents[:-1]
+
+
+def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
+    """The CPU codec's chunks (one per thread) on real text: ids and offsets bit for bit."""
+    codec = BitLevelCodec(1000)
+    tables = codec._tables
+    data = [np.frombuffer(line.encode(), dtype=np.uint8) for line in lines[:20000]]
+    ids = np.concatenate(data).astype(np.uint32)
+    offsets = np.concatenate([[0], np.cumsum([d.size for d in data])]).astype(np.int64)
+    assert ids.size > 4 * bitpack.MIN_CHUNK_IDS
+    encoded = [bitpack.bitlevel_encode_cpu(ids, offsets, tables["lead_prefix_ids"],
+                                           tables["value_ids"], 1000, n_chunks=n)
+               for n in (1, 2, 4, None)]
+    decoded = [bitpack.bitlevel_decode_cpu(encoded[0][0], encoded[0][1], tables["decode_table"],
+                                           1000, n_chunks=n)
+               for n in (1, 2, 4, None)]
+    for other in encoded[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(other, encoded[0]))
+    for other in decoded:
+        assert np.array_equal(other[0], ids) and np.array_equal(other[1], offsets)
+        assert other[2:] == (0, -1)
