@@ -26,7 +26,21 @@ import numpy as np
 import regex
 
 from .errors import ConfigError, CorpusError
-from .kernels.pretok import LETTER, NUMBER, SPACE, count_gpt2_words
+from .kernels.pretok import (
+    CHAR_CRLF,
+    CHAR_L,
+    CHAR_N,
+    CHAR_S,
+    CHAR_U,
+    CHAR_W,
+    CL100K,
+    GPT2,
+    LETTER,
+    NUMBER,
+    O200K,
+    SPACE,
+    count_scanned_words,
+)
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -112,6 +126,44 @@ def code_point_classes() -> np.ndarray:
         for match in regex.finditer(pattern, text):
             classes[code_points[match.start():match.end()]] = cls
     return classes
+
+
+@lru_cache(maxsize=1)
+def code_point_flags() -> np.ndarray:
+    """``CHAR_*`` bit flags of every code point, as ``regex`` sees it (cl100k / o200k scanners).
+
+    Each flag is the set of one class the patterns name, read from ``regex``
+    itself (Python's ``unicodedata`` lags behind its Unicode version).
+    """
+    code_points = np.arange(0x110000, dtype=np.int64)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    flags = np.zeros(0x110000, dtype=np.uint8)
+    for flag, pattern in _FLAG_CLASSES:
+        for match in regex.finditer(pattern + "+", text):
+            flags[code_points[match.start():match.end()]] |= flag
+    return flags
+
+
+_FLAG_CLASSES = (
+    (CHAR_L, r"\p{L}"),
+    (CHAR_N, r"\p{N}"),
+    (CHAR_S, r"\s"),
+    (CHAR_U, r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"),
+    (CHAR_W, r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"),
+    (CHAR_CRLF, r"[\r\n]"),
+)
+_SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K}
+
+
+def scanner_for(regex_text: str | None) -> int | None:
+    """The Numba scanner id (``kernels.pretok.GPT2`` ...) of a named pattern, None for others."""
+    return _SCANNERS.get(regex_text)
+
+
+def scanner_table(scanner: int) -> np.ndarray:
+    """The class table a scanner reads: classes for GPT-2, flags for cl100k and o200k."""
+    return code_point_classes() if scanner == GPT2 else code_point_flags()
 
 
 # ---------------------------------------------------------------- corpus readers

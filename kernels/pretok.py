@@ -124,101 +124,6 @@ def gpt2_word_end(data, i, end, classes):
     return j
 
 
-@njit(cache=True)
-def gpt2_split(data, segment_start, segment_end, classes):
-    """Word boundaries (int64 ends; a word starts where the previous ended or at its segment)."""
-    ends = np.empty(16, dtype=np.int64)
-    n = 0
-    for s in range(segment_start.size):
-        i = segment_start[s]
-        while i < segment_end[s]:
-            i = gpt2_word_end(data, i, segment_end[s], classes)
-            if n == ends.size:
-                ends = grown_like(ends, n + 1)
-            ends[n] = i
-            n += 1
-    return ends[:n]
-
-
-@hot
-def _same_bytes(data, a, b, length):
-    for k in range(length):
-        if data[a + k] != data[b + k]:
-            return False
-    return True
-
-
-@hot
-def _count_into(data, segment_start, segment_end, classes, keys, slots, word_at, word_len,
-                word_count, cursor):
-    """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
-
-    Returns True when every segment is done, False when the tables need room.
-    Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
-    """
-    n_words = cursor[2]
-    mask = np.uint64(keys.size - 1)
-    while cursor[0] < segment_start.size:
-        i = max(cursor[1], segment_start[cursor[0]])
-        end = segment_end[cursor[0]]
-        while i < end:
-            if n_words == word_at.size or 2 * (n_words + 1) > keys.size:
-                cursor[1], cursor[2] = i, n_words
-                return False
-            stop = gpt2_word_end(data, i, end, classes)
-            value = np.uint64(0)
-            for k in range(i, stop):
-                value = value * STRING_HASH_BASE + np.uint64(data[k]) + np.uint64(1)
-            if value == EMPTY_KEY:
-                value = np.uint64(0)
-            cell = mix64(value) & mask
-            while keys[cell] != EMPTY_KEY and keys[cell] != value:
-                cell = (cell + np.uint64(1)) & mask
-            if keys[cell] == value:
-                slot = slots[cell]
-                if word_len[slot] != stop - i or not _same_bytes(data, word_at[slot], i, stop - i):
-                    cursor[2], cursor[3] = n_words, 1
-                    return True
-                word_count[slot] += 1
-            else:
-                keys[cell] = value
-                slots[cell] = n_words
-                word_at[n_words] = i
-                word_len[n_words] = stop - i
-                word_count[n_words] = 1
-                n_words += 1
-            i = stop
-        cursor[0] += 1
-        cursor[1] = 0
-    cursor[2] = n_words
-    return True
-
-
-@njit(cache=True, nogil=True)
-def count_gpt2_words(data, segment_start, segment_end, classes):
-    """Distinct GPT-2 words of the segments: (first byte offset, length, count) per word.
-
-    Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
-    when two different words shared a 64-bit hash (the caller then counts
-    another way). Launch: one call per thread on its own segments (nogil);
-    the hash table doubles at half load.
-    """
-    keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
-    slots = np.zeros(1 << 16, dtype=np.int64)
-    word_at = np.empty(1 << 15, dtype=np.int64)
-    word_len = np.empty(1 << 15, dtype=np.int64)
-    word_count = np.empty(1 << 15, dtype=np.int64)
-    cursor = np.zeros(4, dtype=np.int64)
-    while not _count_into(data, segment_start, segment_end, classes, keys, slots, word_at,
-                          word_len, word_count, cursor):
-        keys, slots = table_grown(keys, slots)
-        word_at = grown_like(word_at, 0)
-        word_len = grown_like(word_len, 0)
-        word_count = grown_like(word_count, 0)
-    n = cursor[2]
-    return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1
-
-
 # ---------------------------------------------------------------- cutting long segments
 
 
@@ -284,3 +189,388 @@ def gpt2_word_end_fast(data, i, end, classes):
     if byte == 39 or cls == SPACE:
         return gpt2_word_end(data, i, end, classes)
     return _ascii_run_end(data, i + 1, end, classes, cls)
+
+
+# ---------------------------------------------------------------- cl100k and o200k
+#
+# The same scheme as the GPT-2 scanner: ``*_piece_end(data, i, end, flags)``
+# returns where the piece starting at byte i of a segment ending at ``end``
+# ends, exactly as ``regex.findall`` with tiktoken's pattern would cut it. The
+# classes come from a table of bit flags per code point (``CHAR_*`` below,
+# built by ``gpubpe.pretokenize.code_point_flags`` from ``regex`` itself). A
+# byte that starts no valid UTF-8 sequence has no flag: one "other" character,
+# as the lone surrogate ``surrogateescape`` makes of it is under ``regex``.
+#
+# How each alternative is decided (L letter, N number, S whitespace,
+# Q = not L/N/S, P = not L/N/CR/LF):
+# - cl100k ``[^\r\n\p{L}\p{N}]?+\p{L}++``: a letter run, or one P char then a letter run.
+# - o200k ``P?[U]*[W]+C?`` (U = Lu Lt Lm Lo M, W = Ll Lm Lo M): greedy with
+#   backtracking, see ``_o200k_a1``; the optional prefix is tried taken, then not
+#   (a mark is both P and U/W), before the next alternative.
+# - ``\p{N}{1,3}``: digit runs cut in threes from the start of the run.
+# - `` ?[^\s\p{L}\p{N}]+[\r\n]*``: a space only when a Q char follows; o200k's
+#   ``[\r\n/]*`` is the same since "/" is Q and the Q run already took it.
+# - whitespace: ``\s*[\r\n]`` ends after the last CR/LF of the run; ``\s+(?!\S)``
+#   gives the run's last char back when a non-space follows; cl100k's ``\s++$``
+#   takes a run reaching the end of the segment whole (o200k has no such
+#   alternative, so its CR/LF rule comes first even there).
+#
+# Every helper is a scalar function of (data, position, end, flags) that
+# allocates nothing, so a device kernel can call the same code (one thread per
+# piece of text cut at ``safe_cut`` points, whose test is local).
+
+CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32
+_LNS = CHAR_L | CHAR_N | CHAR_S
+_NOT_PREFIX = CHAR_L | CHAR_N | CHAR_CRLF
+GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
+
+
+@hot
+def char_flags(data, i, end, flags):
+    """(flags, byte length) of the character at i; (0, 1) for an invalid byte."""
+    if data[i] < 0x80:
+        return np.int64(flags[data[i]]), np.int64(1)
+    code_point, length = decode_multibyte(data, i, end)
+    if code_point < 0:
+        return np.int64(0), length
+    return np.int64(flags[code_point]), length
+
+
+@hot
+def run_with(data, i, end, flags, mask):
+    """End of the run of characters having a flag of ``mask``, from i."""
+    while i < end:
+        if data[i] < 0x80:
+            if flags[data[i]] & mask == 0:
+                return i
+            i += 1
+        else:
+            f, length = char_flags(data, i, end, flags)
+            if f & mask == 0:
+                return i
+            i += length
+    return i
+
+
+@hot
+def run_without(data, i, end, flags, mask):
+    """End of the run of characters having no flag of ``mask``, from i."""
+    while i < end:
+        if data[i] < 0x80:
+            if flags[data[i]] & mask != 0:
+                return i
+            i += 1
+        else:
+            f, length = char_flags(data, i, end, flags)
+            if f & mask != 0:
+                return i
+            i += length
+    return i
+
+
+@hot
+def _crlf_run_end(data, i, end):
+    while i < end and (data[i] == 10 or data[i] == 13):
+        i += 1
+    return i
+
+
+@hot
+def _is_ascii_letter(byte, lower):
+    return byte == lower or byte == lower - 32
+
+
+@hot
+def _folds_to_s(data, i, end):
+    """Byte length of a char matching ``(?i:s)`` at i (s, S, U+017F long s), else 0."""
+    if _is_ascii_letter(data[i], 115):
+        return 1
+    if data[i] == 0xC5 and i + 1 < end and data[i + 1] == 0xBF:
+        return 2
+    return 0
+
+
+@hot
+def contraction_length_ci(data, i, end):
+    """Length of ``'(?i:[sdmt]|ll|ve|re)`` at i, else 0 (cl100k's and o200k's contractions).
+
+    ``regex`` folds case simply: only "s" has a non-ASCII match (U+017F long s).
+    """
+    if data[i] != 39 or i + 1 >= end:
+        return 0
+    n = _folds_to_s(data, i + 1, end)
+    if n:
+        return 1 + n
+    c1 = data[i + 1]
+    if _is_ascii_letter(c1, 116) or _is_ascii_letter(c1, 109) or _is_ascii_letter(c1, 100):
+        return 2  # t m d
+    if i + 2 < end:
+        c2 = data[i + 2]
+        if ((_is_ascii_letter(c1, 108) and _is_ascii_letter(c2, 108))
+                or (_is_ascii_letter(c1, 118) and _is_ascii_letter(c2, 101))
+                or (_is_ascii_letter(c1, 114) and _is_ascii_letter(c2, 101))):
+            return 3  # ll ve re
+    return 0
+
+
+@hot
+def whitespace_piece_end(data, i, end, flags, whole_at_end):
+    """End of the piece starting with whitespace at i (no letter, digit or Q char won).
+
+    ``whole_at_end``: cl100k's ``\\s++$`` (a run reaching ``end`` is one piece)
+    comes before its CR/LF rule; o200k has no such alternative.
+    """
+    j = i
+    last = i
+    after_crlf = np.int64(-1)
+    while j < end:
+        f, length = char_flags(data, j, end, flags)
+        if f & CHAR_S == 0:
+            break
+        last = j
+        j += length
+        if f & CHAR_CRLF:
+            after_crlf = j
+    if j == end and whole_at_end:
+        return j
+    if after_crlf >= 0:
+        return after_crlf
+    if j < end and last > i:
+        return last
+    return j
+
+
+@hot
+def _digits_end(data, i, end, flags):
+    """``\\p{N}{1,3}`` at i (a number char is there)."""
+    _, length = char_flags(data, i, end, flags)
+    j = i + length
+    for _ in range(2):
+        if j >= end:
+            break
+        f, length = char_flags(data, j, end, flags)
+        if f & CHAR_N == 0:
+            break
+        j += length
+    return j
+
+
+@hot
+def _punctuation_end(data, i, end, flags, f):
+    """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at i, or -1; ``f`` = flags of the char at i."""
+    if data[i] == 32 and i + 1 < end:
+        f2, length = char_flags(data, i + 1, end, flags)
+        if f2 & _LNS == 0:
+            return _crlf_run_end(data, run_without(data, i + 1 + length, end, flags, _LNS), end)
+    if f & _LNS == 0:
+        return _crlf_run_end(data, run_without(data, i, end, flags, _LNS), end)
+    return -1
+
+
+@hot
+def cl100k_piece_end(data, i, end, flags):
+    """End of the cl100k piece starting at byte i (see the notes above)."""
+    n = contraction_length_ci(data, i, end)
+    if n:
+        return i + n
+    f, length = char_flags(data, i, end, flags)
+    if f & CHAR_L:
+        return run_with(data, i + length, end, flags, CHAR_L)
+    if f & _NOT_PREFIX == 0 and i + length < end:
+        f2, length2 = char_flags(data, i + length, end, flags)
+        if f2 & CHAR_L:
+            return run_with(data, i + length + length2, end, flags, CHAR_L)
+    if f & CHAR_N:
+        return _digits_end(data, i, end, flags)
+    stop = _punctuation_end(data, i, end, flags, f)
+    if stop >= 0:
+        return stop
+    return whitespace_piece_end(data, i, end, flags, True)
+
+
+@hot
+def _o200k_a1(data, j, end, flags):
+    """End of ``[U]*[W]+`` at j, or -1.
+
+    U* takes the longest run of U chars; W+ then needs a W char. If the char
+    after the run is one, W+ takes the W run from there. Else the engine gives
+    back U chars one by one until W+ can start on one that is also W (Lm, Lo,
+    M): the match ends just after the last such char of the run.
+    """
+    last_both_end = np.int64(-1)
+    k = j
+    while k < end:
+        f, length = char_flags(data, k, end, flags)
+        if f & CHAR_U == 0:
+            if f & CHAR_W:
+                return run_with(data, k, end, flags, CHAR_W)
+            break
+        k += length
+        if f & CHAR_W:
+            last_both_end = k
+    return last_both_end
+
+
+@hot
+def _o200k_a2(data, j, end, flags):
+    """End of ``[U]+[W]*`` at j, or -1."""
+    k = run_with(data, j, end, flags, CHAR_U)
+    if k == j:
+        return -1
+    return run_with(data, k, end, flags, CHAR_W)
+
+
+@hot
+def _o200k_letters_end(data, i, end, flags, f, length):
+    """The first two alternatives at i (without the contraction), or -1.
+
+    Order of attempts: first alternative with the prefix char, then without it
+    (only a mark can be both prefix and U/W), then the second alternative the same way.
+    """
+    if f & _NOT_PREFIX == 0:
+        stop = _o200k_a1(data, i + length, end, flags)
+        if stop >= 0:
+            return stop
+        if f & CHAR_U:
+            stop = _o200k_a1(data, i, end, flags)
+            if stop >= 0:
+                return stop
+        stop = _o200k_a2(data, i + length, end, flags)
+        if stop >= 0 or f & CHAR_U == 0:
+            return stop
+        return _o200k_a2(data, i, end, flags)
+    if f & CHAR_L:
+        stop = _o200k_a1(data, i, end, flags)
+        if stop >= 0:
+            return stop
+        return _o200k_a2(data, i, end, flags)
+    return -1
+
+
+@hot
+def o200k_piece_end(data, i, end, flags):
+    """End of the o200k piece starting at byte i (see the notes above)."""
+    f, length = char_flags(data, i, end, flags)
+    stop = _o200k_letters_end(data, i, end, flags, f, length)
+    if stop >= 0:
+        if stop < end:
+            stop += contraction_length_ci(data, stop, end)
+        return stop
+    if f & CHAR_N:
+        return _digits_end(data, i, end, flags)
+    stop = _punctuation_end(data, i, end, flags, f)
+    if stop >= 0:
+        return stop
+    return whitespace_piece_end(data, i, end, flags, False)
+
+
+# ---------------------------------------------------------------- any named pattern
+
+
+@_inlined
+def piece_end(scanner, data, i, end, table):
+    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K`` or ``O200K``."""
+    if scanner == CL100K:
+        return cl100k_piece_end(data, i, end, table)
+    if scanner == O200K:
+        return o200k_piece_end(data, i, end, table)
+    return gpt2_word_end_fast(data, i, end, table)
+
+
+@njit(cache=True)
+def split_ends(data, segment_start, segment_end, scanner, table):
+    """Piece ends (int64; a piece starts where the previous ended or at its segment).
+
+    ``scanner`` is ``GPT2``, ``CL100K`` or ``O200K``; ``table`` its class table
+    (``code_point_classes`` for GPT2, ``code_point_flags`` for the others).
+    """
+    ends = np.empty(16, dtype=np.int64)
+    n = 0
+    for s in range(segment_start.size):
+        i = segment_start[s]
+        while i < segment_end[s]:
+            i = piece_end(scanner, data, i, segment_end[s], table)
+            if n == ends.size:
+                ends = grown_like(ends, n + 1)
+            ends[n] = i
+            n += 1
+    return ends[:n]
+
+
+@hot
+def _same_bytes(data, a, b, length):
+    for k in range(length):
+        if data[a + k] != data[b + k]:
+            return False
+    return True
+
+
+@hot
+def _count_into(data, segment_start, segment_end, scanner, table, keys, slots, word_at, word_len,
+                word_count, cursor):
+    """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
+
+    Returns True when every segment is done, False when the tables need room.
+    Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
+    """
+    n_words = cursor[2]
+    mask = np.uint64(keys.size - 1)
+    while cursor[0] < segment_start.size:
+        i = max(cursor[1], segment_start[cursor[0]])
+        end = segment_end[cursor[0]]
+        while i < end:
+            if n_words == word_at.size or 2 * (n_words + 1) > keys.size:
+                cursor[1], cursor[2] = i, n_words
+                return False
+            stop = piece_end(scanner, data, i, end, table)
+            value = np.uint64(0)
+            for k in range(i, stop):
+                value = value * STRING_HASH_BASE + np.uint64(data[k]) + np.uint64(1)
+            if value == EMPTY_KEY:
+                value = np.uint64(0)
+            cell = mix64(value) & mask
+            while keys[cell] != EMPTY_KEY and keys[cell] != value:
+                cell = (cell + np.uint64(1)) & mask
+            if keys[cell] == value:
+                slot = slots[cell]
+                if word_len[slot] != stop - i or not _same_bytes(data, word_at[slot], i, stop - i):
+                    cursor[2], cursor[3] = n_words, 1
+                    return True
+                word_count[slot] += 1
+            else:
+                keys[cell] = value
+                slots[cell] = n_words
+                word_at[n_words] = i
+                word_len[n_words] = stop - i
+                word_count[n_words] = 1
+                n_words += 1
+            i = stop
+        cursor[0] += 1
+        cursor[1] = 0
+    cursor[2] = n_words
+    return True
+
+
+@njit(cache=True, nogil=True)
+def count_scanned_words(data, segment_start, segment_end, scanner, table):
+    """Distinct words of the segments, split by ``scanner`` (as ``split_ends``): (first byte offset, length, count) per word.
+
+    Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
+    when two different words shared a 64-bit hash (the caller then counts
+    another way). Launch: one call per thread on its own segments (nogil);
+    the hash table doubles at half load.
+    """
+    keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
+    slots = np.zeros(1 << 16, dtype=np.int64)
+    word_at = np.empty(1 << 15, dtype=np.int64)
+    word_len = np.empty(1 << 15, dtype=np.int64)
+    word_count = np.empty(1 << 15, dtype=np.int64)
+    cursor = np.zeros(4, dtype=np.int64)
+    while not _count_into(data, segment_start, segment_end, scanner, table, keys, slots,
+                          word_at, word_len, word_count, cursor):
+        keys, slots = table_grown(keys, slots)
+        word_at = grown_like(word_at, 0)
+        word_len = grown_like(word_len, 0)
+        word_count = grown_like(word_count, 0)
+    n = cursor[2]
+    return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1
