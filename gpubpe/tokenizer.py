@@ -2,7 +2,8 @@
 
 Encoding works on whole batches: the documents become one UTF-8 buffer,
 special tokens cut it into pieces, the pieces are split into words (the exact
-Numba GPT-2 scanner, or ``regex`` for other patterns), every distinct word is
+Numba scanner of the GPT-2, cl100k or o200k pattern, or ``regex`` for a custom
+pattern), every distinct word is
 encoded once (Numba, in threads without the GIL), and the ids are scattered
 into one ragged array (``RaggedBatch``: ids uint32, offsets int64). A bounded
 cache keeps the encodings of words across calls. ``encode`` is a batch of one.
@@ -32,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import regex
@@ -56,11 +57,12 @@ from .kernels.encode import (
     merge_new_words_cpu,
     rule_table,
     word_refs_given_cpu,
-    word_refs_gpt2_cpu,
+    word_refs_scan_cpu,
     write_piece_tokens_cpu,
 )
+from .kernels.pretok import GPT2
 from .model import Vocabulary
-from .pretokenize import GPT2_PATTERN, code_point_classes, resolve_pattern
+from .pretokenize import resolve_pattern, scanner_for, scanner_table
 
 # Word cache: at most this many words, of at most _CACHE_WORD_BYTES bytes each.
 _CACHE_WORDS = 1 << 17
@@ -174,7 +176,7 @@ class Tokenizer:
     def __init__(self, vocab: Vocabulary, backend: str = "auto"):
         self._vocab = vocab
         self._pattern = resolve_pattern(vocab.pattern)
-        self._gpt2 = self._pattern == GPT2_PATTERN
+        self._scanner = scanner_for(self._pattern)  # None: a custom pattern, split by regex
         self._special_ids = vocab.special_ids()
         self._rules = rule_table(vocab.rules, vocab.demolish_ids, vocab.demolish_offsets)
         self._backend_name = backend
@@ -394,7 +396,7 @@ class Tokenizer:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
     def _pieces(self, array, doc_start, doc_end, allowed: set[str], threads: int):
-        """Cut documents at allowed special tokens (and long GPT-2 text near thread shares)."""
+        """Cut documents at allowed special tokens (and long scanned text near thread shares)."""
         match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
         if allowed:
             token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
@@ -403,20 +405,25 @@ class Tokenizer:
             match_len = np.diff(token_offsets)[match_token]
             match_id = token_ids[match_token]
         cut_bytes = 0
-        if self._gpt2 and threads > 1:
+        if self._scanner is not None and threads > 1:
             cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
         if match_at.size == 0 and cut_bytes == 0:  # the pieces are the documents
             pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
             return pieces, np.arange(doc_start.size + 1, dtype=np.int64)
         piece_start, piece_end, piece_special, doc_first_piece = build_pieces_cpu(
             array, doc_start, doc_end, match_at, match_len, match_id, cut_bytes,
-            code_point_classes())
+            *self._scan_args())
         return (piece_start, piece_end, piece_special), doc_first_piece
 
+    def _scan_args(self) -> _Scanner:
+        """The scanner for the kernels (GPT-2's for a custom pattern: its cuts are never used)."""
+        scanner = GPT2 if self._scanner is None else self._scanner
+        return _Scanner(scanner, scanner_table(scanner))
+
     def _words_of(self, array, pieces):
-        """None for GPT-2 (the Numba scanner splits), else the ``regex`` words (``_regex_words``)."""
-        if self._gpt2:
-            return None
+        """The ``_Scanner`` for a named pattern (Numba splits), else the ``regex`` words."""
+        if self._scanner is not None:
+            return self._scan_args()
         return _regex_words(array, pieces, self._pattern)
 
     @contextmanager
@@ -703,6 +710,13 @@ def _shares(weights: np.ndarray, threads: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
 
 
+class _Scanner(NamedTuple):
+    """A named pattern's Numba scanner: its id (``kernels.pretok.GPT2`` ...) and class table."""
+
+    scanner: int
+    table: np.ndarray
+
+
 @dataclass
 class _NewWords:
     """The batch's distinct words that missed the cache, encoded: what the cache may admit."""
@@ -738,8 +752,8 @@ class _WordEncoder:
 
 def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads):
     """Steps 1-4 of ``kernels.encode``: (ids, first id of each piece, the batch's _NewWords)."""
-    if words is None and threads == 1 and encoder.cpu_only:
-        return _encode_pieces_serial(array, pieces, cache, encoder.rules)
+    if isinstance(words, _Scanner) and threads == 1 and encoder.cpu_only:
+        return _encode_pieces_serial(array, pieces, words, cache, encoder.rules)
     piece_start, piece_end, _ = pieces
     shards = _shares(piece_end - piece_start, threads)
     piece_ref_end = np.empty(piece_start.size, dtype=np.int64)
@@ -760,10 +774,9 @@ def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads):
 def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple]:
     """Step 1 on every shard: ``(refs, new_at, new_len, new_count, new_key)`` per shard."""
     piece_start, piece_end, piece_special = pieces
-    if words is None:
-        classes = code_point_classes()
-        return _run_all(word_refs_gpt2_cpu, [
-            (array, piece_start, piece_end, piece_special, lo, hi, classes, cache, piece_ref_end)
+    if isinstance(words, _Scanner):
+        return _run_all(word_refs_scan_cpu, [
+            (array, piece_start, piece_end, piece_special, lo, hi, *words, cache, piece_ref_end)
             for lo, hi in shards])
     word_starts, word_ends, piece_word_offsets = words
     return _run_all(word_refs_given_cpu, [
@@ -788,10 +801,10 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
     return ids, piece_offsets
 
 
-def _encode_pieces_serial(array, pieces, cache, rules):
-    """``_encode_pieces`` on the calling thread in one kernel call (GPT-2 pattern)."""
+def _encode_pieces_serial(array, pieces, scanner: _Scanner, cache, rules):
+    """``_encode_pieces`` on the calling thread in one kernel call (a named pattern)."""
     ids, piece_offsets, n_words, new_ids, new_offsets, word_at, word_len, count, word_key = \
-        encode_pieces_serial_cpu(array, *pieces, code_point_classes(), cache, rules)
+        encode_pieces_serial_cpu(array, *pieces, *scanner, cache, rules)
     hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
     return ids, piece_offsets, _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets,
                                          hit_rate)

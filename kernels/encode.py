@@ -5,7 +5,7 @@ special token each (``piece_special`` >= 0 holds its id). Pieces are handed
 to threads in contiguous runs (*shards*); every step below is exact, so the
 ids never depend on how many shards there are or where they start.
 
-1. ``word_refs_gpt2_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
+1. ``word_refs_scan_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
    GIL): split the pieces into words and look each word up, by its
    ``word_key``, in the tokenizer's ``WordCache``; a miss goes into the
    shard's own table of new words. Each word occurrence becomes a *ref*: a
@@ -84,7 +84,7 @@ from .hashing import (
     table_put,
 )
 from .pairs import pair_key
-from .pretok import gpt2_safe_cut, gpt2_word_end_fast
+from .pretok import piece_end, safe_cut
 
 # Small helpers called once per word or per pair, inlined into their callers at
 # Numba IR level: a real call passes every array of a NamedTuple by value
@@ -470,9 +470,9 @@ def _save_cursor(cursor, piece, position, n_refs, n_new):
 
 
 @hot
-def _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes, cache, new,
-                    refs, piece_ref_end, cursor):
-    """Split pieces with the GPT-2 scanner and ref each word, from ``cursor`` on.
+def _scanned_refs_into(data, piece_start, piece_end_at, piece_special, piece_hi, scanner, table,
+                       cache, new, refs, piece_ref_end, cursor):
+    """Split pieces with a Numba scanner (``pretok.piece_end``) and ref each word, from ``cursor`` on.
 
     ``cursor`` = (piece, byte, refs made, new words). Returns False when an
     array is full (the caller grows it and calls again), True when done.
@@ -481,12 +481,12 @@ def _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, class
     while piece < piece_hi:
         if piece_special[piece] < 0:
             i = max(i, piece_start[piece])
-            end = piece_end[piece]
+            end = piece_end_at[piece]
             while i < end:
                 if not _has_room(refs, new, n_refs, n_new):
                     _save_cursor(cursor, piece, i, n_refs, n_new)
                     return False
-                stop = gpt2_word_end_fast(data, i, end, classes)
+                stop = piece_end(scanner, data, i, end, table)
                 ref, n_new = _word_ref(data, i, stop, cache, new, n_new)
                 refs[n_refs] = ref
                 n_refs += 1
@@ -503,7 +503,7 @@ def _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi,
                      refs, piece_ref_end, cursor):
     """Ref each word of pieces already split (``word_starts``/``word_ends``), from ``cursor`` on.
 
-    ``cursor`` = (piece, word, refs made, new words); returns as ``_gpt2_refs_into``.
+    ``cursor`` = (piece, word, refs made, new words); returns as ``_scanned_refs_into``.
     """
     piece, w, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
     while piece < piece_hi:
@@ -550,9 +550,11 @@ def _refs_result(refs, new, cursor):
 
 
 @njit(cache=True, nogil=True)
-def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, classes,
-                       cache, piece_ref_end):
-    """Step 1 for the GPT-2 pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+def word_refs_scan_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, scanner,
+                       table, cache, piece_ref_end):
+    """Step 1 for a named pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+
+    ``scanner`` is ``pretok.GPT2``, ``CL100K`` or ``O200K``, ``table`` its class table.
 
     Writes ``piece_ref_end[p]`` (refs made up to the end of piece p, counted from
     the shard's first piece) and returns ``(refs, new_at, new_len, new_count,
@@ -565,8 +567,8 @@ def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, pi
     refs = np.empty(max(n_bytes // 4, 16), np.int64)
     new = _empty_new_words(1024)
     cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
-    while not _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes,
-                              cache, new, refs, piece_ref_end, cursor):
+    while not _scanned_refs_into(data, piece_start, piece_end, piece_special, piece_hi, scanner,
+                                 table, cache, new, refs, piece_ref_end, cursor):
         if cursor[2] == refs.size:
             refs = grown_like(refs, 0)
         else:
@@ -577,7 +579,7 @@ def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, pi
 @njit(cache=True, nogil=True)
 def word_refs_given_cpu(data, word_starts, word_ends, piece_word_offsets, piece_lo, piece_hi,
                         cache, piece_ref_end):
-    """Step 1 for words already split (other patterns): as ``word_refs_gpt2_cpu``.
+    """Step 1 for words already split (custom patterns, by ``regex``): as ``word_refs_scan_cpu``.
 
     Piece p's words are ``data[word_starts[w]:word_ends[w]]`` for w in
     ``piece_word_offsets[p]:piece_word_offsets[p+1]``; text between them
@@ -687,8 +689,9 @@ def write_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_h
 
 
 @njit(cache=True, nogil=True)
-def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, classes, cache, rules):
-    """Steps 1-4 for the GPT-2 pattern on one thread, in one call (small batches).
+def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanner, table, cache,
+                             rules):
+    """Steps 1-4 for a named pattern (``scanner``) on one thread, in one call (small batches).
 
     Returns ``(ids, piece_offsets, n_words, new_ids, new_offsets, new_at,
     new_len, new_count, new_key)``: the batch's ids, each piece's first id, its
@@ -697,8 +700,9 @@ def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, classe
     """
     n_pieces = piece_start.size
     piece_ref_end = np.empty(n_pieces, np.int64)
-    refs, new_at, new_len, new_count, new_key = word_refs_gpt2_cpu(
-        data, piece_start, piece_end, piece_special, 0, n_pieces, classes, cache, piece_ref_end)
+    refs, new_at, new_len, new_count, new_key = word_refs_scan_cpu(
+        data, piece_start, piece_end, piece_special, 0, n_pieces, scanner, table, cache,
+        piece_ref_end)
     new_ids, new_offsets = encode_word_list_cpu(data, new_at, new_len, rules)
     local_to_global = np.arange(new_at.size)
     piece_tokens = np.empty(n_pieces, np.int64)
@@ -841,11 +845,11 @@ def _emit_piece(pieces, n, start, end, special):
 
 
 @hot
-def _emit_text(data, start, end, cut_bytes, classes, pieces, n):
-    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at GPT-2-safe points."""
+def _emit_text(data, start, end, cut_bytes, scanner, table, pieces, n):
+    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at ``pretok.safe_cut`` points."""
     if cut_bytes > 0:
         while end - start > cut_bytes:
-            cut = gpt2_safe_cut(data, start + cut_bytes, end, classes)
+            cut = safe_cut(data, start + cut_bytes, end, scanner, table)
             if cut >= end:
                 break
             n = _emit_piece(pieces, n, start, cut, -1)
@@ -854,8 +858,8 @@ def _emit_text(data, start, end, cut_bytes, classes, pieces, n):
 
 
 @hot
-def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                 pieces, doc_first_piece):
+def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece):
     """Cut documents into pieces at special-token matches; returns the piece count.
 
     Every document gets at least one piece (an empty text piece if need be),
@@ -868,28 +872,29 @@ def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_by
             doc_first_piece[d] = n
         position = doc_start[d]
         while k < match_at.size and match_at[k] < doc_end[d]:
-            n = _emit_text(data, position, match_at[k], cut_bytes, classes, pieces, n)
+            n = _emit_text(data, position, match_at[k], cut_bytes, scanner, table, pieces, n)
             n = _emit_piece(pieces, n, match_at[k], match_at[k] + match_len[k], match_id[k])
             position = match_at[k] + match_len[k]
             k += 1
-        n = _emit_text(data, position, doc_end[d], cut_bytes, classes, pieces, n)
+        n = _emit_text(data, position, doc_end[d], cut_bytes, scanner, table, pieces, n)
     return n
 
 
 @njit(cache=True, nogil=True)
-def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes):
+def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table):
     """Pieces of a batch: ``(piece_start, piece_end, piece_special, doc_first_piece)``.
 
     ``match_*`` are the allowed special tokens found (sorted by position);
-    ``cut_bytes`` > 0 cuts long text pieces at GPT-2-safe points (0: no cuts).
+    ``cut_bytes`` > 0 cuts long text pieces at points safe for ``scanner`` (0: no cuts).
     """
     empty = np.empty(0, np.int64)
-    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                     (empty, empty, empty), empty)
+    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table, (empty, empty, empty), empty)
     pieces = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
     doc_first_piece = np.empty(doc_start.size + 1, np.int64)
-    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                 pieces, doc_first_piece)
+    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece)
     doc_first_piece[doc_start.size] = n
     return pieces[0], pieces[1], pieces[2], doc_first_piece
 

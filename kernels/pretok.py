@@ -26,6 +26,8 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, STRING_HASH_BASE, grown_like, mix64, table_grown
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
+CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32  # code_point_flags
 
 
 @hot
@@ -128,23 +130,33 @@ def gpt2_word_end(data, i, end, classes):
 
 
 @hot
-def gpt2_safe_cut(data, at, end, classes):
-    """First byte p in [at, end) where the GPT-2 split surely has a word boundary, else ``end``.
+def safe_cut(data, at, end, scanner, table):
+    """First byte p in [at, end) where the split surely has a piece boundary, else ``end``.
 
-    p qualifies when byte p is ASCII whitespace and byte p-1 is ASCII and not
-    whitespace. No alternative of the pattern matches a non-space character
-    followed by a whitespace character (a space can only lead a word, and
-    whitespace runs hold only whitespace), so the word holding p-1 ends at p
-    whatever the scan did before. Splitting the segment at p and scanning both
-    halves gives the same words as scanning it whole, which lets one long
-    document be split over threads. ``at`` must be past the segment's first byte.
+    p qualifies when byte p is a space or a tab and byte p-1 is ASCII and not
+    whitespace. No alternative of the GPT-2, cl100k or o200k pattern matches
+    a non-space character followed by a space or tab (a space can only lead a
+    piece, whitespace runs hold only whitespace, and only CR/LF may trail a
+    punctuation run), and no decision before p looks past p, so the piece
+    holding p-1 ends at p whatever the scan did before. Splitting the segment
+    at p and scanning both halves gives the same pieces as scanning it whole,
+    which lets one long document be split over threads: a per-position test a
+    device kernel can run at every byte. ``at`` must be past the segment's first byte.
     """
     for p in range(at, end):
         byte = data[p]
         before = data[p - 1]
-        if byte < 0x80 and before < 0x80 and classes[byte] == SPACE and classes[before] != SPACE:
+        if (byte == 32 or byte == 9) and before < 0x80 and not _is_space_byte(before, scanner,
+                                                                               table):
             return p
     return end
+
+
+@hot
+def _is_space_byte(byte, scanner, table):
+    if scanner == GPT2:
+        return table[byte] == SPACE
+    return table[byte] & CHAR_S != 0
 
 
 # Inlined into the caller at Numba IR level: called once per word, it is small
@@ -209,7 +221,7 @@ def gpt2_word_end_fast(data, i, end, classes):
 #   (a mark is both P and U/W), before the next alternative.
 # - ``\p{N}{1,3}``: digit runs cut in threes from the start of the run.
 # - `` ?[^\s\p{L}\p{N}]+[\r\n]*``: a space only when a Q char follows; o200k's
-#   ``[\r\n/]*`` is the same since "/" is Q and the Q run already took it.
+#   ``[\r\n/]*`` takes "/" again after a CR/LF (".\n/" is one piece).
 # - whitespace: ``\s*[\r\n]`` ends after the last CR/LF of the run; ``\s+(?!\S)``
 #   gives the run's last char back when a non-space follows; cl100k's ``\s++$``
 #   takes a run reaching the end of the segment whole (o200k has no such
@@ -219,10 +231,8 @@ def gpt2_word_end_fast(data, i, end, classes):
 # allocates nothing, so a device kernel can call the same code (one thread per
 # piece of text cut at ``safe_cut`` points, whose test is local).
 
-CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32
 _LNS = CHAR_L | CHAR_N | CHAR_S
 _NOT_PREFIX = CHAR_L | CHAR_N | CHAR_CRLF
-GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
 
 
 @hot
@@ -269,8 +279,9 @@ def run_without(data, i, end, flags, mask):
 
 
 @hot
-def _crlf_run_end(data, i, end):
-    while i < end and (data[i] == 10 or data[i] == 13):
+def _crlf_run_end(data, i, end, slash):
+    """End of ``[\r\n]*`` (``[\r\n/]*`` with ``slash``) from i."""
+    while i < end and (data[i] == 10 or data[i] == 13 or (slash and data[i] == 47)):
         i += 1
     return i
 
@@ -356,14 +367,18 @@ def _digits_end(data, i, end, flags):
 
 
 @hot
-def _punctuation_end(data, i, end, flags, f):
-    """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at i, or -1; ``f`` = flags of the char at i."""
+def _punctuation_end(data, i, end, flags, f, slash):
+    """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at i (o200k: ``[\\r\\n/]*``), or -1.
+
+    ``f`` = flags of the char at i.
+    """
     if data[i] == 32 and i + 1 < end:
         f2, length = char_flags(data, i + 1, end, flags)
         if f2 & _LNS == 0:
-            return _crlf_run_end(data, run_without(data, i + 1 + length, end, flags, _LNS), end)
+            stop = run_without(data, i + 1 + length, end, flags, _LNS)
+            return _crlf_run_end(data, stop, end, slash)
     if f & _LNS == 0:
-        return _crlf_run_end(data, run_without(data, i, end, flags, _LNS), end)
+        return _crlf_run_end(data, run_without(data, i, end, flags, _LNS), end, slash)
     return -1
 
 
@@ -382,7 +397,7 @@ def cl100k_piece_end(data, i, end, flags):
             return run_with(data, i + length + length2, end, flags, CHAR_L)
     if f & CHAR_N:
         return _digits_end(data, i, end, flags)
-    stop = _punctuation_end(data, i, end, flags, f)
+    stop = _punctuation_end(data, i, end, flags, f, False)
     if stop >= 0:
         return stop
     return whitespace_piece_end(data, i, end, flags, True)
@@ -458,7 +473,7 @@ def o200k_piece_end(data, i, end, flags):
         return stop
     if f & CHAR_N:
         return _digits_end(data, i, end, flags)
-    stop = _punctuation_end(data, i, end, flags, f)
+    stop = _punctuation_end(data, i, end, flags, f, True)
     if stop >= 0:
         return stop
     return whitespace_piece_end(data, i, end, flags, False)

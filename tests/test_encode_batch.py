@@ -200,7 +200,7 @@ def test_tokenizers_pickle_for_worker_processes(tok, lines):
 
 def test_the_numba_kernels_ran(tok):
     tok.encode_batch(["hello world"] * 3)
-    for kernel in (kernels.word_refs_gpt2_cpu, kernels.merge_new_words_cpu,
+    for kernel in (kernels.word_refs_scan_cpu, kernels.merge_new_words_cpu,
                    kernels.encode_word_list_cpu, kernels.count_piece_tokens_cpu,
                    kernels.write_piece_tokens_cpu, kernels.build_pieces_cpu):
         assert kernel.signatures, f"{kernel.__name__} did not run: a Python fallback?"
