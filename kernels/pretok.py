@@ -479,6 +479,52 @@ def o200k_piece_end(data, i, end, flags):
     return whitespace_piece_end(data, i, end, flags, False)
 
 
+@_inlined
+def cl100k_piece_end_fast(data, i, end, flags):
+    """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline."""
+    byte = data[i]
+    if byte >= 0x80 or byte == 39:
+        return cl100k_piece_end(data, i, end, flags)
+    f = flags[byte]
+    if f & CHAR_L:
+        return run_with(data, i + 1, end, flags, CHAR_L)
+    if (f & _NOT_PREFIX == 0 and i + 1 < end and data[i + 1] < 0x80
+            and flags[data[i + 1]] & CHAR_L):
+        return run_with(data, i + 2, end, flags, CHAR_L)
+    return cl100k_piece_end(data, i, end, flags)
+
+
+@_inlined
+def o200k_piece_end_fast(data, i, end, flags):
+    """``o200k_piece_end`` with ASCII words (``Word``, `` word``, ``WORD``...) inline.
+
+    On ASCII, U is upper case and W lower case, and no char is both, so the
+    first two alternatives reduce to: the upper-case run, then the lower-case
+    run if one follows. Anything non-ASCII on the way goes to the full function.
+    """
+    byte = data[i]
+    if byte >= 0x80:
+        return o200k_piece_end(data, i, end, flags)
+    f = flags[byte]
+    j = i
+    if f & _NOT_PREFIX == 0:
+        j = i + 1
+    elif f & CHAR_L == 0:
+        return o200k_piece_end(data, i, end, flags)
+    k = j
+    while k < end and data[k] < 0x80 and flags[data[k]] & CHAR_U:
+        k += 1
+    if k < end and data[k] >= 0x80:
+        return o200k_piece_end(data, i, end, flags)
+    if k < end and flags[data[k]] & CHAR_W:
+        k = run_with(data, k + 1, end, flags, CHAR_W)
+    elif k == j:
+        return o200k_piece_end(data, i, end, flags)
+    if k < end:
+        k += contraction_length_ci(data, k, end)
+    return k
+
+
 # ---------------------------------------------------------------- any named pattern
 
 
@@ -486,9 +532,9 @@ def o200k_piece_end(data, i, end, flags):
 def piece_end(scanner, data, i, end, table):
     """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K`` or ``O200K``."""
     if scanner == CL100K:
-        return cl100k_piece_end(data, i, end, table)
+        return cl100k_piece_end_fast(data, i, end, table)
     if scanner == O200K:
-        return o200k_piece_end(data, i, end, table)
+        return o200k_piece_end_fast(data, i, end, table)
     return gpt2_word_end_fast(data, i, end, table)
 
 
