@@ -41,7 +41,8 @@ Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
 
 - The split dominates: ~7 ns/byte for the GPT-2 scanner, mostly mispredicted
   branches at word ends. Handling ASCII word starts inline
-  (``gpt2_word_end_fast``) gave +35%.
+  (``gpt2_word_end_fast``) gave +35%. cl100k and o200k scan through the same
+  kernel (``pretok.piece_end``, one branch per word on the scanner id).
 - Cache lookups first cost ~45 ns per word: separate key and slot arrays,
   then two offset arrays and the pooled bytes to compare, 4-5 dependent
   loads. Words of up to 7 bytes are now their own key (no byte compare) and
