@@ -201,11 +201,20 @@ def _hf_bpe_model(vocab: Vocabulary) -> dict:
         "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
         "ignore_merges": vocab.layout is not None and vocab.layout.whole_tokens,
-        "vocab": {token_to_hf(piece): token_id for piece, token_id in zip(pieces, output_ids)
-                  if token_id >= 0},
+        "vocab": _hf_vocab(vocab, pieces, output_ids),
         # "a b" strings: byte-level strings hold no space, and every tokenizers version reads them.
         "merges": merges,
     }
+
+
+def _hf_vocab(vocab: Vocabulary, pieces, output_ids) -> dict[str, int]:
+    """Model vocab: every token with an output id, then the special tokens (as HF's trainer
+    writes them: HF gives an added token missing from the model vocab an id of its own)."""
+    table = {token_to_hf(piece): token_id for piece, token_id in zip(pieces, output_ids)
+             if token_id >= 0}
+    for content, token_id in vocab.special_ids().items():
+        table.setdefault(content, token_id)
+    return table
 
 
 def _first_rules(rules: np.ndarray) -> list[tuple[int, int]]:
@@ -505,6 +514,8 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,
                           notes: list[str]) -> None:
+    if pre_tokenizer.get("type") == "ByteLevel":  # the split alone, without the prefix space
+        pre_tokenizer = {**pre_tokenizer, "add_prefix_space": False}
     try:
         mismatch = _hf_split_mismatch(pre_tokenizer, pattern)
     except Exception:  # HF cannot load this pre-tokenizer on its own: nothing to compare

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .backend import Backend, resolve_backend
+from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .errors import ConfigError, CorpusError
 from .kernels._cuda import to_host
 from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
