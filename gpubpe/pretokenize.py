@@ -13,6 +13,10 @@ Bytes that are not valid UTF-8 (input given as bytes) are split as ``regex``
 splits the ``surrogateescape``-decoded text: each byte that starts no valid
 sequence is one character of no class ("other": not a letter, number, mark
 or whitespace), so it joins punctuation runs and can prefix a letter run.
+Every path (Numba scanners, ``regex`` for custom patterns, the oracle) agrees
+on this. It is not what ``errors="replace"`` decoding would give: that merges
+a broken sequence into one U+FFFD, so ``b"\\xe4\\xb8abc"`` would be one piece
+there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 """
 
 from __future__ import annotations

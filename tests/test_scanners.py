@@ -183,6 +183,11 @@ def test_hand_worked_splits():
     # (Lo here); CR/LF and "/" trail punctuation; no \s++$ rule.
     assert scanned("ABC\u4e2dDE .\n/x \n  ".encode(), "o200k") == \
         [b"ABC\xe4\xb8\xad", b"DE", b" .\n/", b"x", b" \n", b"  "]
+    # An invalid byte is one "other" char (as surrogateescape makes it): one can
+    # prefix letters, two form a punctuation run first.
+    for name in ("cl100k", "o200k"):
+        assert scanned(b"\xffabc", name) == [b"\xffabc"]
+        assert scanned(b"\xe4\xb8abc", name) == [b"\xe4\xb8", b"abc"]
 
 
 # ---------------------------------------------------------------- random and real text
