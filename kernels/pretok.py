@@ -28,7 +28,10 @@ run. What is local is ``safe_cut``: a space or tab after an ASCII non-space
 is always a piece boundary, so a device kernel cuts the text there (one
 thread per position, bounded look-around), then one thread per cut-out
 chunk runs the same piece-end function. The CPU does the same to share one
-long document among threads.
+long document among threads. Not yet checked on a device: a CUDA kernel may
+call these ``@njit`` helpers (Numba compiles them for the device it finds),
+but a PTX build without a device (``cuda_kernels``) needs them
+``inline="always"`` as ``merge_by_scan`` is; measure the compile time first.
 
 Performance notes (thread CPU time, 2-core build VM, loaded): ``regex`` scans
 ~4-16 MB/s per core here and its ``findall`` + ``Counter`` held the GIL too
