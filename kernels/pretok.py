@@ -31,7 +31,11 @@ chunk runs the same piece-end function. The CPU does the same to share one
 long document among threads. Not yet checked on a device: a CUDA kernel may
 call these ``@njit`` helpers (Numba compiles them for the device it finds),
 but a PTX build without a device (``cuda_kernels``) needs them
-``inline="always"`` as ``merge_by_scan`` is; measure the compile time first.
+``inline="always"`` as ``merge_by_scan`` is. Tried: with every cl100k/o200k
+helper inlined, one-thread-per-chunk kernels compiled to PTX for sm_80
+without a device (53 s for cl100k, 207 s for o200k, loaded VM), but the CPU
+encode kernels had not finished compiling after 10 minutes; dropped. A
+device pre-tokenizer should inline only its own few entry points.
 
 Performance notes (thread CPU time, 2-core build VM, loaded): ``regex`` scans
 ~4-16 MB/s per core here and its ``findall`` + ``Counter`` held the GIL too
