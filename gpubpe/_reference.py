@@ -298,3 +298,19 @@ def continue_bpe(
         rules.append((best[0], best[1], token_id[merged_bytes]))
         words = [merge_word(tokens, best, token_id[merged_bytes]) for tokens in words]
     return rules
+
+
+def tiktoken_encode_word(ranks: dict[bytes, int], word: bytes) -> list[int]:
+    """tiktoken's rule on one pre-tokenized word: a word that is a token is that token;
+    else merge, while any is left, the adjacent pair whose joined bytes have the lowest
+    rank (leftmost on ties), and return the ranks of the parts."""
+    if word in ranks:
+        return [ranks[word]]
+    parts = [bytes([b]) for b in word]
+    while True:
+        joined = [ranks.get(a + b) for a, b in zip(parts, parts[1:])]
+        candidates = [(rank, at) for at, rank in enumerate(joined) if rank is not None]
+        if not candidates:
+            return [ranks[part] for part in parts]
+        _, at = min(candidates)
+        parts[at:at + 2] = [parts[at] + parts[at + 1]]

@@ -120,7 +120,7 @@ def _reference_rows(tok, corpus_path, documents, vocab_size, megabytes) -> list[
 def _hf_train_row(tok, corpus_path, vocab_size, megabytes) -> Row:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from ._reference import gpt2_byte_to_unicode
+    from .bytes_order import gpt2_byte_to_unicode
 
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -54,6 +54,8 @@ the rules tiktoken itself follows.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from pathlib import Path
@@ -61,19 +63,24 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from ._reference import gpt2_byte_to_unicode
+from .bytes_order import BYTE_TO_CHAR, CHAR_TO_BYTE
 from .errors import ConfigError, ModelFormatError
-from .model import Vocabulary, write_text_atomically
+from .model import IdLayout, Vocabulary, write_text_atomically
 from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, NAMED_PATTERNS, resolve_pattern, split_words
 
-BYTE_TO_CHAR = gpt2_byte_to_unicode()
-CHAR_TO_BYTE = {char: byte for byte, char in BYTE_TO_CHAR.items()}
 # tiktoken needs a pattern; a vocabulary without one encodes each text as one word.
 WHOLE_TEXT_PATTERN = r"[\s\S]+"
 # tiktoken's spelling of the GPT-2 pattern (r50k_base), equivalent to gpubpe's "gpt2".
 TIKTOKEN_GPT2_PATTERN = (
     r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
+# Llama 3's split pattern (Meta's tokenizer.py): cl100k's without the possessive quantifiers.
+LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# Pattern names a .tiktoken file may be given with (gpubpe's names, and Llama 3's).
+TIKTOKEN_PATTERNS = {**NAMED_PATTERNS, "llama3": LLAMA3_PATTERN}
 # Oniguruma (HF) reads "{1,3}+" as "one or more runs of 1-3", not as possessive: HF gets
 # cl100k without it. Dropping it changes nothing: no part of that alternative follows it.
 HF_SPELLING = {CL100K_PATTERN: CL100K_PATTERN.replace(r"\p{N}{1,3}+", r"\p{N}{1,3}")}
@@ -120,12 +127,15 @@ def to_hf_json(vocab: Vocabulary) -> dict:
     _check_plain_bpe(vocab, "a HF tokenizer.json")
     pre_tokenizer = _hf_pre_tokenizer(vocab.pattern)
     _check_hf_split(pre_tokenizer, vocab.pattern)
+    layout = vocab.layout
+    if layout is not None and layout.prefix_space:
+        pre_tokenizer = {**pre_tokenizer, "add_prefix_space": True}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": _hf_added_tokens(vocab),
-        "normalizer": None,
+        "normalizer": {"type": "NFC"} if layout is not None and layout.normalizer else None,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": _byte_level(use_regex=False, trim_offsets=False),
         "decoder": _byte_level(use_regex=True),
@@ -173,10 +183,12 @@ def _hf_pre_tokenizer(pattern: str | None) -> dict:
 
 
 def _hf_added_tokens(vocab: Vocabulary) -> list[dict]:
+    flags = vocab.layout.special_flags if vocab.layout is not None else {}
     return [
-        {"id": token_id, "content": content, "single_word": False, "lstrip": False,
-         "rstrip": False, "normalized": False, "special": True}
-        for content, token_id in vocab.special_ids().items()
+        {"id": token_id, "content": content, "single_word": "single_word" in flags.get(content, ()),
+         "lstrip": "lstrip" in flags.get(content, ()),
+         "rstrip": "rstrip" in flags.get(content, ()), "normalized": False, "special": True}
+        for content, token_id in sorted(vocab.special_ids().items(), key=lambda item: item[1])
     ]
 
 
@@ -184,14 +196,25 @@ def _hf_bpe_model(vocab: Vocabulary) -> dict:
     pieces = vocab.token_bytes
     merges = [f"{token_to_hf(pieces[left])} {token_to_hf(pieces[right])}"
               for left, right in _first_rules(vocab.rules)]
+    output_ids = range(len(pieces)) if vocab.layout is None else vocab.layout.output_ids.tolist()
     return {
         "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-        "ignore_merges": False,
-        "vocab": {token_to_hf(piece): token_id for token_id, piece in enumerate(pieces)},
+        "ignore_merges": vocab.layout is not None and vocab.layout.whole_tokens,
+        "vocab": _hf_vocab(vocab, pieces, output_ids),
         # "a b" strings: byte-level strings hold no space, and every tokenizers version reads them.
         "merges": merges,
     }
+
+
+def _hf_vocab(vocab: Vocabulary, pieces, output_ids) -> dict[str, int]:
+    """Model vocab: every token with an output id, then the special tokens (as HF's trainer
+    writes them: HF gives an added token missing from the model vocab an id of its own)."""
+    table = {token_to_hf(piece): token_id for piece, token_id in zip(pieces, output_ids)
+             if token_id >= 0}
+    for content, token_id in vocab.special_ids().items():
+        table.setdefault(content, token_id)
+    return table
 
 
 def _first_rules(rules: np.ndarray) -> list[tuple[int, int]]:
@@ -247,21 +270,25 @@ def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
 def from_hf(source, *, strict: bool = True) -> Vocabulary:
     """Import a HF byte-level BPE ``tokenizer.json`` (a path, its JSON text, or the parsed dict).
 
-    Ids are renumbered to gpubpe's (see the module docstring and :func:`hf_id_map`);
-    vocabulary entries no merge makes are dropped (HF's BPE never emits them),
-    and every added token becomes a special token. A custom ``Split`` regex
-    with ``Isolated`` behavior gets an alternative matching the text between
-    its matches, which HF keeps as words too.
+    Ids are HF's: ``Tokenizer(vocab).encode(text, allowed_special="all")`` equals
+    HF's ``encode(text, add_special_tokens=False).ids``. Supported: a BPE model
+    (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
+    either way) or one ``Split`` then ``ByteLevel(use_regex=false)``, no
+    normalizer or NFC, added tokens (all become special tokens, matched before
+    the split with their lstrip / rstrip / single_word flags). A custom
+    ``Split`` regex with ``Isolated`` behavior gets an alternative matching the
+    text between its matches, which HF keeps as words too.
     With ``strict`` (default), settings that would make gpubpe's ids differ from
-    HF's on some text raise ModelFormatError (a normalizer, ``add_prefix_space``,
-    ``ignore_merges``, BPE dropout, added tokens with strip flags); with
-    ``strict=False`` they are ignored and listed in ``metadata["hf_import_notes"]``.
+    HF's on some text raise ModelFormatError (another normalizer, BPE dropout,
+    ``add_prefix_space`` after a Split); with ``strict=False`` they are ignored
+    and listed in ``metadata["hf_import_notes"]``. WordPiece, Unigram and
+    non-byte-level BPE models are refused.
     """
     return _import_hf(_read_hf_json(source), strict)[0]
 
 
 def hf_id_map(source, *, strict: bool = True) -> dict[int, int]:
-    """HF id -> gpubpe id of each token :func:`from_hf` keeps (not those HF never emits)."""
+    """HF id -> gpubpe id of each token :func:`from_hf` keeps: the same id (imports keep HF's)."""
     return _import_hf(_read_hf_json(source), strict)[1]
 
 
@@ -328,24 +355,84 @@ def _read_hf_json(source) -> dict:
 
 
 def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json"):
-    """(Vocabulary, HF id -> gpubpe id) of a parsed HF tokenizer.json."""
+    """(Vocabulary with HF's ids, HF id -> gpubpe id) of a parsed HF tokenizer.json."""
     notes: list[str] = []
     model = _hf_model_section(data, where)
     _check_model_options(model, where, strict, notes)
-    _check_normalizer(data.get("normalizer"), where, strict, notes)
-    pattern = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
+    normalizer = _normalizer_from_hf(data.get("normalizer"), where, strict, notes)
+    pattern, prefix_space = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
     _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
-    specials = _special_from_hf(data.get("added_tokens") or [], where, strict, notes)
+    specials = _special_from_hf(data.get("added_tokens") or [], where, notes)
     hf_vocab = model.get("vocab")
     if not isinstance(hf_vocab, dict):
         raise ModelFormatError(f"{where}: model.vocab is missing or not an object")
+    special_ids = {token_id for _, token_id, _ in specials}
+    token_bytes, output_ids = _tokens_from_hf_vocab(hf_vocab, special_ids, where, notes)
     pairs = _byte_pairs(_last_pairs(_merge_pairs(model.get("merges", []), where)))
-    rules, token_ids = _rules_from_pairs(pairs, where)
+    rules = _rules_of_pairs(pairs, token_bytes, where)
+    layout = IdLayout(output_ids, [token_id for _, token_id, _ in specials],
+                      whole_tokens=bool(model.get("ignore_merges")), prefix_space=prefix_space,
+                      normalizer=normalizer,
+                      special_flags={content: flags for content, _, flags in specials if flags})
     metadata = {"imported_from": "hf tokenizer.json"}
     if notes:
         metadata["hf_import_notes"] = notes
-    vocab = Vocabulary.from_rules(rules, [content for content, _ in specials], pattern, metadata)
-    return vocab, _id_map(hf_vocab, token_ids, specials, vocab.vocab_size)
+    vocab = _vocabulary_of(token_bytes, rules, layout, [c for c, _, _ in specials], pattern,
+                           metadata, where)
+    return vocab, {i: i for i in vocab.special_ids().values()} | {
+        int(i): int(i) for i in output_ids[output_ids >= 0]}
+
+
+def _vocabulary_of(token_bytes, rules, layout, specials, pattern, metadata, where):
+    try:
+        return Vocabulary.from_tokens(token_bytes, rules, layout, specials, pattern, metadata)
+    except ValueError as exc:
+        raise ModelFormatError(f"{where}: {exc}") from None
+
+
+def _tokens_from_hf_vocab(hf_vocab: dict, special_ids: set[int], where: str, notes: list[str]):
+    """(token bytes by internal id, output id by internal id) of a HF BPE vocab.
+
+    Bytes are internal ids 0-255 (output -1 when the vocab lacks one: HF drops
+    such a byte), other tokens follow in HF id order. Entries that are added
+    tokens, or not byte-level strings, are no BPE token: HF never emits them.
+    """
+    output_ids = [-1] * 256
+    others: list[tuple[int, bytes]] = []
+    skipped = []
+    for text, hf_id in hf_vocab.items():
+        if not isinstance(hf_id, int) or hf_id < 0:
+            raise ModelFormatError(f"{where}: vocab entry {text!r} has id {hf_id!r}")
+        piece = _maybe_token(text)
+        if hf_id in special_ids or piece is None or not piece:
+            skipped.append(text)
+        elif len(piece) == 1:
+            output_ids[piece[0]] = hf_id
+        else:
+            others.append((hf_id, piece))
+    others.sort()
+    missing = [b for b in range(256) if output_ids[b] < 0]
+    if missing:
+        notes.append(f"{len(missing)} byte(s) have no token (e.g. {bytes([missing[0]])!r}): "
+                     "they encode to nothing, as in HF")
+    token_bytes = [bytes([b]) for b in range(256)] + [piece for _, piece in others]
+    output = np.array(output_ids + [hf_id for hf_id, _ in others], dtype=np.int64)
+    return token_bytes, output
+
+
+def _rules_of_pairs(pairs: list[tuple[bytes, bytes]], token_bytes: list[bytes], where: str):
+    """Rules (n x 3, internal ids) of byte-string merges in rank order."""
+    internal = {piece: i for i, piece in enumerate(token_bytes)}
+    rules = np.zeros((len(pairs), 3), dtype=np.int64)
+    for rank, (left, right) in enumerate(pairs):
+        for part in (left, right, left + right):
+            if part not in internal:
+                raise ModelFormatError(
+                    f"{where}: merge {rank} ({token_to_hf(left)!r}, {token_to_hf(right)!r}) "
+                    f"needs {token_to_hf(part)!r}, which is not in model.vocab")
+        rules[rank] = (internal[left], internal[right], internal[left + right])
+    return rules
+
 
 
 def _hf_model_section(data: dict, where: str) -> dict:
@@ -372,16 +459,22 @@ def _check_model_options(model: dict, where: str, strict: bool, notes: list[str]
     if model.get("dropout"):
         _strict_issue(f"model.dropout is {model['dropout']}; gpubpe encodes without dropout",
                       where, strict, notes)
-    if model.get("ignore_merges"):
-        _strict_issue("model.ignore_merges is true: HF returns a word that is a token whole, "
-                      "gpubpe applies the merges", where, strict, notes)
 
 
-def _check_normalizer(normalizer, where: str, strict: bool, notes: list[str]) -> None:
-    if normalizer is not None:
-        kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
-        _strict_issue(f"a {kind!r} normalizer is set; gpubpe does not "
-                      "normalize, so normalize text yourself before encoding", where, strict, notes)
+def _normalizer_from_hf(normalizer, where: str, strict: bool, notes: list[str]) -> str | None:
+    """None or "NFC"; any other normalizer changes text in ways gpubpe does not follow."""
+    if normalizer is None:
+        return None
+    steps = normalizer.get("normalizers") if isinstance(normalizer, dict) and \
+        normalizer.get("type") == "Sequence" else [normalizer]
+    kinds = [step.get("type") if isinstance(step, dict) else step for step in steps or []]
+    if not kinds:
+        return None
+    if kinds == ["NFC"]:
+        return "NFC"
+    _strict_issue(f"a {kinds} normalizer is set; gpubpe supports no normalizer or NFC only, "
+                  "so normalize text yourself before encoding", where, strict, notes)
+    return None
 
 
 def _strict_issue(message: str, where: str, strict: bool, notes: list[str]) -> None:
@@ -390,8 +483,9 @@ def _strict_issue(message: str, where: str, strict: bool, notes: list[str]) -> N
     notes.append(message)
 
 
-def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]) -> str | None:
-    """gpubpe's pattern for a ByteLevel or Split + ByteLevel(use_regex=False) pre-tokenizer."""
+def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
+    """(gpubpe's pattern, add_prefix_space) of a ByteLevel or Split + ByteLevel(use_regex=False)
+    pre-tokenizer."""
     steps = _pre_tokenizer_steps(pre_tokenizer, where)
     *splits, byte_level = steps
     if byte_level.get("type") != "ByteLevel":
@@ -400,9 +494,11 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]) 
             f"{where}: pre-tokenizer is {kinds}; a byte-level BPE ends with ByteLevel "
             "(use a ByteLevel or Split + ByteLevel tokenizer.json)"
         )
-    if byte_level.get("add_prefix_space"):
-        _strict_issue("ByteLevel.add_prefix_space is true: HF adds a space before the text, "
-                      "gpubpe does not", where, strict, notes)
+    prefix_space = bool(byte_level.get("add_prefix_space"))
+    if prefix_space and splits:
+        _strict_issue("ByteLevel.add_prefix_space is true after a Split: HF adds a space before "
+                      "every word, gpubpe only before each text piece (ByteLevel alone)",
+                      where, strict, notes)
     uses_regex = byte_level.get("use_regex", True)
     if len(splits) + uses_regex > 1 or any(s.get("type") != "Split" for s in splits):
         kinds = [step.get("type") for step in steps]
@@ -412,12 +508,14 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]) 
             "ByteLevel(use_regex=false)"
         )
     if uses_regex:
-        return "gpt2"
-    return _pattern_of_split(splits[0], where) if splits else None
+        return "gpt2", prefix_space
+    return (_pattern_of_split(splits[0], where) if splits else None), prefix_space
 
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,
                           notes: list[str]) -> None:
+    if pre_tokenizer.get("type") == "ByteLevel":  # the split alone, without the prefix space
+        pre_tokenizer = {**pre_tokenizer, "add_prefix_space": False}
     try:
         mismatch = _hf_split_mismatch(pre_tokenizer, pattern)
     except Exception:  # HF cannot load this pre-tokenizer on its own: nothing to compare
@@ -465,18 +563,18 @@ def _pattern_of_split(split: dict, where: str) -> str:
     return f"(?:{text})|(?:(?!(?:{text}))[\\s\\S])+"
 
 
-def _special_from_hf(added_tokens, where: str, strict: bool, notes: list[str]):
-    """[(content, HF id)] of the added tokens, in HF id order; they become special tokens."""
+def _special_from_hf(added_tokens, where: str, notes: list[str]):
+    """[(content, HF id, flags)] of the added tokens, in HF id order; they become special
+    tokens, matched before the split with their lstrip / rstrip / single_word flags."""
     specials = []
     for token in sorted(added_tokens, key=lambda t: t.get("id") or 0):
-        content = token.get("content")
+        content, token_id = token.get("content"), token.get("id")
         if not isinstance(content, str) or not content:
             raise ModelFormatError(f"{where}: added token {token!r} has no content")
-        flags = [flag for flag in ("single_word", "lstrip", "rstrip") if token.get(flag)]
-        if flags:
-            _strict_issue(f"added token {content!r} sets {flags}; gpubpe matches special tokens "
-                          "exactly", where, strict, notes)
-        specials.append((content, token.get("id")))
+        if not isinstance(token_id, int) or token_id < 0:
+            raise ModelFormatError(f"{where}: added token {content!r} has id {token_id!r}")
+        flags = [flag for flag in ("lstrip", "rstrip", "single_word") if token.get(flag)]
+        specials.append((content, token_id, flags))
     return specials
 
 
@@ -505,35 +603,6 @@ def _byte_pairs(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(hf_to_token(left), hf_to_token(right)) for left, right in pairs]
 
 
-def _rules_from_pairs(pairs: list[tuple[bytes, bytes]], where: str):
-    """Rules (n x 3) of byte-string merges in rank order, and gpubpe's id of every token."""
-    token_ids = {bytes([b]): b for b in range(256)}
-    rules = np.zeros((len(pairs), 3), dtype=np.int64)
-    for rank, (left, right) in enumerate(pairs):
-        for part in (left, right):
-            if part not in token_ids:
-                raise ModelFormatError(
-                    f"{where}: merge {rank} ({left!r}, {right!r}) uses {part!r}, which no "
-                    "earlier merge makes; gpubpe needs every token made before it is merged"
-                )
-        result = token_ids.setdefault(left + right, len(token_ids))
-        rules[rank] = (token_ids[left], token_ids[right], result)
-    return rules, token_ids
-
-
-def _id_map(hf_vocab: dict, token_ids: dict[bytes, int], specials, vocab_size: int):
-    """HF id -> gpubpe id; HF tokens no merge makes (and no special token) are left out."""
-    id_map = {}
-    for text, hf_id in hf_vocab.items():
-        piece = _maybe_token(text)
-        if piece in token_ids:
-            id_map[hf_id] = token_ids[piece]
-    for index, (_, hf_id) in enumerate(specials):
-        if hf_id is not None:
-            id_map[hf_id] = vocab_size + index
-    return id_map
-
-
 def _maybe_token(text: str) -> bytes | None:
     try:
         return hf_to_token(text)
@@ -549,72 +618,106 @@ def to_tiktoken(vocab: Vocabulary, name: str = "gpubpe"):
     the vocabularies on which tiktoken's ids differ from gpubpe's)."""
     _check_plain_bpe(vocab, "tiktoken")
     tiktoken = _import_tiktoken()
-    ranks = {piece: token_id for token_id, piece in enumerate(vocab.token_bytes)}
+    output_ids = range(len(vocab.token_bytes)) if vocab.layout is None else \
+        vocab.layout.output_ids.tolist()
+    ranks = {piece: token_id for piece, token_id in zip(vocab.token_bytes, output_ids)
+             if token_id >= 0}
     specials = vocab.special_ids()
+    contiguous = vocab.n_ids == len(ranks) + len(specials)
     return tiktoken.Encoding(
         name,
         pat_str=resolve_pattern(vocab.pattern) or WHOLE_TEXT_PATTERN,
         mergeable_ranks=ranks,
         special_tokens=specials,
-        explicit_n_vocab=len(ranks) + len(specials),
+        explicit_n_vocab=vocab.n_ids if contiguous else None,
     )
 
 
-def from_tiktoken(encoding) -> Vocabulary:
-    """Import a ``tiktoken.Encoding``: its merges recovered from the ranks (:func:`recover_merges`).
+def from_tiktoken(encoding, pattern: str | None = None,
+                  special_tokens: dict[str, int] | None = None) -> Vocabulary:
+    """Import a ``tiktoken.Encoding``, or a ``.tiktoken`` rank file with its ``pattern``.
 
-    Ids are renumbered: bytes by value, other tokens in rank order from 256,
-    special tokens after them in the order of their tiktoken ids.
+    Ids are tiktoken's ranks, and encoding follows tiktoken's rule (DESIGN §2):
+    a word that is a token maps to it whole; else any adjacent pair whose bytes
+    are a token merges at that token's rank, lowest first, leftmost on ties.
+    So every split ``(a, b)`` of a token into two tokens becomes a rule at the
+    token's rank, and tokens reachable only whole (Llama 3 has some) work.
+    ``pattern``: for a file, a name ('gpt2', 'cl100k', 'o200k', 'llama3') or a
+    regex; ``special_tokens``: ``{text: id}`` for a file (an Encoding has its own).
     """
+    if isinstance(encoding, str | os.PathLike):
+        if pattern is None:
+            raise ConfigError("a .tiktoken rank file holds no split pattern: pass pattern= "
+                              "('gpt2', 'cl100k', 'o200k', 'llama3' or a regex)")
+        ranks, name = read_tiktoken_ranks(Path(encoding)), Path(encoding).name
+        pat_str, specials = _tiktoken_pattern(pattern), dict(special_tokens or {})
+    else:
+        try:
+            ranks, pat_str = encoding._mergeable_ranks, encoding._pat_str
+            specials, name = dict(encoding._special_tokens), encoding.name
+        except AttributeError:
+            raise TypeError(f"expected a tiktoken.Encoding or a .tiktoken path, got "
+                            f"{type(encoding).__name__}") from None
+    where = f"tiktoken encoding {name!r}"
+    token_bytes, output_ids = _tokens_by_rank(ranks, where)
+    rules = _all_splits(token_bytes)
+    ordered = sorted(specials, key=specials.get)
+    layout = IdLayout(output_ids, [specials[s] for s in ordered], rank_by_token=True,
+                      whole_tokens=True)
+    return _vocabulary_of(token_bytes, rules, layout, ordered, _pattern_name(pat_str),
+                          {"imported_from": f"tiktoken {name}"}, where)
+
+
+def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
+    """``{token bytes: rank}`` of a ``.tiktoken`` file (lines of base64 token and rank)."""
     try:
-        ranks, pat_str = encoding._mergeable_ranks, encoding._pat_str
-        special_ids = encoding._special_tokens
-    except AttributeError:
-        raise TypeError(f"expected a tiktoken.Encoding, got {type(encoding).__name__}") from None
-    pairs = recover_merges(ranks)
-    rules, _ = _rules_from_pairs(pairs, f"tiktoken encoding {encoding.name!r}")
-    specials = sorted(special_ids, key=special_ids.get)
-    return Vocabulary.from_rules(rules, specials, _pattern_name(pat_str),
-                                 {"imported_from": f"tiktoken {encoding.name}"})
-
-
-def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """Each multi-byte token's merge, in rank order: tiktoken's BPE on its bytes, lower ranks only.
-
-    tiktoken stores ranks, not merges; the merge that makes a token is the last
-    step tiktoken itself takes to build it, so BPE with ranks below the token's
-    must stop at exactly two parts.
-    """
-    merges = []
-    for piece, rank in sorted(ranks.items(), key=lambda item: item[1]):
-        if len(piece) < 2:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ModelFormatError(f"{path}: cannot be read ({exc.strerror})") from None
+    ranks = {}
+    for number, line in enumerate(lines, 1):
+        if not line:
             continue
-        parts = tiktoken_bpe(ranks, piece, max_rank=rank)
-        if len(parts) != 2:
-            raise ModelFormatError(
-                f"token {piece!r} (rank {rank}) is not the merge of two lower-ranked tokens "
-                f"(BPE on its bytes stops at {parts!r}); tiktoken can reach it only whole, "
-                "gpubpe's rules cannot express it"
-            )
-        merges.append((parts[0], parts[1]))
-    return merges
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token, validate=True)] = int(rank)
+        except (ValueError, binascii.Error):
+            raise ModelFormatError(f"{path}, line {number}: expected '<base64 token> <rank>', "
+                                   f"got {line[:60]!r}") from None
+    return ranks
 
 
-def tiktoken_bpe(ranks: dict[bytes, int], piece: bytes,
-                 max_rank: float = float("inf")) -> list[bytes]:
-    """tiktoken's BPE: merge the adjacent pair whose joined bytes have the lowest rank, leftmost
-    first, while that rank is below ``max_rank``."""
-    parts = [bytes([byte]) for byte in piece]
-    while len(parts) > 1:
-        best_rank, best_at = max_rank, -1
-        for at in range(len(parts) - 1):
-            rank = ranks.get(parts[at] + parts[at + 1])
-            if rank is not None and rank < best_rank:
-                best_rank, best_at = rank, at
-        if best_at < 0:
-            break
-        parts[best_at:best_at + 2] = [parts[best_at] + parts[best_at + 1]]
-    return parts
+def _tiktoken_pattern(pattern: str) -> str:
+    return TIKTOKEN_PATTERNS.get(pattern, pattern)
+
+
+def _tokens_by_rank(ranks: dict[bytes, int], where: str):
+    """(token bytes by internal id, their ranks): bytes first, then the others by rank."""
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise ModelFormatError(f"{where}: byte {missing[0]:#04x} is no token ({len(missing)} "
+                               "bytes missing); a byte-level vocabulary has all 256")
+    others = sorted((rank, piece) for piece, rank in ranks.items() if len(piece) > 1)
+    token_bytes = [bytes([b]) for b in range(256)] + [piece for _, piece in others]
+    output_ids = np.fromiter((ranks[piece] for piece in token_bytes), dtype=np.int64,
+                             count=len(token_bytes))
+    return token_bytes, output_ids
+
+
+def _all_splits(token_bytes: list[bytes]) -> np.ndarray:
+    """Rules (internal ids) for every split of every token into two tokens, by token rank
+    (``token_bytes`` is in rank order after the bytes)."""
+    internal = {piece: i for i, piece in enumerate(token_bytes)}
+    rules = []
+    for result in range(256, len(token_bytes)):
+        piece = token_bytes[result]
+        for cut in range(1, len(piece)):
+            left = internal.get(piece[:cut])
+            if left is not None:
+                right = internal.get(piece[cut:])
+                if right is not None:
+                    rules.append((left, right, result))
+    return np.array(rules, dtype=np.int64).reshape(-1, 3)
 
 
 def _pattern_name(pat_str: str) -> str | None:

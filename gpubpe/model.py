@@ -29,6 +29,35 @@ FORMAT = "gpubpe/1"
 
 
 @dataclass
+class IdLayout:
+    """How an imported vocabulary numbers its ids and encodes (DESIGN §2).
+
+    Kernels work on internal ids (0-255 the bytes, 256.. the other tokens in
+    ``token_bytes``); ``output_ids`` maps each to the id a user sees, -1 for a
+    token the source tool never emits (a byte missing from a HF vocabulary: HF
+    drops it). The map is written by the same pass that writes the output.
+    """
+
+    output_ids: np.ndarray  # int64 per internal id: its output id, or -1 (emits nothing)
+    special_ids: list[int]  # output id of each special token, in ``special_tokens`` order
+    # tiktoken's rule: every rule making one token shares that token's rank (ties: leftmost).
+    rank_by_token: bool = False
+    # A word that is itself a token maps to it before any merge (tiktoken; HF ignore_merges).
+    whole_tokens: bool = False
+    # HF text handling before the split: a space before each text piece, NFC.
+    prefix_space: bool = False
+    normalizer: str | None = None  # None or "NFC"
+    # HF added-token flags by content: a subset of ("lstrip", "rstrip", "single_word").
+    special_flags: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"output_ids": self.output_ids.tolist(), "special_ids": list(self.special_ids),
+                "rank_by_token": self.rank_by_token, "whole_tokens": self.whole_tokens,
+                "prefix_space": self.prefix_space, "normalizer": self.normalizer,
+                "special_flags": self.special_flags}
+
+
+@dataclass
 class Vocabulary:
     """Rules in rank order, token bytes by id, special tokens, split pattern, metadata."""
 
@@ -46,6 +75,8 @@ class Vocabulary:
 
     scaffold: np.ndarray | None = None  # bool per internal id (Scaffold-BPE), or None
     bitlevel_leads: list[int] | None = None  # lead bytes of the bit-level codec, if it is on
+    # Imported vocabularies keep the source tool's ids and rule (see ``IdLayout``).
+    layout: IdLayout | None = None
 
     @classmethod
     def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None,
@@ -86,16 +117,75 @@ class Vocabulary:
 
     @property
     def output_token_bytes(self) -> list[bytes]:
-        """Bytes of each output id (normal tokens only), what decoding reads."""
+        """Bytes of each output id (normal tokens only) of a vocabulary without a layout."""
         return self.token_bytes if self.output_bytes is None else self.output_bytes
 
     @property
     def vocab_size(self) -> int:
         """Number of normal output tokens (the 256 bytes included, special tokens excluded)."""
+        if self.layout is not None:
+            return int(np.count_nonzero(self.layout.output_ids >= 0))
         return len(self.output_token_bytes)
 
+    @property
+    def n_ids(self) -> int:
+        """One more than the largest id (normal or special): ids below it may be gaps."""
+        if self.layout is None:
+            return self.vocab_size + len(self.special_tokens)
+        return max([int(self.layout.output_ids.max(initial=-1)), *self.layout.special_ids]) + 1
+
     def special_ids(self) -> dict[str, int]:
+        if self.layout is not None:
+            return dict(zip(self.special_tokens, self.layout.special_ids))
         return {s: self.vocab_size + i for i, s in enumerate(self.special_tokens)}
+
+    def id_table(self) -> list[bytes | None]:
+        """Bytes of every output id below ``n_ids`` (special tokens: their UTF-8), None in gaps."""
+        if self.layout is None:
+            table: list[bytes | None] = list(self.output_token_bytes)
+        else:
+            table = [None] * self.n_ids
+            for internal, output in enumerate(self.layout.output_ids.tolist()):
+                if output >= 0:
+                    table[output] = self.token_bytes[internal]
+        for token, token_id in self.special_ids().items():
+            table[len(table):token_id + 1] = [None] * max(0, token_id + 1 - len(table))
+            table[token_id] = token.encode("utf-8")
+        return table
+
+    def byte_ids(self) -> np.ndarray:
+        """int64[256]: the output id of each byte token (-1 where the source tool has none)."""
+        if self.layout is None:
+            return np.arange(256, dtype=np.int64)
+        return self.layout.output_ids[:256].copy()
+
+    def output_map(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(ids, offsets): output ids of internal id t at ids[offsets[t]:offsets[t+1]], or Nones.
+
+        The kernels' one output table: Scaffold demolishing, or an import's layout
+        (one id per token, none for a token the source tool never emits).
+        """
+        if self.layout is None:
+            return self.demolish_ids, self.demolish_offsets
+        emits = self.layout.output_ids >= 0
+        offsets = np.zeros(emits.size + 1, dtype=np.int64)
+        np.cumsum(emits, out=offsets[1:])
+        return self.layout.output_ids[emits].astype(np.uint32), offsets
+
+    @classmethod
+    def from_tokens(cls, token_bytes: list[bytes], rules, layout: IdLayout,
+                    special_tokens=(), pattern="gpt2", metadata=None) -> Vocabulary:
+        """An imported vocabulary: tokens by internal id (0-255 the bytes), rules, its layout.
+
+        Rules may come in any rank order and any token may have no rule (it is
+        then reached only whole, with ``layout.whole_tokens``). ValueError when a
+        rule's bytes do not add up or two tokens share an output id.
+        """
+        rules = np.asarray(rules, dtype=np.int64).reshape(-1, 3)
+        _check_tokens(token_bytes, rules)
+        _check_layout(layout, len(token_bytes), len(special_tokens))
+        return cls(rules, list(token_bytes), list(special_tokens), pattern, dict(metadata or {}),
+                   layout=layout)
 
     def to_json(self) -> dict:
         from . import __version__
@@ -111,7 +201,16 @@ class Vocabulary:
                 "lead_bytes": list(self.bitlevel_leads)},
             "demolish": {str(t): self.demolished_internal(t) for t in self.scaffold_ids},
             "metadata": self.metadata,
+            **self._layout_json(),
         }
+
+    def _layout_json(self) -> dict:
+        if self.layout is None:
+            return {}
+        from .bytes_order import BYTE_TO_CHAR
+
+        tokens = ["".join(BYTE_TO_CHAR[b] for b in piece) for piece in self.token_bytes[256:]]
+        return {"tokens": tokens, "layout": self.layout.to_json()}
 
     def demolished_internal(self, token: int) -> list[int]:
         """Internal ids of the normal pieces of a scaffold token (its Demolishing)."""
@@ -170,8 +269,13 @@ class Vocabulary:
             raise ModelFormatError(f"{where}: special_tokens must be distinct non-empty strings")
         scaffold, demolish = _scaffold_fields(data, len(rules), where)
         try:
-            vocab = cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
-                                   scaffold, demolish)
+            if "layout" in data:
+                vocab = cls.from_tokens(_tokens_field(data, where), rules,
+                                        _layout_field(data, where), specials,
+                                        data.get("pattern"), data["metadata"])
+            else:
+                vocab = cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
+                                       scaffold, demolish)
         except ValueError as exc:
             raise ModelFormatError(f"{where}: {exc}") from None
         bitlevel = data.get("bitlevel")
@@ -181,6 +285,62 @@ class Vocabulary:
                 raise ModelFormatError(f"{where}: 'bitlevel' must be {{'lead_bytes': [ints]}}")
             vocab.bitlevel_leads = leads
         return vocab
+
+
+def _tokens_field(data: dict, where: str) -> list[bytes]:
+    from .bytes_order import CHAR_TO_BYTE
+
+    tokens = data.get("tokens")
+    try:
+        return [bytes([b]) for b in range(256)] + [
+            bytes(CHAR_TO_BYTE[c] for c in text) for text in tokens]
+    except (TypeError, KeyError):
+        raise ModelFormatError(f"{where}: 'tokens' must list byte-level strings (GPT-2's "
+                               "alphabet), one per token after the 256 bytes") from None
+
+
+def _layout_field(data: dict, where: str) -> IdLayout:
+    fields = data.get("layout")
+    try:
+        flags = {k: list(v) for k, v in (fields.get("special_flags") or {}).items()}
+        return IdLayout(np.array(fields["output_ids"], dtype=np.int64),
+                        [int(i) for i in fields["special_ids"]],
+                        bool(fields.get("rank_by_token")), bool(fields.get("whole_tokens")),
+                        bool(fields.get("prefix_space")), fields.get("normalizer"), flags)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise ModelFormatError(f"{where}: 'layout' must hold output_ids and special_ids "
+                               "lists of ints") from None
+
+
+def _check_tokens(token_bytes: list[bytes], rules: np.ndarray) -> None:
+    """ValueError unless ids 0-255 are the bytes and each rule's parts spell its result."""
+    if len(token_bytes) < 256 or any(token_bytes[b] != bytes([b]) for b in range(256)):
+        raise ValueError("internal ids 0-255 must be the 256 byte tokens, in byte order")
+    n = len(token_bytes)
+    if rules.size and (rules.min() < 0 or rules.max() >= n):
+        raise ValueError(f"a rule names an id outside the {n} tokens")
+    for rank, (left, right, result) in enumerate(rules.tolist()):
+        if token_bytes[left] + token_bytes[right] != token_bytes[result]:
+            raise ValueError(f"rule {rank} ({left}, {right}) -> {result}: "
+                             f"{token_bytes[left] + token_bytes[right]!r} is not "
+                             f"{token_bytes[result]!r}")
+
+
+def _check_layout(layout: IdLayout, n_tokens: int, n_specials: int) -> None:
+    """ValueError unless every output id is a distinct non-negative uint32."""
+    outputs = layout.output_ids
+    if outputs.shape != (n_tokens,):
+        raise ValueError(f"{outputs.size} output ids for {n_tokens} tokens")
+    if len(layout.special_ids) != n_specials:
+        raise ValueError(f"{len(layout.special_ids)} special ids for {n_specials} special tokens")
+    used = np.concatenate([outputs[outputs >= 0], np.asarray(layout.special_ids, np.int64)])
+    if used.size and (used.min() < 0 or used.max() >= 1 << 32):
+        raise ValueError("output ids must be in 0..2**32-1")
+    if np.unique(used).size != used.size:
+        values, counts = np.unique(used, return_counts=True)
+        raise ValueError(f"output id {int(values[counts > 1][0])} is given to two tokens")
+    if layout.normalizer not in (None, "NFC"):
+        raise ValueError(f"normalizer {layout.normalizer!r}: only None and 'NFC' are supported")
 
 
 def write_text_atomically(path: Path, text: str) -> None:

@@ -5,10 +5,18 @@ cross documents or special tokens. Bytes that are not valid UTF-8 are carried
 through the ``str`` world with ``surrogateescape`` and come back unchanged.
 
 Corpora are read as batches of UTF-8 bytes cut into segments (a document, or
-the text between special tokens). Word counting for the GPT-2 pattern runs
-the exact Numba scanner of ``gpubpe.kernels.pretok`` in threads (it releases
-the GIL); other patterns use ``regex``, whose ``findall`` calls are saved by
-joining documents whose boundary cannot change the split (``_pieces``).
+the text between special tokens). Word counting for the named patterns (gpt2,
+cl100k, o200k) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
+threads (they release the GIL); a custom pattern uses ``regex``.
+
+Bytes that are not valid UTF-8 (input given as bytes) are split as ``regex``
+splits the ``surrogateescape``-decoded text: each byte that starts no valid
+sequence is one character of no class ("other": not a letter, number, mark
+or whitespace), so it joins punctuation runs and can prefix a letter run.
+Every path (Numba scanners, ``regex`` for custom patterns, the oracle) agrees
+on this. It is not what ``errors="replace"`` decoding would give: that merges
+a broken sequence into one U+FFFD, so ``b"\\xe4\\xb8abc"`` would be one piece
+there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 """
 
 from __future__ import annotations
@@ -26,7 +34,21 @@ import numpy as np
 import regex
 
 from .errors import ConfigError, CorpusError
-from .kernels.pretok import LETTER, NUMBER, SPACE, count_gpt2_words
+from .kernels.pretok import (
+    CHAR_CRLF,
+    CHAR_L,
+    CHAR_N,
+    CHAR_S,
+    CHAR_U,
+    CHAR_W,
+    CL100K,
+    GPT2,
+    LETTER,
+    NUMBER,
+    O200K,
+    SPACE,
+    count_scanned_words,
+)
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -115,6 +137,44 @@ def code_point_classes() -> np.ndarray:
         for match in regex.finditer(pattern, text):
             classes[code_points[match.start():match.end()]] = cls
     return classes
+
+
+@lru_cache(maxsize=1)
+def code_point_flags() -> np.ndarray:
+    """``CHAR_*`` bit flags of every code point, as ``regex`` sees it (cl100k / o200k scanners).
+
+    Each flag is the set of one class the patterns name, read from ``regex``
+    itself (Python's ``unicodedata`` lags behind its Unicode version).
+    """
+    code_points = np.arange(0x110000, dtype=np.int64)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    flags = np.zeros(0x110000, dtype=np.uint8)
+    for flag, pattern in _FLAG_CLASSES:
+        for match in regex.finditer(pattern + "+", text):
+            flags[code_points[match.start():match.end()]] |= flag
+    return flags
+
+
+_FLAG_CLASSES = (
+    (CHAR_L, r"\p{L}"),
+    (CHAR_N, r"\p{N}"),
+    (CHAR_S, r"\s"),
+    (CHAR_U, r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"),
+    (CHAR_W, r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"),
+    (CHAR_CRLF, r"[\r\n]"),
+)
+_SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K}
+
+
+def scanner_for(regex_text: str | None) -> int | None:
+    """The Numba scanner id (``kernels.pretok.GPT2`` ...) of a named pattern, None for others."""
+    return _SCANNERS.get(regex_text)
+
+
+def scanner_table(scanner: int) -> np.ndarray:
+    """The class table a scanner reads: classes for GPT-2, flags for cl100k and o200k."""
+    return code_point_classes() if scanner == GPT2 else code_point_flags()
 
 
 # ---------------------------------------------------------------- corpus readers
@@ -457,7 +517,7 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
     regex_text = resolve_pattern(pattern)
     specials = special_splitter(special_tokens)
     special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
-    counter = _count_gpt2_batch if regex_text == GPT2_PATTERN else _count_regex_batch
+    counter = _count_scanned_batch if scanner_for(regex_text) is not None else _count_regex_batch
     threads = num_threads or os.cpu_count() or 1
     totals: Counter = Counter()
     # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel
@@ -501,10 +561,12 @@ def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.nda
     return [(starts[a:b], ends[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-def _count_gpt2_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, int]:
+def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, int]:
+    """Word counts of a batch by the Numba scanner of a named pattern."""
     array = np.frombuffer(data, dtype=np.uint8)
-    word_at, word_len, word_count, collided = count_gpt2_words(
-        array, starts, ends, code_point_classes()
+    scanner = scanner_for(regex_text)
+    word_at, word_len, word_count, collided = count_scanned_words(
+        array, starts, ends, scanner, scanner_table(scanner)
     )
     if collided:  # two words shared a 64-bit hash: count this batch exactly instead
         return _count_regex_batch(data, starts, ends, regex_text)
@@ -515,43 +577,8 @@ def _count_gpt2_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, int]
 
 
 def _count_regex_batch(data: bytes, starts, ends, regex_text) -> Counter:
+    """Word counts of a batch by ``regex`` (a custom pattern, or None: a segment is a word)."""
     counts: Counter = Counter()
-    for piece in _pieces(data, starts, ends, regex_text in NAMED_PATTERNS.values()):
-        counts.update(split_words(piece, regex_text))
-    return Counter({word_bytes(word): count for word, count in counts.items()})
-
-
-def _pieces(data: bytes, starts, ends, joinable: bool) -> Iterator[str]:
-    """Segment texts, consecutive ones joined where the boundary is safe (see below)."""
-    text_start = None
-    text_end = 0
     for start, end in zip(starts.tolist(), ends.tolist()):
-        if text_start is not None and (start != text_end or not _safe_boundary(data, start)):
-            yield data[text_start:text_end].decode("utf-8", "surrogateescape")
-            text_start = None
-        if text_start is None:
-            text_start = start
-        text_end = end
-        if not joinable:
-            yield data[text_start:text_end].decode("utf-8", "surrogateescape")
-            text_start = None
-    if text_start is not None:
-        yield data[text_start:text_end].decode("utf-8", "surrogateescape")
-
-
-_SPACE_BYTES = frozenset(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0")
-
-
-def _safe_boundary(data: bytes, at: int) -> bool:
-    """Whether documents may be joined at byte ``at`` for the named patterns.
-
-    A boundary ``...X\\n|Y...`` changes no split of gpt2/cl100k/o200k when X and
-    Y are not whitespace and Y is not "/" (o200k lets punctuation take "/"):
-    only whitespace matches could span it. Non-ASCII neighbours are treated as
-    unsafe (a cut is always correct, only slower).
-    """
-    if at < 2 or at >= len(data) or data[at - 1] != 10:
-        return False
-    before, after = data[at - 2], data[at]
-    return before < 0x80 and after < 0x80 and before not in _SPACE_BYTES and \
-        after not in _SPACE_BYTES and after != 0x2F
+        counts.update(split_words(data[start:end].decode("utf-8", "surrogateescape"), regex_text))
+    return Counter({word_bytes(word): count for word, count in counts.items()})

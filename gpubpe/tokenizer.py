@@ -2,7 +2,8 @@
 
 Encoding works on whole batches: the documents become one UTF-8 buffer,
 special tokens cut it into pieces, the pieces are split into words (the exact
-Numba GPT-2 scanner, or ``regex`` for other patterns), every distinct word is
+Numba scanner of the GPT-2, cl100k or o200k pattern, or ``regex`` for a custom
+pattern), every distinct word is
 encoded once (Numba, in threads without the GIL), and the ids are scattered
 into one ragged array (``RaggedBatch``: ids uint32, offsets int64). A bounded
 cache keeps the encodings of words across calls. ``encode`` is a batch of one.
@@ -27,12 +28,13 @@ import gc
 import itertools
 import os
 import threading
+import unicodedata
 from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import regex
@@ -55,12 +57,14 @@ from .kernels.encode import (
     join_word_lists,
     merge_new_words_cpu,
     rule_table,
+    whole_tokens_of_words_cpu,
     word_refs_given_cpu,
-    word_refs_gpt2_cpu,
+    word_refs_scan_cpu,
     write_piece_tokens_cpu,
 )
+from .kernels.pretok import GPT2
 from .model import Vocabulary
-from .pretokenize import GPT2_PATTERN, code_point_classes, resolve_pattern
+from .pretokenize import resolve_pattern, scanner_for, scanner_table
 
 # Word cache: at most this many words, of at most _CACHE_WORD_BYTES bytes each.
 _CACHE_WORDS = 1 << 17
@@ -174,9 +178,9 @@ class Tokenizer:
     def __init__(self, vocab: Vocabulary, backend: str = "auto"):
         self._vocab = vocab
         self._pattern = resolve_pattern(vocab.pattern)
-        self._gpt2 = self._pattern == GPT2_PATTERN
+        self._scanner = scanner_for(self._pattern)  # None: a custom pattern, split by regex
         self._special_ids = vocab.special_ids()
-        self._rules = rule_table(vocab.rules, vocab.demolish_ids, vocab.demolish_offsets)
+        self._rules = _rule_table_of(vocab)
         self._backend_name = backend
         chosen = resolve_backend(backend)
         self._device = None
@@ -185,6 +189,7 @@ class Tokenizer:
         self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
+        self._id_gaps: np.ndarray | None = None  # bool per id: no token has it (imports)
         self._cache = None
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
@@ -210,8 +215,8 @@ class Tokenizer:
 
     @property
     def n_vocab(self) -> int:
-        """Every id the tokenizer can emit: normal plus special tokens."""
-        return self._vocab.vocab_size + len(self._special_ids)
+        """One more than the largest id (normal or special); imported layouts may leave gaps."""
+        return self._vocab.n_ids
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -239,9 +244,8 @@ class Tokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one id (special tokens: their UTF-8 text)."""
         self._check_ids([token_id])
-        if token_id < self._vocab.vocab_size:
-            return self._vocab.output_token_bytes[token_id]
-        return self._vocab.special_tokens[token_id - self._vocab.vocab_size].encode("utf-8")
+        table_bytes, table_offsets = self._byte_table()
+        return table_bytes[table_offsets[token_id]:table_offsets[token_id + 1]].tobytes()
 
     def __getstate__(self) -> dict:
         # tables and caches are rebuilt, locks and device arrays are not pickled
@@ -291,9 +295,12 @@ class Tokenizer:
         return cls(interop.from_gpt2_files(vocab_json, merges_txt))
 
     @classmethod
-    def from_tiktoken(cls, encoding) -> Tokenizer:
-        """Import a ``tiktoken.Encoding`` (its merges are recovered from the ranks)."""
-        return cls(interop.from_tiktoken(encoding))
+    def from_tiktoken(cls, encoding, pattern: str | None = None,
+                      special_tokens: dict[str, int] | None = None) -> Tokenizer:
+        """Import a ``tiktoken.Encoding``, or a ``.tiktoken`` rank file with its ``pattern``
+        ('gpt2', 'cl100k', 'o200k', 'llama3' or a regex): the same ids as tiktoken."""
+        return cls(interop.from_tiktoken(encoding, pattern=pattern,
+                                         special_tokens=special_tokens))
 
     def with_bitlevel(self, lead_bytes=DEFAULT_LEAD_BYTES) -> BitLevelTokenizer:
         """This tokenizer with the bit-level codec on its output (DESIGN §3).
@@ -390,11 +397,16 @@ class Tokenizer:
                           disallowed_special, num_threads) -> RaggedBatch:
         array = _readonly_bytes(data)
         doc_start, doc_end = _document_ranges(doc_start, doc_end, array.size)
+        layout = self._vocab.layout
+        if layout is not None and layout.normalizer == "NFC":
+            array, doc_start, doc_end = _nfc_documents(array, doc_start, doc_end)
         allowed = self._special_set(allowed_special)
         disallowed = self._special_set(disallowed_special) - allowed
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
         threads = _thread_count(num_threads, array.size)
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, threads)
+        if layout is not None and layout.prefix_space:
+            array, pieces = _with_prefix_spaces(array, pieces)
         words = self._words_of(array, pieces)
         with self._reading_cache() as cache:
             ids, piece_offsets, new_words = _encode_pieces(array, pieces, words, cache,
@@ -406,7 +418,7 @@ class Tokenizer:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
     def _pieces(self, array, doc_start, doc_end, allowed: set[str], threads: int):
-        """Cut documents at allowed special tokens (and long GPT-2 text near thread shares)."""
+        """Cut documents at allowed special tokens (and long scanned text near thread shares)."""
         match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
         if allowed:
             token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
@@ -414,21 +426,36 @@ class Tokenizer:
                                                       token_offsets, first_byte, np.int64(2**62))
             match_len = np.diff(token_offsets)[match_token]
             match_id = token_ids[match_token]
+            if self._vocab.layout is not None and self._vocab.layout.special_flags:
+                match_at, match_len, match_id = _apply_special_flags(
+                    array, doc_start, doc_end, match_at, match_len, match_id,
+                    self._flags_by_id())
         cut_bytes = 0
-        if self._gpt2 and threads > 1:
+        prefix_space = self._vocab.layout is not None and self._vocab.layout.prefix_space
+        if self._scanner is not None and threads > 1 and not prefix_space:  # a cut would get a prefix space
             cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
         if match_at.size == 0 and cut_bytes == 0:  # the pieces are the documents
             pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
             return pieces, np.arange(doc_start.size + 1, dtype=np.int64)
         piece_start, piece_end, piece_special, doc_first_piece = build_pieces_cpu(
             array, doc_start, doc_end, match_at, match_len, match_id, cut_bytes,
-            code_point_classes())
+            *self._scan_args())
         return (piece_start, piece_end, piece_special), doc_first_piece
 
+    def _scan_args(self) -> _Scanner:
+        """The scanner for the kernels (GPT-2's for a custom pattern: its cuts are never used)."""
+        scanner = GPT2 if self._scanner is None else self._scanner
+        return _Scanner(scanner, scanner_table(scanner))
+
+    def _flags_by_id(self) -> dict[int, list[str]]:
+        flags = self._vocab.layout.special_flags
+        return {self._special_ids[token]: found for token, found in flags.items()
+                if token in self._special_ids}
+
     def _words_of(self, array, pieces):
-        """None for GPT-2 (the Numba scanner splits), else the ``regex`` words (``_regex_words``)."""
-        if self._gpt2:
-            return None
+        """The ``_Scanner`` for a named pattern (Numba splits), else the ``regex`` words."""
+        if self._scanner is not None:
+            return self._scan_args()
         return _regex_words(array, pieces, self._pattern)
 
     @contextmanager
@@ -557,10 +584,11 @@ class Tokenizer:
             raise
 
     def _byte_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """Flat bytes of every id (normal, then special tokens) and their int64 offsets."""
+        """Flat bytes of every id (normal and special tokens) and their int64 offsets."""
         if self._decode_table is None:
-            pieces = list(self._vocab.output_token_bytes)
-            pieces += [s.encode("utf-8") for s in self._vocab.special_tokens]
+            table = self._vocab.id_table()
+            self._id_gaps = np.array([piece is None for piece in table], dtype=bool)
+            pieces = [b"" if piece is None else piece for piece in table]
             offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
             np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=offsets[1:])
             self._decode_table = (np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets)
@@ -582,6 +610,14 @@ class Tokenizer:
                                     "expected an int")
             array = np.array([min(max(i, -1), 1 << 62) for i in flat], dtype=np.int64)
         bad = np.flatnonzero((array < 0) | (array >= self.n_vocab))
+        if not bad.size and self._vocab.layout is not None:
+            self._byte_table()
+            gaps = self._id_gaps
+            bad = np.flatnonzero((array < gaps.size) & gaps[np.minimum(array, gaps.size - 1)])
+            if bad.size:
+                position = int(bad[0])
+                raise ValueError(f"id {array[position]} at position {position}{of_doc} is no "
+                                 "token of this tokenizer (a gap in its id layout)")
         if bad.size:
             position = int(bad[0])
             raise ValueError(
@@ -593,6 +629,88 @@ class Tokenizer:
 
     def _check_ids(self, ids) -> None:
         self._id_array(list(ids))
+
+
+# ---------------------------------------------------------------- imported text rules
+
+
+def _rule_table_of(vocab: Vocabulary):
+    """The kernels' tables of a vocabulary: rules, output map, tiktoken/HF lookup options."""
+    layout = vocab.layout
+    ids, offsets = vocab.output_map()
+    if layout is None:
+        return rule_table(vocab.rules, ids, offsets)
+    return rule_table(vocab.rules, ids, offsets, rank_by_token=layout.rank_by_token,
+                      whole_tokens=vocab.token_bytes if layout.whole_tokens else None)
+
+
+def _nfc_documents(array, doc_start, doc_end):
+    """The documents in Unicode NFC (HF's NFC normalizer), as a new buffer and ranges."""
+    data = array.tobytes()
+    texts = [unicodedata.normalize("NFC", data[a:b].decode("utf-8", "surrogateescape"))
+             for a, b in zip(doc_start.tolist(), doc_end.tolist())]
+    encoded = [text.encode("utf-8", "surrogateescape") for text in texts]
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(lengths)
+    return _readonly_bytes(b"".join(encoded)), ends - lengths, ends
+
+
+def _with_prefix_spaces(array, pieces):
+    """HF's ByteLevel add_prefix_space: a space before every text piece not starting with one.
+
+    Returns a new buffer and the pieces' ranges in it (special pieces keep theirs).
+    """
+    piece_start, piece_end, piece_special = pieces
+    gets_space = (piece_special < 0) & (piece_end > piece_start)
+    gets_space[gets_space] = array[piece_start[gets_space]] != 0x20
+    if not gets_space.any():
+        return array, pieces
+    lengths = piece_end - piece_start + gets_space
+    new_end = np.cumsum(lengths)
+    new_start = new_end - lengths
+    data = array.tobytes()
+    parts = [b" " + data[a:b] if space else data[a:b] for a, b, space in
+             zip(piece_start.tolist(), piece_end.tolist(), gets_space.tolist())]
+    return _readonly_bytes(b"".join(parts)), (new_start, new_end, piece_special)
+
+
+# Unicode White_Space (what Rust's char::is_whitespace tests, as HF's lstrip/rstrip do).
+_WHITESPACE_CHARS = ("\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+                     + "\u2028\u2029\u202f\u205f\u3000")
+_WORD_CHAR = regex.compile(r"[\p{Alphabetic}\p{N}_]")
+
+
+def _apply_special_flags(array, doc_start, doc_end, match_at, match_len, match_id, flags):
+    """HF's added-token flags on matches: single_word drops a match inside a word, lstrip and
+    rstrip widen it over the whitespace beside it (never past the document or the last match)."""
+    keep_at, keep_len, keep_id = [], [], []
+    data = array.tobytes()
+    doc_of = np.searchsorted(doc_end, match_at, side="right")
+    last_end, last_doc = -1, -1
+    for at, length, token_id, doc in zip(match_at.tolist(), match_len.tolist(),
+                                         match_id.tolist(), doc_of.tolist()):
+        token_flags = flags.get(token_id, ())
+        lo, hi = int(doc_start[doc]), int(doc_end[doc])
+        floor = max(lo, last_end) if doc == last_doc else lo
+        before = data[floor:at].decode("utf-8", "surrogateescape")
+        after = data[at + length:hi].decode("utf-8", "surrogateescape")
+        if "single_word" in token_flags and (
+                (before and _WORD_CHAR.match(before[-1])) or (after and _WORD_CHAR.match(after[0]))):
+            continue
+        start, stop = at, at + length
+        if "lstrip" in token_flags:
+            spaces = len(before) - len(before.rstrip(_WHITESPACE_CHARS))
+            start -= len(before[len(before) - spaces:].encode("utf-8", "surrogateescape"))
+        if "rstrip" in token_flags:
+            spaces = len(after) - len(after.lstrip(_WHITESPACE_CHARS))
+            stop += len(after[:spaces].encode("utf-8", "surrogateescape"))
+        keep_at.append(start)
+        keep_len.append(stop - start)
+        keep_id.append(token_id)
+        last_end, last_doc = stop, doc
+    return (np.array(keep_at, dtype=np.int64), np.array(keep_len, dtype=np.int64),
+            np.array(keep_id, dtype=np.int64))
+
 
 
 # ---------------------------------------------------------------- documents as bytes
@@ -732,6 +850,13 @@ def _shares(weights: np.ndarray, threads: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
 
 
+class _Scanner(NamedTuple):
+    """A named pattern's Numba scanner: its id (``kernels.pretok.GPT2`` ...) and class table."""
+
+    scanner: int
+    table: np.ndarray
+
+
 @dataclass
 class _NewWords:
     """The batch's distinct words that missed the cache, encoded: what the cache may admit."""
@@ -761,14 +886,26 @@ class _WordEncoder:
     def __call__(self, array, word_at, word_len) -> tuple[np.ndarray, np.ndarray]:
         """BPE on each unique word: (ids, offsets)."""
         if self.device is not None and word_len.sum() >= self.device_min_work:
+            if self.rules.whole_table.size:
+                return self._whole_tokens_on_cpu(array, word_at, word_len)
             return self.device.encode_words(array, word_at, word_len)
         return _encode_unique_words(array, word_at, word_len, self.rules, self.threads)
+
+    def _whole_tokens_on_cpu(self, array, word_at, word_len):
+        """Words that are tokens take the CPU's whole-token lookup; the device merges the rest."""
+        whole = whole_tokens_of_words_cpu(array, word_at, word_len, self.rules) >= 0
+        if not whole.any():
+            return self.device.encode_words(array, word_at, word_len)
+        rest = ~whole
+        found = encode_word_list_cpu(array, word_at[whole], word_len[whole], self.rules)
+        merged = self.device.encode_words(array, word_at[rest], word_len[rest])
+        return _interleaved_words([(whole, found), (rest, merged)], word_at.size)
 
 
 def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads):
     """Steps 1-4 of ``kernels.encode``: (ids, first id of each piece, the batch's _NewWords)."""
-    if words is None and threads == 1 and encoder.cpu_only:
-        return _encode_pieces_serial(array, pieces, cache, encoder.rules)
+    if isinstance(words, _Scanner) and threads == 1 and encoder.cpu_only:
+        return _encode_pieces_serial(array, pieces, words, cache, encoder.rules)
     piece_start, piece_end, _ = pieces
     shards = _shares(piece_end - piece_start, threads)
     piece_ref_end = np.empty(piece_start.size, dtype=np.int64)
@@ -789,10 +926,9 @@ def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads):
 def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple]:
     """Step 1 on every shard: ``(refs, new_at, new_len, new_count, new_key)`` per shard."""
     piece_start, piece_end, piece_special = pieces
-    if words is None:
-        classes = code_point_classes()
-        return _run_all(word_refs_gpt2_cpu, [
-            (array, piece_start, piece_end, piece_special, lo, hi, classes, cache, piece_ref_end)
+    if isinstance(words, _Scanner):
+        return _run_all(word_refs_scan_cpu, [
+            (array, piece_start, piece_end, piece_special, lo, hi, *words, cache, piece_ref_end)
             for lo, hi in shards])
     word_starts, word_ends, piece_word_offsets = words
     return _run_all(word_refs_given_cpu, [
@@ -817,13 +953,28 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
     return ids, piece_offsets
 
 
-def _encode_pieces_serial(array, pieces, cache, rules):
-    """``_encode_pieces`` on the calling thread in one kernel call (GPT-2 pattern)."""
+def _encode_pieces_serial(array, pieces, scanner: _Scanner, cache, rules):
+    """``_encode_pieces`` on the calling thread in one kernel call (a named pattern)."""
     ids, piece_offsets, n_words, new_ids, new_offsets, word_at, word_len, count, word_key = \
-        encode_pieces_serial_cpu(array, *pieces, code_point_classes(), cache, rules)
+        encode_pieces_serial_cpu(array, *pieces, *scanner, cache, rules)
     hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
     return ids, piece_offsets, _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets,
                                          hit_rate)
+
+
+def _interleaved_words(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """Join (mask, (ids, offsets)) parts, each the encodings of the masked words, in word order."""
+    lengths = np.zeros(n_words, dtype=np.int64)
+    for mask, (_, offsets) in parts:
+        lengths[mask] = np.diff(offsets)
+    out_offsets = np.zeros(n_words + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint32)
+    for mask, (ids, offsets) in parts:
+        words = np.flatnonzero(mask)
+        where = np.repeat(out_offsets[words] - offsets[:-1], np.diff(offsets))
+        out[where + np.arange(ids.size)] = ids
+    return out, out_offsets
 
 
 def _encode_unique_words(array, word_at, word_len, rules, threads):

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import _reference
 from .backend import Backend, resolve_backend
+from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .errors import ConfigError, CorpusError
 from .kernels._cuda import to_host
 from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
@@ -56,7 +56,7 @@ TIE_BREAKS = ("hf",)
 # Rules per call of the Numba loop: small enough for a lively progress bar,
 # large enough that the call overhead (~50 us) does not show.
 _RULES_PER_CALL = 512
-HF_BYTE_RANK = np.array(_reference.hf_byte_rank(), dtype=np.int64)
+HF_BYTE_RANK = np.array(_HF_BYTE_RANK, dtype=np.int64)
 
 
 # Token ids are uint32 (DESIGN §2), special tokens included.

@@ -5,7 +5,7 @@ special token each (``piece_special`` >= 0 holds its id). Pieces are handed
 to threads in contiguous runs (*shards*); every step below is exact, so the
 ids never depend on how many shards there are or where they start.
 
-1. ``word_refs_gpt2_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
+1. ``word_refs_scan_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
    GIL): split the pieces into words and look each word up, by its
    ``word_key``, in the tokenizer's ``WordCache``; a miss goes into the
    shard's own table of new words. Each word occurrence becomes a *ref*: a
@@ -41,7 +41,8 @@ Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
 
 - The split dominates: ~7 ns/byte for the GPT-2 scanner, mostly mispredicted
   branches at word ends. Handling ASCII word starts inline
-  (``gpt2_word_end_fast``) gave +35%.
+  (``gpt2_word_end_fast``) gave +35%. cl100k and o200k scan through the same
+  kernel (``pretok.piece_end``, one branch per word on the scanner id).
 - Cache lookups first cost ~45 ns per word: separate key and slot arrays,
   then two offset arrays and the pooled bytes to compare, 4-5 dependent
   loads. Words of up to 7 bytes are now their own key (no byte compare) and
@@ -86,7 +87,7 @@ from .hashing import (
     table_put,
 )
 from .pairs import pair_key
-from .pretok import gpt2_safe_cut, gpt2_word_end_fast
+from .pretok import piece_end, safe_cut
 
 # Small helpers called once per word or per pair, inlined into their callers at
 # Numba IR level: a real call passes every array of a NamedTuple by value
@@ -104,6 +105,12 @@ class RuleTable(NamedTuple):
     result: np.ndarray  # int64: rank -> id the rule produces
     demolish_ids: np.ndarray  # uint32: output ids of internal id t at demolish_offsets[t:t+2]
     demolish_offsets: np.ndarray  # int64, one more than internal ids; empty: output == internal
+    # Whole-token lookup (tiktoken; HF ignore_merges), all empty when off: a word that
+    # is a token maps to it before any merge. Interleaved (word_key, internal id)
+    # cells; the tokens' bytes, to compare long words, at token_offsets[t:t+2].
+    whole_table: np.ndarray  # uint64
+    token_pool: np.ndarray  # uint8
+    token_offsets: np.ndarray  # int64
 
 
 class WordCache(NamedTuple):
@@ -130,25 +137,100 @@ class NewWords(NamedTuple):
 # ---------------------------------------------------------------- rules
 
 
-def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None) -> RuleTable:
-    """The encoding tables of a vocabulary's rules (first rank wins when a pair repeats)."""
+def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None, *,
+               rank_by_token: bool = False, whole_tokens: list[bytes] | None = None
+               ) -> RuleTable:
+    """The encoding tables of a vocabulary's rules (first rank wins when a pair repeats).
+
+    ``rank_by_token`` (tiktoken's rule): every rule making one token gets the
+    rank of the first of them, so any split of a token merges at the token's
+    rank and equal ranks go leftmost. ``whole_tokens``: the bytes of every
+    token by internal id, for the whole-token lookup before BPE.
+    """
     keys, ranks = empty_table(4 * max(len(rules), 1))
+    results = np.ascontiguousarray(rules[:, 2], dtype=np.int64)
     _fill_rule_table(keys, ranks, np.ascontiguousarray(rules[:, 0]),
-                     np.ascontiguousarray(rules[:, 1]))
+                     np.ascontiguousarray(rules[:, 1]), _rule_priorities(results, rank_by_token))
     if demolish_offsets is None:
         demolish_ids = np.zeros(0, dtype=np.uint32)
         demolish_offsets = np.zeros(0, dtype=np.int64)
-    return RuleTable(keys, ranks, np.ascontiguousarray(rules[:, 2], dtype=np.int64),
+    return RuleTable(keys, ranks, results,
                      np.ascontiguousarray(demolish_ids, dtype=np.uint32),
-                     np.ascontiguousarray(demolish_offsets, dtype=np.int64))
+                     np.ascontiguousarray(demolish_offsets, dtype=np.int64),
+                     *_whole_token_table(whole_tokens))
+
+
+def _rule_priorities(results: np.ndarray, rank_by_token: bool) -> np.ndarray:
+    """The rank stored for each rule: its own, or the first rank making the same token."""
+    if not rank_by_token or results.size == 0:
+        return np.arange(results.size, dtype=np.int64)
+    _, first, inverse = np.unique(results, return_index=True, return_inverse=True)
+    return first[inverse].astype(np.int64)
 
 
 @njit(cache=True)
-def _fill_rule_table(keys, values, left, right):
+def _fill_rule_table(keys, values, left, right, priority):
     for rank in range(left.size):
         key = pair_key(left[rank], right[rank])
         if table_find(keys, values, key) < 0:
-            table_put(keys, values, key, rank)
+            table_put(keys, values, key, priority[rank])
+
+
+def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...]:
+    """(cells, pool, offsets) of the whole-token lookup; three empty arrays when off."""
+    if token_bytes is None:
+        return (np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    pool = np.frombuffer(b"".join(token_bytes), dtype=np.uint8).copy()
+    n_cells = 1 << int(2 * max(lengths.size, 1) - 1).bit_length()
+    cells = empty_cells(n_cells)
+    _fill_whole_tokens(cells, pool, offsets)
+    return cells, pool, offsets
+
+
+@njit(cache=True)
+def _fill_whole_tokens(cells, pool, offsets):
+    for token in range(256, offsets.size - 1):
+        key = word_key(pool, offsets[token], offsets[token + 1])
+        if _whole_token_at(pool, offsets[token], offsets[token + 1] - offsets[token], key,
+                           cells, pool, offsets) < 0:
+            _put_cell(cells, key, token)
+
+
+@inlined
+def _whole_token_at(data, start, length, key, cells, pool, offsets):
+    """Internal id of the token spelling ``data[start:start+length]``, or -1."""
+    cell = _first_cell(cells, key)
+    while cells[cell] != EMPTY_KEY:
+        if cells[cell] == key:
+            token = np.int64(cells[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG:
+                return token
+            at = offsets[token]
+            if offsets[token + 1] - at == length and _equal_bytes(data, start, pool, at, length):
+                return token
+        cell = _next_cell(cells, cell)
+    return -1
+
+
+@hot
+def whole_token(data, start, length, rules):
+    """Internal id of the token equal to the word, -1 when none or the lookup is off."""
+    if rules.whole_table.size == 0 or length < 2:
+        return -1
+    return _whole_token_at(data, start, length, word_key(data, start, start + length),
+                           rules.whole_table, rules.token_pool, rules.token_offsets)
+
+
+@njit(cache=True, nogil=True)
+def whole_tokens_of_words_cpu(data, word_at, word_len, rules):
+    """int64 per word: the internal id of the token it equals (whole-token lookup), or -1."""
+    found = np.empty(word_at.size, np.int64)
+    for w in range(word_at.size):
+        found[w] = whole_token(data, word_at[w], word_len[w], rules)
+    return found
 
 
 # ---------------------------------------------------------------- one word
@@ -338,7 +420,11 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
         start = word_at[w]
         for i in range(n):
             symbols[i] = data[start + i]
-        if n > 1:
+        token = whole_token(data, start, n, rules)
+        if token >= 0:
+            symbols[0] = token
+            n = 1
+        elif n > 1:
             n = bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
         offsets[w + 1] = offsets[w] + _emit_output_ids(symbols, n, rules, ids, offsets[w])
     return ids[:offsets[n_words]], offsets
@@ -472,9 +558,9 @@ def _save_cursor(cursor, piece, position, n_refs, n_new):
 
 
 @hot
-def _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes, cache, new,
-                    refs, piece_ref_end, cursor):
-    """Split pieces with the GPT-2 scanner and ref each word, from ``cursor`` on.
+def _scanned_refs_into(data, piece_start, piece_end_at, piece_special, piece_hi, scanner, table,
+                       cache, new, refs, piece_ref_end, cursor):
+    """Split pieces with a Numba scanner (``pretok.piece_end``) and ref each word, from ``cursor`` on.
 
     ``cursor`` = (piece, byte, refs made, new words). Returns False when an
     array is full (the caller grows it and calls again), True when done.
@@ -483,12 +569,12 @@ def _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, class
     while piece < piece_hi:
         if piece_special[piece] < 0:
             i = max(i, piece_start[piece])
-            end = piece_end[piece]
+            end = piece_end_at[piece]
             while i < end:
                 if not _has_room(refs, new, n_refs, n_new):
                     _save_cursor(cursor, piece, i, n_refs, n_new)
                     return False
-                stop = gpt2_word_end_fast(data, i, end, classes)
+                stop = piece_end(scanner, data, i, end, table)
                 ref, n_new = _word_ref(data, i, stop, cache, new, n_new)
                 refs[n_refs] = ref
                 n_refs += 1
@@ -505,7 +591,7 @@ def _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi,
                      refs, piece_ref_end, cursor):
     """Ref each word of pieces already split (``word_starts``/``word_ends``), from ``cursor`` on.
 
-    ``cursor`` = (piece, word, refs made, new words); returns as ``_gpt2_refs_into``.
+    ``cursor`` = (piece, word, refs made, new words); returns as ``_scanned_refs_into``.
     """
     piece, w, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
     while piece < piece_hi:
@@ -552,9 +638,11 @@ def _refs_result(refs, new, cursor):
 
 
 @njit(cache=True, nogil=True)
-def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, classes,
-                       cache, piece_ref_end):
-    """Step 1 for the GPT-2 pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+def word_refs_scan_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, scanner,
+                       table, cache, piece_ref_end):
+    """Step 1 for a named pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+
+    ``scanner`` is ``pretok.GPT2``, ``CL100K`` or ``O200K``, ``table`` its class table.
 
     Writes ``piece_ref_end[p]`` (refs made up to the end of piece p, counted from
     the shard's first piece) and returns ``(refs, new_at, new_len, new_count,
@@ -567,8 +655,8 @@ def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, pi
     refs = np.empty(max(n_bytes // 4, 16), np.int64)
     new = _empty_new_words(1024)
     cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
-    while not _gpt2_refs_into(data, piece_start, piece_end, piece_special, piece_hi, classes,
-                              cache, new, refs, piece_ref_end, cursor):
+    while not _scanned_refs_into(data, piece_start, piece_end, piece_special, piece_hi, scanner,
+                                 table, cache, new, refs, piece_ref_end, cursor):
         if cursor[2] == refs.size:
             refs = grown_like(refs, 0)
         else:
@@ -579,7 +667,7 @@ def word_refs_gpt2_cpu(data, piece_start, piece_end, piece_special, piece_lo, pi
 @njit(cache=True, nogil=True)
 def word_refs_given_cpu(data, word_starts, word_ends, piece_word_offsets, piece_lo, piece_hi,
                         cache, piece_ref_end):
-    """Step 1 for words already split (other patterns): as ``word_refs_gpt2_cpu``.
+    """Step 1 for words already split (custom patterns, by ``regex``): as ``word_refs_scan_cpu``.
 
     Piece p's words are ``data[word_starts[w]:word_ends[w]]`` for w in
     ``piece_word_offsets[p]:piece_word_offsets[p+1]``; text between them
@@ -689,8 +777,9 @@ def write_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_h
 
 
 @njit(cache=True, nogil=True)
-def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, classes, cache, rules):
-    """Steps 1-4 for the GPT-2 pattern on one thread, in one call (small batches).
+def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanner, table, cache,
+                             rules):
+    """Steps 1-4 for a named pattern (``scanner``) on one thread, in one call (small batches).
 
     Returns ``(ids, piece_offsets, n_words, new_ids, new_offsets, new_at,
     new_len, new_count, new_key)``: the batch's ids, each piece's first id, its
@@ -699,8 +788,9 @@ def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, classe
     """
     n_pieces = piece_start.size
     piece_ref_end = np.empty(n_pieces, np.int64)
-    refs, new_at, new_len, new_count, new_key = word_refs_gpt2_cpu(
-        data, piece_start, piece_end, piece_special, 0, n_pieces, classes, cache, piece_ref_end)
+    refs, new_at, new_len, new_count, new_key = word_refs_scan_cpu(
+        data, piece_start, piece_end, piece_special, 0, n_pieces, scanner, table, cache,
+        piece_ref_end)
     new_ids, new_offsets = encode_word_list_cpu(data, new_at, new_len, rules)
     local_to_global = np.arange(new_at.size)
     piece_tokens = np.empty(n_pieces, np.int64)
@@ -843,11 +933,11 @@ def _emit_piece(pieces, n, start, end, special):
 
 
 @hot
-def _emit_text(data, start, end, cut_bytes, classes, pieces, n):
-    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at GPT-2-safe points."""
+def _emit_text(data, start, end, cut_bytes, scanner, table, pieces, n):
+    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at ``pretok.safe_cut`` points."""
     if cut_bytes > 0:
         while end - start > cut_bytes:
-            cut = gpt2_safe_cut(data, start + cut_bytes, end, classes)
+            cut = safe_cut(data, start + cut_bytes, end, scanner, table)
             if cut >= end:
                 break
             n = _emit_piece(pieces, n, start, cut, -1)
@@ -856,8 +946,8 @@ def _emit_text(data, start, end, cut_bytes, classes, pieces, n):
 
 
 @hot
-def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                 pieces, doc_first_piece):
+def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece):
     """Cut documents into pieces at special-token matches; returns the piece count.
 
     Every document gets at least one piece (an empty text piece if need be),
@@ -870,28 +960,29 @@ def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_by
             doc_first_piece[d] = n
         position = doc_start[d]
         while k < match_at.size and match_at[k] < doc_end[d]:
-            n = _emit_text(data, position, match_at[k], cut_bytes, classes, pieces, n)
+            n = _emit_text(data, position, match_at[k], cut_bytes, scanner, table, pieces, n)
             n = _emit_piece(pieces, n, match_at[k], match_at[k] + match_len[k], match_id[k])
             position = match_at[k] + match_len[k]
             k += 1
-        n = _emit_text(data, position, doc_end[d], cut_bytes, classes, pieces, n)
+        n = _emit_text(data, position, doc_end[d], cut_bytes, scanner, table, pieces, n)
     return n
 
 
 @njit(cache=True, nogil=True)
-def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes):
+def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table):
     """Pieces of a batch: ``(piece_start, piece_end, piece_special, doc_first_piece)``.
 
     ``match_*`` are the allowed special tokens found (sorted by position);
-    ``cut_bytes`` > 0 cuts long text pieces at GPT-2-safe points (0: no cuts).
+    ``cut_bytes`` > 0 cuts long text pieces at points safe for ``scanner`` (0: no cuts).
     """
     empty = np.empty(0, np.int64)
-    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                     (empty, empty, empty), empty)
+    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table, (empty, empty, empty), empty)
     pieces = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
     doc_first_piece = np.empty(doc_start.size + 1, np.int64)
-    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, classes,
-                 pieces, doc_first_piece)
+    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece)
     doc_first_piece[doc_start.size] = n
     return pieces[0], pieces[1], pieces[2], doc_first_piece
 

@@ -1,20 +1,51 @@
-"""GPT-2 pre-tokenizer and word counter over UTF-8 bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k) and word counter over UTF-8 bytes, in Numba.
 
-An exact hand-written matcher of GPT-2's split pattern
-``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
-run on bytes, with the code-point classes (letter, number, whitespace,
-other) read from a table the caller builds from the ``regex`` module itself,
-so the split equals ``regex.findall`` on the same text (tested on random
-Unicode). Bytes that are not valid UTF-8 count as one "other" character each,
-as lone surrogates from ``surrogateescape`` do under ``regex``.
+Exact hand-written matchers of the three named split patterns, run on bytes:
+GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
+and tiktoken's cl100k and o200k patterns (``gpubpe.pretokenize``). The
+code-point classes come from tables the caller builds from the ``regex``
+module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
+others), so the split equals ``regex.findall`` on the same text (tested on
+every Unicode general category and random text, ``tests/test_scanners.py``).
+Bytes that are not valid UTF-8 count as one "other" character each (no
+letter, number, mark or space class), as lone surrogates from
+``surrogateescape`` do under ``regex``.
 
 Words never cross segments: the caller passes ``(segment_start, segment_end)``
-byte ranges (a document, or the text between special tokens).
+byte ranges (a document, or the text between special tokens). A scanner is
+picked by a small int (``GPT2``, ``CL100K``, ``O200K``) through ``piece_end``.
 
-Performance notes: ``regex`` scans ~4-16 MB/s per core here and its
-``findall`` + ``Counter`` held the GIL too often to scale over threads. This
-scanner runs at ~100 MB/s per thread with ``nogil`` and hashes each word as it
-is found, into a per-thread table; only distinct words go back to Python.
+Shape for a device: each pattern is a "piece end" function, ``end =
+*_piece_end(data, start, segment_end, table)``, built from scalar helpers that
+allocate nothing; a per-position boundary test alone cannot decide these
+patterns, because several boundaries depend on unbounded context: cl100k
+digits go in threes from the start of their run, ``\\s*[\\r\\n]`` ends after the
+last CR/LF of a whitespace run, ``\\s++$`` depends on whether the run reaches
+the end, a punctuation char joins a following letter run only at a piece
+start ("..a" -> "..", "a" but "x.a" -> "x", ".a"), and o200k's upper-case
+run ends after its last Lm/Lo/M char unless a lower-case char follows the
+run. What is local is ``safe_cut``: a space or tab after an ASCII non-space
+is always a piece boundary, so a device kernel cuts the text there (one
+thread per position, bounded look-around), then one thread per cut-out
+chunk runs the same piece-end function. The CPU does the same to share one
+long document among threads. Not yet checked on a device: a CUDA kernel may
+call these ``@njit`` helpers (Numba compiles them for the device it finds),
+but a PTX build without a device (``cuda_kernels``) needs them
+``inline="always"`` as ``merge_by_scan`` is. Tried: with every cl100k/o200k
+helper inlined, one-thread-per-chunk kernels compiled to PTX for sm_80
+without a device (53 s for cl100k, 207 s for o200k, loaded VM), but the CPU
+encode kernels had not finished compiling after 10 minutes; dropped. A
+device pre-tokenizer should inline only its own few entry points.
+
+Performance notes (thread CPU time, 2-core build VM, loaded): ``regex`` scans
+~4-16 MB/s per core here and its ``findall`` + ``Counter`` held the GIL too
+often to scale over threads. The GPT-2 scanner runs at ~100 MB/s per thread;
+cl100k at 130-290 MB/s and o200k at 100-240 MB/s (English, code, zh, ja of
+``tests/data/multiscript.txt``), both with ``nogil``. Inlining the ASCII word
+starts (``*_piece_end_fast``) gave cl100k ~+10% and o200k ~+25% on English.
+Counting hashes each word as it is found, into a per-thread table; only
+distinct words go back to Python. In cold-cache encoding of Chinese and
+Japanese the split is ~5% of the time: BPE of the distinct words dominates.
 """
 
 from __future__ import annotations
@@ -26,6 +57,8 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, STRING_HASH_BASE, grown_like, mix64, table_grown
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
+CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32  # code_point_flags
 
 
 @hot
@@ -124,122 +157,37 @@ def gpt2_word_end(data, i, end, classes):
     return j
 
 
-@njit(cache=True)
-def gpt2_split(data, segment_start, segment_end, classes):
-    """Word boundaries (int64 ends; a word starts where the previous ended or at its segment)."""
-    ends = np.empty(16, dtype=np.int64)
-    n = 0
-    for s in range(segment_start.size):
-        i = segment_start[s]
-        while i < segment_end[s]:
-            i = gpt2_word_end(data, i, segment_end[s], classes)
-            if n == ends.size:
-                ends = grown_like(ends, n + 1)
-            ends[n] = i
-            n += 1
-    return ends[:n]
-
-
-@hot
-def _same_bytes(data, a, b, length):
-    for k in range(length):
-        if data[a + k] != data[b + k]:
-            return False
-    return True
-
-
-@hot
-def _count_into(data, segment_start, segment_end, classes, keys, slots, word_at, word_len,
-                word_count, cursor):
-    """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
-
-    Returns True when every segment is done, False when the tables need room.
-    Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
-    """
-    n_words = cursor[2]
-    mask = np.uint64(keys.size - 1)
-    while cursor[0] < segment_start.size:
-        i = max(cursor[1], segment_start[cursor[0]])
-        end = segment_end[cursor[0]]
-        while i < end:
-            if n_words == word_at.size or 2 * (n_words + 1) > keys.size:
-                cursor[1], cursor[2] = i, n_words
-                return False
-            stop = gpt2_word_end(data, i, end, classes)
-            value = np.uint64(0)
-            for k in range(i, stop):
-                value = value * STRING_HASH_BASE + np.uint64(data[k]) + np.uint64(1)
-            if value == EMPTY_KEY:
-                value = np.uint64(0)
-            cell = mix64(value) & mask
-            while keys[cell] != EMPTY_KEY and keys[cell] != value:
-                cell = (cell + np.uint64(1)) & mask
-            if keys[cell] == value:
-                slot = slots[cell]
-                if word_len[slot] != stop - i or not _same_bytes(data, word_at[slot], i, stop - i):
-                    cursor[2], cursor[3] = n_words, 1
-                    return True
-                word_count[slot] += 1
-            else:
-                keys[cell] = value
-                slots[cell] = n_words
-                word_at[n_words] = i
-                word_len[n_words] = stop - i
-                word_count[n_words] = 1
-                n_words += 1
-            i = stop
-        cursor[0] += 1
-        cursor[1] = 0
-    cursor[2] = n_words
-    return True
-
-
-@njit(cache=True, nogil=True)
-def count_gpt2_words(data, segment_start, segment_end, classes):
-    """Distinct GPT-2 words of the segments: (first byte offset, length, count) per word.
-
-    Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
-    when two different words shared a 64-bit hash (the caller then counts
-    another way). Launch: one call per thread on its own segments (nogil);
-    the hash table doubles at half load.
-    """
-    keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
-    slots = np.zeros(1 << 16, dtype=np.int64)
-    word_at = np.empty(1 << 15, dtype=np.int64)
-    word_len = np.empty(1 << 15, dtype=np.int64)
-    word_count = np.empty(1 << 15, dtype=np.int64)
-    cursor = np.zeros(4, dtype=np.int64)
-    while not _count_into(data, segment_start, segment_end, classes, keys, slots, word_at,
-                          word_len, word_count, cursor):
-        keys, slots = table_grown(keys, slots)
-        word_at = grown_like(word_at, 0)
-        word_len = grown_like(word_len, 0)
-        word_count = grown_like(word_count, 0)
-    n = cursor[2]
-    return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1
-
-
 # ---------------------------------------------------------------- cutting long segments
 
 
 @hot
-def gpt2_safe_cut(data, at, end, classes):
-    """First byte p in [at, end) where the GPT-2 split surely has a word boundary, else ``end``.
+def safe_cut(data, at, end, scanner, table):
+    """First byte p in [at, end) where the split surely has a piece boundary, else ``end``.
 
-    p qualifies when byte p is ASCII whitespace and byte p-1 is ASCII and not
-    whitespace. No alternative of the pattern matches a non-space character
-    followed by a whitespace character (a space can only lead a word, and
-    whitespace runs hold only whitespace), so the word holding p-1 ends at p
-    whatever the scan did before. Splitting the segment at p and scanning both
-    halves gives the same words as scanning it whole, which lets one long
-    document be split over threads. ``at`` must be past the segment's first byte.
+    p qualifies when byte p is a space or a tab and byte p-1 is ASCII and not
+    whitespace. No alternative of the GPT-2, cl100k or o200k pattern matches
+    a non-space character followed by a space or tab (a space can only lead a
+    piece, whitespace runs hold only whitespace, and only CR/LF may trail a
+    punctuation run), and no decision before p looks past p, so the piece
+    holding p-1 ends at p whatever the scan did before. Splitting the segment
+    at p and scanning both halves gives the same pieces as scanning it whole,
+    which lets one long document be split over threads: a per-position test a
+    device kernel can run at every byte. ``at`` must be past the segment's first byte.
     """
     for p in range(at, end):
         byte = data[p]
         before = data[p - 1]
-        if byte < 0x80 and before < 0x80 and classes[byte] == SPACE and classes[before] != SPACE:
+        if (byte == 32 or byte == 9) and before < 0x80 and not _is_space_byte(before, scanner,
+                                                                               table):
             return p
     return end
+
+
+@hot
+def _is_space_byte(byte, scanner, table):
+    if scanner == GPT2:
+        return table[byte] == SPACE
+    return table[byte] & CHAR_S != 0
 
 
 # Inlined into the caller at Numba IR level: called once per word, it is small
@@ -284,3 +232,437 @@ def gpt2_word_end_fast(data, i, end, classes):
     if byte == 39 or cls == SPACE:
         return gpt2_word_end(data, i, end, classes)
     return _ascii_run_end(data, i + 1, end, classes, cls)
+
+
+# ---------------------------------------------------------------- cl100k and o200k
+#
+# The same scheme as the GPT-2 scanner: ``*_piece_end(data, i, end, flags)``
+# returns where the piece starting at byte i of a segment ending at ``end``
+# ends, exactly as ``regex.findall`` with tiktoken's pattern would cut it. The
+# classes come from a table of bit flags per code point (``CHAR_*`` below,
+# built by ``gpubpe.pretokenize.code_point_flags`` from ``regex`` itself). A
+# byte that starts no valid UTF-8 sequence has no flag: one "other" character,
+# as the lone surrogate ``surrogateescape`` makes of it is under ``regex``.
+#
+# How each alternative is decided (L letter, N number, S whitespace,
+# Q = not L/N/S, P = not L/N/CR/LF):
+# - cl100k ``[^\r\n\p{L}\p{N}]?+\p{L}++``: a letter run, or one P char then a letter run.
+# - o200k ``P?[U]*[W]+C?`` (U = Lu Lt Lm Lo M, W = Ll Lm Lo M): greedy with
+#   backtracking, see ``_o200k_a1``; the optional prefix is tried taken, then not
+#   (a mark is both P and U/W), before the next alternative.
+# - ``\p{N}{1,3}``: digit runs cut in threes from the start of the run.
+# - `` ?[^\s\p{L}\p{N}]+[\r\n]*``: a space only when a Q char follows; o200k's
+#   ``[\r\n/]*`` takes "/" again after a CR/LF (".\n/" is one piece).
+# - whitespace: ``\s*[\r\n]`` ends after the last CR/LF of the run; ``\s+(?!\S)``
+#   gives the run's last char back when a non-space follows; cl100k's ``\s++$``
+#   takes a run reaching the end of the segment whole (o200k has no such
+#   alternative, so its CR/LF rule comes first even there).
+#
+# Every helper is a scalar function of (data, position, end, flags) that
+# allocates nothing, so a device kernel can call the same code (one thread per
+# piece of text cut at ``safe_cut`` points, whose test is local).
+
+_LNS = CHAR_L | CHAR_N | CHAR_S
+_NOT_PREFIX = CHAR_L | CHAR_N | CHAR_CRLF
+
+
+@hot
+def char_flags(data, i, end, flags):
+    """(flags, byte length) of the character at i; (0, 1) for an invalid byte."""
+    if data[i] < 0x80:
+        return np.int64(flags[data[i]]), np.int64(1)
+    code_point, length = decode_multibyte(data, i, end)
+    if code_point < 0:
+        return np.int64(0), length
+    return np.int64(flags[code_point]), length
+
+
+@hot
+def run_with(data, i, end, flags, mask):
+    """End of the run of characters having a flag of ``mask``, from i."""
+    while i < end:
+        if data[i] < 0x80:
+            if flags[data[i]] & mask == 0:
+                return i
+            i += 1
+        else:
+            f, length = char_flags(data, i, end, flags)
+            if f & mask == 0:
+                return i
+            i += length
+    return i
+
+
+@hot
+def run_without(data, i, end, flags, mask):
+    """End of the run of characters having no flag of ``mask``, from i."""
+    while i < end:
+        if data[i] < 0x80:
+            if flags[data[i]] & mask != 0:
+                return i
+            i += 1
+        else:
+            f, length = char_flags(data, i, end, flags)
+            if f & mask != 0:
+                return i
+            i += length
+    return i
+
+
+@hot
+def _crlf_run_end(data, i, end, slash):
+    """End of ``[\r\n]*`` (``[\r\n/]*`` with ``slash``) from i."""
+    while i < end and (data[i] == 10 or data[i] == 13 or (slash and data[i] == 47)):
+        i += 1
+    return i
+
+
+@hot
+def _is_ascii_letter(byte, lower):
+    return byte == lower or byte == lower - 32
+
+
+@hot
+def _folds_to_s(data, i, end):
+    """Byte length of a char matching ``(?i:s)`` at i (s, S, U+017F long s), else 0."""
+    if _is_ascii_letter(data[i], 115):
+        return 1
+    if data[i] == 0xC5 and i + 1 < end and data[i + 1] == 0xBF:
+        return 2
+    return 0
+
+
+@hot
+def contraction_length_ci(data, i, end):
+    """Length of ``'(?i:[sdmt]|ll|ve|re)`` at i, else 0 (cl100k's and o200k's contractions).
+
+    ``regex`` folds case simply: only "s" has a non-ASCII match (U+017F long s).
+    """
+    if data[i] != 39 or i + 1 >= end:
+        return 0
+    n = _folds_to_s(data, i + 1, end)
+    if n:
+        return 1 + n
+    c1 = data[i + 1]
+    if _is_ascii_letter(c1, 116) or _is_ascii_letter(c1, 109) or _is_ascii_letter(c1, 100):
+        return 2  # t m d
+    if i + 2 < end:
+        c2 = data[i + 2]
+        if ((_is_ascii_letter(c1, 108) and _is_ascii_letter(c2, 108))
+                or (_is_ascii_letter(c1, 118) and _is_ascii_letter(c2, 101))
+                or (_is_ascii_letter(c1, 114) and _is_ascii_letter(c2, 101))):
+            return 3  # ll ve re
+    return 0
+
+
+@hot
+def whitespace_piece_end(data, i, end, flags, whole_at_end):
+    """End of the piece starting with whitespace at i (no letter, digit or Q char won).
+
+    ``whole_at_end``: cl100k's ``\\s++$`` (a run reaching ``end`` is one piece)
+    comes before its CR/LF rule; o200k has no such alternative.
+    """
+    j = i
+    last = i
+    after_crlf = np.int64(-1)
+    while j < end:
+        f, length = char_flags(data, j, end, flags)
+        if f & CHAR_S == 0:
+            break
+        last = j
+        j += length
+        if f & CHAR_CRLF:
+            after_crlf = j
+    if j == end and whole_at_end:
+        return j
+    if after_crlf >= 0:
+        return after_crlf
+    if j < end and last > i:
+        return last
+    return j
+
+
+@hot
+def _digits_end(data, i, end, flags):
+    """``\\p{N}{1,3}`` at i (a number char is there)."""
+    _, length = char_flags(data, i, end, flags)
+    j = i + length
+    for _ in range(2):
+        if j >= end:
+            break
+        f, length = char_flags(data, j, end, flags)
+        if f & CHAR_N == 0:
+            break
+        j += length
+    return j
+
+
+@hot
+def _punctuation_end(data, i, end, flags, f, slash):
+    """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at i (o200k: ``[\\r\\n/]*``), or -1.
+
+    ``f`` = flags of the char at i.
+    """
+    if data[i] == 32 and i + 1 < end:
+        f2, length = char_flags(data, i + 1, end, flags)
+        if f2 & _LNS == 0:
+            stop = run_without(data, i + 1 + length, end, flags, _LNS)
+            return _crlf_run_end(data, stop, end, slash)
+    if f & _LNS == 0:
+        return _crlf_run_end(data, run_without(data, i, end, flags, _LNS), end, slash)
+    return -1
+
+
+@hot
+def cl100k_piece_end(data, i, end, flags):
+    """End of the cl100k piece starting at byte i (see the notes above)."""
+    n = contraction_length_ci(data, i, end)
+    if n:
+        return i + n
+    f, length = char_flags(data, i, end, flags)
+    if f & CHAR_L:
+        return run_with(data, i + length, end, flags, CHAR_L)
+    if f & _NOT_PREFIX == 0 and i + length < end:
+        f2, length2 = char_flags(data, i + length, end, flags)
+        if f2 & CHAR_L:
+            return run_with(data, i + length + length2, end, flags, CHAR_L)
+    if f & CHAR_N:
+        return _digits_end(data, i, end, flags)
+    stop = _punctuation_end(data, i, end, flags, f, False)
+    if stop >= 0:
+        return stop
+    return whitespace_piece_end(data, i, end, flags, True)
+
+
+@hot
+def _o200k_a1(data, j, end, flags):
+    """End of ``[U]*[W]+`` at j, or -1.
+
+    U* takes the longest run of U chars; W+ then needs a W char. If the char
+    after the run is one, W+ takes the W run from there. Else the engine gives
+    back U chars one by one until W+ can start on one that is also W (Lm, Lo,
+    M): the match ends just after the last such char of the run.
+    """
+    last_both_end = np.int64(-1)
+    k = j
+    while k < end:
+        f, length = char_flags(data, k, end, flags)
+        if f & CHAR_U == 0:
+            if f & CHAR_W:
+                return run_with(data, k, end, flags, CHAR_W)
+            break
+        k += length
+        if f & CHAR_W:
+            last_both_end = k
+    return last_both_end
+
+
+@hot
+def _o200k_a2(data, j, end, flags):
+    """End of ``[U]+[W]*`` at j, or -1."""
+    k = run_with(data, j, end, flags, CHAR_U)
+    if k == j:
+        return -1
+    return run_with(data, k, end, flags, CHAR_W)
+
+
+@hot
+def _o200k_letters_end(data, i, end, flags, f, length):
+    """The first two alternatives at i (without the contraction), or -1.
+
+    Order of attempts: first alternative with the prefix char, then without it
+    (only a mark can be both prefix and U/W), then the second alternative the same way.
+    """
+    if f & _NOT_PREFIX == 0:
+        stop = _o200k_a1(data, i + length, end, flags)
+        if stop >= 0:
+            return stop
+        if f & CHAR_U:
+            stop = _o200k_a1(data, i, end, flags)
+            if stop >= 0:
+                return stop
+        stop = _o200k_a2(data, i + length, end, flags)
+        if stop >= 0 or f & CHAR_U == 0:
+            return stop
+        return _o200k_a2(data, i, end, flags)
+    if f & CHAR_L:
+        stop = _o200k_a1(data, i, end, flags)
+        if stop >= 0:
+            return stop
+        return _o200k_a2(data, i, end, flags)
+    return -1
+
+
+@hot
+def o200k_piece_end(data, i, end, flags):
+    """End of the o200k piece starting at byte i (see the notes above)."""
+    f, length = char_flags(data, i, end, flags)
+    stop = _o200k_letters_end(data, i, end, flags, f, length)
+    if stop >= 0:
+        if stop < end:
+            stop += contraction_length_ci(data, stop, end)
+        return stop
+    if f & CHAR_N:
+        return _digits_end(data, i, end, flags)
+    stop = _punctuation_end(data, i, end, flags, f, True)
+    if stop >= 0:
+        return stop
+    return whitespace_piece_end(data, i, end, flags, False)
+
+
+@_inlined
+def cl100k_piece_end_fast(data, i, end, flags):
+    """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline."""
+    byte = data[i]
+    if byte >= 0x80 or byte == 39:
+        return cl100k_piece_end(data, i, end, flags)
+    f = flags[byte]
+    if f & CHAR_L:
+        return run_with(data, i + 1, end, flags, CHAR_L)
+    if (f & _NOT_PREFIX == 0 and i + 1 < end and data[i + 1] < 0x80
+            and flags[data[i + 1]] & CHAR_L):
+        return run_with(data, i + 2, end, flags, CHAR_L)
+    return cl100k_piece_end(data, i, end, flags)
+
+
+@_inlined
+def o200k_piece_end_fast(data, i, end, flags):
+    """``o200k_piece_end`` with ASCII words (``Word``, `` word``, ``WORD``...) inline.
+
+    On ASCII, U is upper case and W lower case, and no char is both, so the
+    first two alternatives reduce to: the upper-case run, then the lower-case
+    run if one follows. Anything non-ASCII on the way goes to the full function.
+    """
+    byte = data[i]
+    if byte >= 0x80:
+        return o200k_piece_end(data, i, end, flags)
+    f = flags[byte]
+    j = i
+    if f & _NOT_PREFIX == 0:
+        j = i + 1
+    elif f & CHAR_L == 0:
+        return o200k_piece_end(data, i, end, flags)
+    k = j
+    while k < end and data[k] < 0x80 and flags[data[k]] & CHAR_U:
+        k += 1
+    if k < end and data[k] >= 0x80:
+        return o200k_piece_end(data, i, end, flags)
+    if k < end and flags[data[k]] & CHAR_W:
+        k = run_with(data, k + 1, end, flags, CHAR_W)
+    elif k == j:
+        return o200k_piece_end(data, i, end, flags)
+    if k < end:
+        k += contraction_length_ci(data, k, end)
+    return k
+
+
+# ---------------------------------------------------------------- any named pattern
+
+
+@_inlined
+def piece_end(scanner, data, i, end, table):
+    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K`` or ``O200K``."""
+    if scanner == CL100K:
+        return cl100k_piece_end_fast(data, i, end, table)
+    if scanner == O200K:
+        return o200k_piece_end_fast(data, i, end, table)
+    return gpt2_word_end_fast(data, i, end, table)
+
+
+@njit(cache=True)
+def split_ends(data, segment_start, segment_end, scanner, table):
+    """Piece ends (int64; a piece starts where the previous ended or at its segment).
+
+    ``scanner`` is ``GPT2``, ``CL100K`` or ``O200K``; ``table`` its class table
+    (``code_point_classes`` for GPT2, ``code_point_flags`` for the others).
+    """
+    ends = np.empty(16, dtype=np.int64)
+    n = 0
+    for s in range(segment_start.size):
+        i = segment_start[s]
+        while i < segment_end[s]:
+            i = piece_end(scanner, data, i, segment_end[s], table)
+            if n == ends.size:
+                ends = grown_like(ends, n + 1)
+            ends[n] = i
+            n += 1
+    return ends[:n]
+
+
+@hot
+def _same_bytes(data, a, b, length):
+    for k in range(length):
+        if data[a + k] != data[b + k]:
+            return False
+    return True
+
+
+@hot
+def _count_into(data, segment_start, segment_end, scanner, table, keys, slots, word_at, word_len,
+                word_count, cursor):
+    """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
+
+    Returns True when every segment is done, False when the tables need room.
+    Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
+    """
+    n_words = cursor[2]
+    mask = np.uint64(keys.size - 1)
+    while cursor[0] < segment_start.size:
+        i = max(cursor[1], segment_start[cursor[0]])
+        end = segment_end[cursor[0]]
+        while i < end:
+            if n_words == word_at.size or 2 * (n_words + 1) > keys.size:
+                cursor[1], cursor[2] = i, n_words
+                return False
+            stop = piece_end(scanner, data, i, end, table)
+            value = np.uint64(0)
+            for k in range(i, stop):
+                value = value * STRING_HASH_BASE + np.uint64(data[k]) + np.uint64(1)
+            if value == EMPTY_KEY:
+                value = np.uint64(0)
+            cell = mix64(value) & mask
+            while keys[cell] != EMPTY_KEY and keys[cell] != value:
+                cell = (cell + np.uint64(1)) & mask
+            if keys[cell] == value:
+                slot = slots[cell]
+                if word_len[slot] != stop - i or not _same_bytes(data, word_at[slot], i, stop - i):
+                    cursor[2], cursor[3] = n_words, 1
+                    return True
+                word_count[slot] += 1
+            else:
+                keys[cell] = value
+                slots[cell] = n_words
+                word_at[n_words] = i
+                word_len[n_words] = stop - i
+                word_count[n_words] = 1
+                n_words += 1
+            i = stop
+        cursor[0] += 1
+        cursor[1] = 0
+    cursor[2] = n_words
+    return True
+
+
+@njit(cache=True, nogil=True)
+def count_scanned_words(data, segment_start, segment_end, scanner, table):
+    """Distinct words of the segments, split by ``scanner`` (as ``split_ends``): (first byte offset, length, count) per word.
+
+    Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
+    when two different words shared a 64-bit hash (the caller then counts
+    another way). Launch: one call per thread on its own segments (nogil);
+    the hash table doubles at half load.
+    """
+    keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
+    slots = np.zeros(1 << 16, dtype=np.int64)
+    word_at = np.empty(1 << 15, dtype=np.int64)
+    word_len = np.empty(1 << 15, dtype=np.int64)
+    word_count = np.empty(1 << 15, dtype=np.int64)
+    cursor = np.zeros(4, dtype=np.int64)
+    while not _count_into(data, segment_start, segment_end, scanner, table, keys, slots,
+                          word_at, word_len, word_count, cursor):
+        keys, slots = table_grown(keys, slots)
+        word_at = grown_like(word_at, 0)
+        word_len = grown_like(word_len, 0)
+        word_count = grown_like(word_count, 0)
+    n = cursor[2]
+    return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1

