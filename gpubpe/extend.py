@@ -14,15 +14,13 @@ by HF's rank), and it is also the id order of the imported layouts gpubpe
 reads today: GPT-2's and HF-trained files number bytes in that same order and
 merged tokens in creation order, tiktoken's ranks likewise.
 
-What imported layouts still need (the real-vocabularies issue's id tables):
-an import renumbers ids to gpubpe's layout (GPT-2, cl100k and HF-trained
-files put the byte tokens elsewhere), and special tokens follow the normal
-tokens, so a base with special tokens (GPT-2's ``<|endoftext|>``) would see
-them move. Such bases are refused until the vocabulary carries an output-id
-table; :func:`_check_same_ids` and :func:`_check_layout` are where that table
-plugs in, and the new tokens' output ids then start above the highest
-existing id. A file or encoding whose ids already are gpubpe's (exported by
-gpubpe) is extended today.
+What imported layouts still need: an import now keeps the source tool's ids
+(``Vocabulary.layout``: byte tokens at other ids, gaps, tiktoken's whole-token
+rule). Extending such a base would need the new tokens' output ids above its
+highest id and its encoding rule carried into the merged vocabulary; until
+that is built, :func:`_check_layout` refuses a base with a layout of its own,
+and a base with special tokens. A file or encoding whose ids already are
+gpubpe's (exported by gpubpe to HF) is extended today.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ _RULES_PER_CALL = 512
 def load_base(base):
     """The base as a :class:`~gpubpe.model.Vocabulary`: a Tokenizer, a gpubpe file, a HF
     ``tokenizer.json`` or a ``tiktoken.Encoding``; anything not byte-level BPE is refused,
-    and so is an import whose ids are not gpubpe's (see :func:`_check_same_ids`)."""
+    and so is an import with an id layout of its own (see :func:`_check_layout`)."""
     from . import interop
     from .model import Vocabulary
     from .tokenizer import Tokenizer
@@ -67,9 +65,7 @@ def load_base(base):
     if isinstance(base, Vocabulary):
         return base
     if hasattr(base, "_mergeable_ranks"):
-        vocab = interop.from_tiktoken(base)
-        _check_same_ids(base._mergeable_ranks, vocab, f"tiktoken encoding {base.name!r}")
-        return vocab
+        return interop.from_tiktoken(base)
     path = Path(base)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -80,30 +76,11 @@ def load_base(base):
     if not (isinstance(data, dict) and "model" in data):
         return Vocabulary.from_json(data, str(path))
     try:
-        vocab, id_map = interop.from_hf(data), interop.hf_id_map(data)
+        vocab = interop.from_hf(data)
     except ModelFormatError as exc:
         raise ModelFormatError(f"--extend needs a byte-level BPE vocabulary; {path}: "
                                f"{exc}") from None
-    _check_same_ids({vocab.token_bytes[ours]: theirs for theirs, ours in id_map.items()
-                     if ours < len(vocab.token_bytes)}, vocab, str(path))
     return vocab
-
-
-def _check_same_ids(their_ids: dict[bytes, int], vocab, where: str) -> None:
-    """Refuse an import whose ids differ from gpubpe's layout (bytes at 0-255, then rules).
-
-    Where the real-vocabularies work's output-id tables plug in: with such a
-    table the base keeps its own ids and new tokens go above its highest id.
-    """
-    moved = [i for i, piece in enumerate(vocab.token_bytes) if their_ids.get(piece, i) != i]
-    if moved:
-        piece = vocab.token_bytes[moved[0]]
-        raise ConfigError(
-            f"{where} numbers its tokens otherwise than gpubpe (token {piece!r} is id "
-            f"{their_ids[piece]} there, {moved[0]} here; {len(moved)} ids differ): extending it "
-            "while keeping its ids needs the output-id tables of imported vocabularies, not "
-            "yet in gpubpe; import it with Tokenizer.from_hf / from_tiktoken and extend that "
-            "(gpubpe's ids) instead")
 
 
 def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
@@ -139,6 +116,11 @@ def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
 
 def _check_layout(vocab) -> None:
     """Refuse bases whose ids this layout cannot keep (see the module docstring)."""
+    if _has_own_layout(vocab.layout):
+        raise ConfigError(
+            "the base is an imported vocabulary with its own id layout (its byte tokens, "
+            "gaps or encoding rule differ from a gpubpe-trained vocabulary's); extending it "
+            "while keeping its ids is not supported yet: extend a gpubpe-trained vocabulary")
     if vocab.scaffold is not None and vocab.scaffold.any():
         raise ConfigError("extending a Scaffold-BPE vocabulary is not supported: its output "
                           "ids are compact over normal tokens; extend a plain BPE vocabulary")
@@ -149,6 +131,14 @@ def _check_layout(vocab) -> None:
             f"the base has special tokens {vocab.special_tokens}: new tokens must take ids "
             "above them, which needs the output-id tables of imported vocabularies (not yet "
             "in gpubpe); extend a vocabulary without special tokens for now")
+
+
+def _has_own_layout(layout) -> bool:
+    if layout is None:
+        return False
+    identity = np.array_equal(layout.output_ids, np.arange(layout.output_ids.size))
+    return not identity or layout.rank_by_token or layout.whole_tokens \
+        or layout.prefix_space or layout.normalizer is not None
 
 
 def _check_counts(vocab, counts: WordCounts) -> None:

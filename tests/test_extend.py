@@ -105,8 +105,10 @@ def test_extend_from_hf_and_tiktoken_files(corpora, tmp_path):
     base.to_hf(tmp_path / "tokenizer.json")
     assert gpubpe.train(counts=counts, extend=tmp_path / "tokenizer.json", add=100,
                         progress=False).merges == expected
-    assert gpubpe.train(counts=counts, extend=base.to_tiktoken(), add=100,
-                        progress=False).merges == expected
+    # A tiktoken encoding imports with tiktoken's own rule (every split of a token at its
+    # rank, whole tokens first): a layout of its own, which extend refuses for now.
+    with pytest.raises(ConfigError, match="its own id layout"):
+        gpubpe.train(counts=counts, extend=base.to_tiktoken(), add=100, progress=False)
 
 
 def test_cli_extend(corpora, tmp_path):
@@ -206,18 +208,17 @@ def test_imports_whose_ids_would_change_are_refused(corpora, tmp_path):
         show_progress=False))
     hf.save(str(tmp_path / "hf.json"))
     counts = count_words([corpora[1]], progress=False)
-    with pytest.raises(ConfigError, match="numbers its tokens otherwise than gpubpe"):
+    with pytest.raises(ConfigError, match="its own id layout"):
         gpubpe.train(counts=counts, extend=tmp_path / "hf.json", add=10, progress=False)
-    imported = gpubpe.Tokenizer.from_hf(tmp_path / "hf.json")  # the way the message suggests
-    extended = gpubpe.train(counts=counts, extend=imported, add=10, progress=False)
-    assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == _reference.continue_bpe(
-        counts.as_dict(), imported.vocabulary.rules.tolist(), imported.vocab_size + 10)
+    imported = gpubpe.Tokenizer.from_hf(tmp_path / "hf.json")  # keeps HF's ids: a layout
+    with pytest.raises(ConfigError, match="its own id layout"):
+        gpubpe.train(counts=counts, extend=imported, add=10, progress=False)
     import tiktoken
 
     gpt2_order = list(_reference.gpt2_byte_to_unicode())  # GPT-2's byte ids
     encoding = tiktoken.Encoding("bytes-gpt2-order", pat_str=r"\S+|\s+",
                                  mergeable_ranks={bytes([b]): i for i, b in enumerate(gpt2_order)},
                                  special_tokens={})
-    with pytest.raises(ConfigError, match=r"token b'\\x00' is id 188 there, 0 here; 256"):
+    with pytest.raises(ConfigError, match="its own id layout"):
         gpubpe.train(counts=WordCounts.from_dict({b"ab": 1}, pattern=r"\S+|\s+"),
                      extend=encoding, add=10, progress=False)
