@@ -247,7 +247,7 @@ class _DeviceTrainState:
         n_words = len(word_counts)
         # Every rule merges one position at least: at most positions - words rules.
         max_tokens = 256 + max(tokens.size - n_words, 0) + 1
-        pool = 256 + 16 * min(max_tokens, 2 * vocab_size)
+        pool = self.initial_pool_bytes(max_tokens, vocab_size)
         control = np.zeros(dev.CONTROL_LENGTH, np.int64)
         control[[dev.N_TOKENS, dev.POOL_USED, dev.N_NORMAL]] = 256
         control[[dev.VOCAB_SIZE, dev.MIN_COUNT, dev.SCAFFOLD_MODE]] = (vocab_size, min_count,
@@ -270,8 +270,13 @@ class _DeviceTrainState:
                 "backend='cpu'") from error
         self.xp, self.rows = xp, rows
         self.launcher = launcher or ("phased" if xp is np else "cooperative")
-        self.blocks = dev.cooperative_blocks(xp, tokens.size)
+        self.blocks = dev.cooperative_blocks(tokens.size)
         self.n_normal, self.n_tokens = 256, 256
+
+    @staticmethod
+    def initial_pool_bytes(max_tokens: int, vocab_size: int) -> int:
+        """Bytes of tokens the device holds at first; the step grows it when it runs short."""
+        return 256 + 16 * min(max_tokens, 2 * vocab_size)
 
     def run(self, max_rules: int):
         """One step of up to max_rules iterations; returns (rules, events, stopped)."""

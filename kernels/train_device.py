@@ -650,12 +650,12 @@ def run_phased(state: dict, n_iterations: int) -> None:
         launch(write_merges_kernel, n_positions, *args)
 
 
-def cooperative_blocks(xp, n_positions: int) -> int:
+def cooperative_blocks(n_positions: int) -> int:
     """Blocks of the persistent kernel: one per multiprocessor (all co-resident at
     THREADS_PER_BLOCK threads), fewer for small inputs; one on the simulator."""
-    if xp is np:
+    if numba.config.ENABLE_CUDASIM:
         return 1
-    sms = xp.cuda.Device().attributes["MultiProcessorCount"]
+    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
     return max(1, min(sms, (n_positions + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
 
 
