@@ -273,6 +273,8 @@ class _DeviceTrainState:
         self.blocks = dev.cooperative_blocks(tokens.size)
         self.n_normal, self.n_tokens = 256, 256
 
+    step_deadline_s = 120.0  # a step runs up to DEVICE_MERGES_PER_STEP merges: well under 1 s
+
     @staticmethod
     def initial_pool_bytes(max_tokens: int, vocab_size: int) -> int:
         """Bytes of tokens the device holds at first; the step grows it when it runs short."""
@@ -282,6 +284,11 @@ class _DeviceTrainState:
         """One step of up to max_rules iterations; returns (rules, events, stopped)."""
         iterations = min(max_rules, self.rows)
         self._launch(iterations)
+        if not dev.wait_until_done(self.xp, self.step_deadline_s):
+            raise DeviceError(
+                f"a device training step of {iterations} merges did not finish within "
+                f"{self.step_deadline_s:.0f} s (a hung kernel or a failed device); nothing "
+                "was written. Check `gpubpe doctor`, or train with backend='cpu'")
         out = to_host(self.state["out"], "training step")  # sync: the step's one read
         control = out[: dev.CONTROL_LENGTH]
         n_rules, n_events = int(control[dev.N_RULES]), int(control[dev.N_EVENTS])
@@ -308,6 +315,7 @@ class _DeviceTrainState:
             warnings.warn(f"the cooperative training kernel cannot run here ({error}); "
                           "running each phase as its own launch instead", stacklevel=3)
             self.launcher = "phased"
+            dev.forget_block_maxima(self.state)
             dev.run_phased(self.state, iterations)
 
     def _grow_pool(self, need: int) -> None:

@@ -48,11 +48,20 @@ Performance notes (no GPU in the session that wrote this; counts, not times):
 
 from __future__ import annotations
 
+import time
+
 import numba
 import numpy as np
 from numba import cuda, njit
 
-from ._cuda import SIMULATOR_THREADS, THREADS_PER_BLOCK, device_function, launch, to_device
+from ._cuda import (
+    MAX_BLOCKS,
+    SIMULATOR_THREADS,
+    THREADS_PER_BLOCK,
+    device_function,
+    launch,
+    to_device,
+)
 from .hashing import EMPTY_KEY, empty_table, hash_bytes, mix64, table_put
 from .train_policy import (
     EVENT_MARK,
@@ -177,47 +186,67 @@ def count_pairs(thread, n_threads, tokens, next_pos, position_count, table_keys,
 
 @device_phase
 def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq, scaffold,
-                   chunk_priority, chunk_order, chunk_item, chunk_dirty):
-    """Phase 1: the best candidate of every chunk a merge touched (item -1: none)."""
+                   chunk_priority, chunk_order, chunk_item, chunk_dirty, shared_priority,
+                   shared_order, shared_item):
+    """Phase 1: the best candidate of every chunk a merge touched (item -1: none), then
+    each block's best over the chunks its threads own, at ``n_chunks + block``.
+
+    A thread reduces exactly the chunks it refreshed, so no sync is needed in
+    between; every thread of every block must call it (it syncs its block).
+    """
     n_items = table_keys.size + token_freq.size
-    for chunk in range(thread, chunk_dirty.size, n_threads):
-        if chunk_dirty[chunk] == 0:
-            continue
-        chunk_dirty[chunk] = 0
-        best_priority = np.int64(0)
-        best_order = np.uint64(0)
-        best_item = np.int64(-1)
-        end = (chunk + 1) * CHUNK
-        if end > n_items:  # (not min(): a builtin overload would need a device to compile)
-            end = n_items
-        for item in range(chunk * CHUNK, end):
-            priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
-                                        scaffold)
-            if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
-                                                               best_order)):
-                best_priority, best_order, best_item = priority, order, item
-        chunk_priority[chunk] = best_priority
-        chunk_order[chunk] = best_order
-        chunk_item[chunk] = best_item
+    n_chunks = chunk_dirty.size
+    best_priority = np.int64(0)
+    best_order = np.uint64(0)
+    best_item = np.int64(-1)
+    for chunk in range(thread, n_chunks, n_threads):
+        if chunk_dirty[chunk] != 0:
+            chunk_dirty[chunk] = 0
+            refresh_chunk(chunk, n_items, table_keys, slot_count, byte_rank, token_freq,
+                          scaffold, chunk_priority, chunk_order, chunk_item)
+        if chunk_item[chunk] >= 0 and (best_item < 0 or _ranks_above(
+                chunk_priority[chunk], chunk_order[chunk], best_priority, best_order)):
+            best_priority, best_order = chunk_priority[chunk], chunk_order[chunk]
+            best_item = chunk_item[chunk]
+    block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
+                 shared_item)
+    at = n_chunks + cuda.blockIdx.x
+    if cuda.threadIdx.x == 0 and at < chunk_item.size:
+        chunk_priority[at] = shared_priority[0]
+        chunk_order[at] = shared_order[0]
+        chunk_item[at] = shared_item[0]
 
 
 @device_phase
-def block_best(chunk_priority, chunk_order, chunk_item, shared_priority, shared_order,
-               shared_item):
-    """Phase 2a, one block: the best of the chunk maxima lands in the shared arrays' [0].
+def refresh_chunk(chunk, n_items, table_keys, slot_count, byte_rank, token_freq, scaffold,
+                  chunk_priority, chunk_order, chunk_item):
+    """The best candidate of one chunk of CHUNK candidates."""
+    best_priority = np.int64(0)
+    best_order = np.uint64(0)
+    best_item = np.int64(-1)
+    end = (chunk + 1) * CHUNK
+    if end > n_items:  # (not min(): a builtin overload would need a device to compile)
+        end = n_items
+    for item in range(chunk * CHUNK, end):
+        priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
+                                    scaffold)
+        if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
+                                                           best_order)):
+            best_priority, best_order, best_item = priority, order, item
+    chunk_priority[chunk] = best_priority
+    chunk_order[chunk] = best_order
+    chunk_item[chunk] = best_item
+
+
+@device_phase
+def block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
+                 shared_item):
+    """The block's best of its threads' (priority, order, item) lands in the shared [0].
 
     Every thread of the block must call it (it syncs the block); the block size
     is a power of two.
     """
     tid = cuda.threadIdx.x
-    best_priority = np.int64(0)
-    best_order = np.uint64(0)
-    best_item = np.int64(-1)
-    for chunk in range(tid, chunk_item.size, cuda.blockDim.x):
-        if chunk_item[chunk] >= 0 and (best_item < 0 or _ranks_above(
-                chunk_priority[chunk], chunk_order[chunk], best_priority, best_order)):
-            best_priority, best_order = chunk_priority[chunk], chunk_order[chunk]
-            best_item = chunk_item[chunk]
     shared_priority[tid], shared_order[tid], shared_item[tid] = best_priority, best_order, best_item
     cuda.syncthreads()
     stride = cuda.blockDim.x // 2
@@ -323,9 +352,17 @@ _decide_merge = device_function(decide_merge)
 def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
            token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty, control,
            rules, events, shared_priority, shared_order, shared_item):
-    """Phase 2, one block: the head over the chunk maxima, then thread 0 decides."""
-    block_best(chunk_priority, chunk_order, chunk_item, shared_priority, shared_order,
-               shared_item)
+    """Phase 2, one block: the head over phase 1's block maxima, then thread 0 decides."""
+    best_priority = np.int64(0)
+    best_order = np.uint64(0)
+    best_item = np.int64(-1)
+    for at in range(chunk_dirty.size + cuda.threadIdx.x, chunk_item.size, cuda.blockDim.x):
+        if chunk_item[at] >= 0 and (best_item < 0 or _ranks_above(
+                chunk_priority[at], chunk_order[at], best_priority, best_order)):
+            best_priority, best_order, best_item = chunk_priority[at], chunk_order[at], \
+                chunk_item[at]
+    block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
+                 shared_item)
     if cuda.threadIdx.x == 0:
         head_priority = shared_priority[0] if shared_item[0] >= 0 else np.int64(0)
         _decide_merge(shared_item[0], head_priority, table_keys, pool, token_start, token_len,
@@ -448,11 +485,17 @@ def refresh_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys,
                    byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
                    vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
                    chunk_item, chunk_dirty, control, rules, events):
-    """Launch: a thread per chunk, grid-stride (phase 1)."""
-    if control[STOP] == STOP_NONE:
+    """Launch: a thread per chunk, grid-stride, blocks of a power of two threads (phase 1).
+
+    Scratch: three shared arrays of THREADS_PER_BLOCK entries.
+    """
+    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
+    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    if control[STOP] == STOP_NONE:  # the same for every thread: the block syncs stay uniform
         refresh_chunks(cuda.grid(1), cuda.gridsize(1), table_keys, slot_count, byte_rank,
                        token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
-                       chunk_dirty)
+                       chunk_dirty, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
@@ -523,7 +566,8 @@ def train_steps_kernel(n_steps, tokens, next_pos, prev_pos, position_count, mark
         if control[STOP] != STOP_NONE:  # read by all after the same sync: a uniform exit
             break
         refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq,
-                       scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty)
+                       scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+                       shared_priority, shared_order, shared_item)
         grid_sync()
         if cuda.blockIdx.x == 0:
             decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys,
@@ -575,8 +619,17 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
     vocab_table = 1 << max(4, int(4 * max_tokens - 1).bit_length())
     chunks = (table + max_tokens + CHUNK - 1) // CHUNK
     return (n_positions * (4 + 8 + 8 + 8 + 1) + table * 16 + 256 * 8 + pool_bytes
-            + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16 + chunks * 25
+            + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16
+            + chunks * 25 + refresh_blocks(chunks) * 24
             + 8 * (CONTROL_LENGTH + rows * (3 + 2 * EVENTS_PER_ITERATION)))
+
+
+def refresh_blocks(n_chunks: int) -> int:
+    """The most blocks phase 1 runs with under either launcher (``launch``'s grid over the
+    chunks, or the cooperative grid, at most one block per multiprocessor)."""
+    by_launch = min((n_chunks + block_threads() - 1) // block_threads(),
+                    2 if numba.config.ENABLE_CUDASIM else MAX_BLOCKS)
+    return max(by_launch, 1 if numba.config.ENABLE_CUDASIM else 1024)
 
 
 def host_word_positions(tokens, word_start, word_len, word_count):
@@ -618,9 +671,10 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["table_keys"] = xp.full(table, EMPTY_KEY, dtype=xp.uint64)
     state["slot_count"] = xp.zeros(table, dtype=xp.int64)
     chunks = (table + host["token_freq"].size + CHUNK - 1) // CHUNK
-    state["chunk_priority"] = xp.zeros(chunks, dtype=xp.int64)
-    state["chunk_order"] = xp.zeros(chunks, dtype=xp.uint64)
-    state["chunk_item"] = xp.full(chunks, -1, dtype=xp.int64)
+    entries = chunks + refresh_blocks(chunks)  # the chunk maxima, then phase 1's block maxima
+    state["chunk_priority"] = xp.zeros(entries, dtype=xp.int64)
+    state["chunk_order"] = xp.zeros(entries, dtype=xp.uint64)
+    state["chunk_item"] = xp.full(entries, -1, dtype=xp.int64)
     state["chunk_dirty"] = xp.ones(chunks, dtype=xp.uint8)
     state["mark"] = xp.zeros(n_positions, dtype=xp.uint8)
     out = to_device(xp, np.concatenate([host["control"], np.zeros(
@@ -635,6 +689,11 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
 
 def state_args(state: dict) -> list:
     return [state[name] for name in STATE]
+
+
+def forget_block_maxima(state: dict) -> None:
+    """Clear phase 1's block maxima (before the other launcher, with its other grid, runs)."""
+    state["chunk_item"][state["chunk_dirty"].size:] = -1
 
 
 def run_phased(state: dict, n_iterations: int) -> None:
@@ -657,6 +716,23 @@ def cooperative_blocks(n_positions: int) -> int:
         return 1
     sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
     return max(1, min(sms, (n_positions + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
+
+
+def wait_until_done(xp, seconds: float) -> bool:
+    """Whether the work queued so far ends within ``seconds`` (polls an event; no sync is
+    counted here: the caller's read that follows is the step's one sync)."""
+    if xp is np:
+        return True  # the simulator ran every launch to its end already
+    import cupy
+
+    event = cupy.cuda.Event(disable_timing=True)
+    event.record()
+    deadline = time.monotonic() + seconds
+    while not event.done:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(50e-6)
+    return True
 
 
 def run_cooperative(state: dict, n_iterations: int, n_blocks: int) -> None:

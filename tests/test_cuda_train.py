@@ -196,3 +196,9 @@ def test_300_merges_in_steps_of_64_make_one_sync_a_step():
     assert stats.sync_sites["training step"] == math.ceil(300 / 64)
     # One cooperative launch and one reset a step, and the initial pair count.
     assert stats.n_launches == 2 * math.ceil(300 / 64) + 1, stats.launches
+
+
+def test_a_step_past_its_deadline_is_a_device_error(monkeypatch):
+    monkeypatch.setattr(dev, "wait_until_done", lambda xp, seconds: False)
+    with pytest.raises(DeviceError, match="did not finish within 120 s"):
+        train_from_counts({b"abcd": 1, b"xyz": 2}, 260, progress=False, backend=CUDA)
