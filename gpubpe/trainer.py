@@ -311,11 +311,11 @@ class _DeviceTrainState:
             return
         try:
             dev.run_cooperative(self.state, iterations, self.blocks)
+            self.blocks = dev.resident_blocks(self.blocks, self.state["tokens"].size)
         except Exception as error:  # e.g. no libcudadevrt to link grid.sync() (numba-cuda #302)
             warnings.warn(f"the cooperative training kernel cannot run here ({error}); "
                           "running each phase as its own launch instead", stacklevel=3)
             self.launcher = "phased"
-            dev.forget_block_maxima(self.state)
             dev.run_phased(self.state, iterations)
 
     def _grow_pool(self, need: int) -> None:

@@ -79,11 +79,13 @@ from .train_policy import (
 HOLE = np.uint32(0xFFFFFFFF)
 LOW32 = np.uint64(0xFFFFFFFF)
 CHUNK = 64  # candidates per chunk of the argmax
+COOPERATIVE_MAX_BLOCKS = 4096
 STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goes on
 
 # Indices into ``control``.
 (STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, MERGED_COUNT, PENDING_MARKS,
- N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE) = range(17)
+ N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE,
+ REFRESH_BLOCKS) = range(18)
 CONTROL_LENGTH = 20
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
 
@@ -186,8 +188,8 @@ def count_pairs(thread, n_threads, tokens, next_pos, position_count, table_keys,
 
 @device_phase
 def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq, scaffold,
-                   chunk_priority, chunk_order, chunk_item, chunk_dirty, shared_priority,
-                   shared_order, shared_item):
+                   chunk_priority, chunk_order, chunk_item, chunk_dirty, control,
+                   shared_priority, shared_order, shared_item):
     """Phase 1: the best candidate of every chunk a merge touched (item -1: none), then
     each block's best over the chunks its threads own, at ``n_chunks + block``.
 
@@ -211,6 +213,8 @@ def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_f
     block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
                  shared_item)
     at = n_chunks + cuda.blockIdx.x
+    if thread == 0:
+        control[REFRESH_BLOCKS] = cuda.gridDim.x  # how many block maxima phase 2 reads
     if cuda.threadIdx.x == 0 and at < chunk_item.size:
         chunk_priority[at] = shared_priority[0]
         chunk_order[at] = shared_order[0]
@@ -356,7 +360,8 @@ def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, voc
     best_priority = np.int64(0)
     best_order = np.uint64(0)
     best_item = np.int64(-1)
-    for at in range(chunk_dirty.size + cuda.threadIdx.x, chunk_item.size, cuda.blockDim.x):
+    first = chunk_dirty.size
+    for at in range(first + cuda.threadIdx.x, first + control[REFRESH_BLOCKS], cuda.blockDim.x):
         if chunk_item[at] >= 0 and (best_item < 0 or _ranks_above(
                 chunk_priority[at], chunk_order[at], best_priority, best_order)):
             best_priority, best_order, best_item = chunk_priority[at], chunk_order[at], \
@@ -495,7 +500,7 @@ def refresh_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys,
     if control[STOP] == STOP_NONE:  # the same for every thread: the block syncs stay uniform
         refresh_chunks(cuda.grid(1), cuda.gridsize(1), table_keys, slot_count, byte_rank,
                        token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
-                       chunk_dirty, shared_priority, shared_order, shared_item)
+                       chunk_dirty, control, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
@@ -567,7 +572,7 @@ def train_steps_kernel(n_steps, tokens, next_pos, prev_pos, position_count, mark
             break
         refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq,
                        scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-                       shared_priority, shared_order, shared_item)
+                       control, shared_priority, shared_order, shared_item)
         grid_sync()
         if cuda.blockIdx.x == 0:
             decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys,
@@ -629,7 +634,7 @@ def refresh_blocks(n_chunks: int) -> int:
     chunks, or the cooperative grid, at most one block per multiprocessor)."""
     by_launch = min((n_chunks + block_threads() - 1) // block_threads(),
                     2 if numba.config.ENABLE_CUDASIM else MAX_BLOCKS)
-    return max(by_launch, 1 if numba.config.ENABLE_CUDASIM else 1024)
+    return max(by_launch, 1 if numba.config.ENABLE_CUDASIM else COOPERATIVE_MAX_BLOCKS)
 
 
 def host_word_positions(tokens, word_start, word_len, word_count):
@@ -691,11 +696,6 @@ def state_args(state: dict) -> list:
     return [state[name] for name in STATE]
 
 
-def forget_block_maxima(state: dict) -> None:
-    """Clear phase 1's block maxima (before the other launcher, with its other grid, runs)."""
-    state["chunk_item"][state["chunk_dirty"].size:] = -1
-
-
 def run_phased(state: dict, n_iterations: int) -> None:
     """A batch as separate launches: 1 + 5 per iteration, no host read."""
     args = state_args(state)
@@ -710,12 +710,26 @@ def run_phased(state: dict, n_iterations: int) -> None:
 
 
 def cooperative_blocks(n_positions: int) -> int:
-    """Blocks of the persistent kernel: one per multiprocessor (all co-resident at
-    THREADS_PER_BLOCK threads), fewer for small inputs; one on the simulator."""
+    """Blocks of the persistent kernel before it is built: one per multiprocessor (always
+    co-resident at THREADS_PER_BLOCK threads), fewer for small inputs; one on the simulator."""
     if numba.config.ENABLE_CUDASIM:
         return 1
     sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
     return max(1, min(sms, (n_positions + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
+
+
+def resident_blocks(n_blocks: int, n_positions: int) -> int:
+    """Once the persistent kernel is built: as many blocks as can be co-resident (more warps
+    per multiprocessor hide more memory latency), within what the input can use."""
+    if numba.config.ENABLE_CUDASIM:
+        return 1
+    try:
+        built = next(iter(train_steps_kernel.overloads.values()))
+        most = built.max_cooperative_grid_blocks(THREADS_PER_BLOCK)
+    except Exception:  # no build yet, or a driver without the query: keep the safe grid
+        return n_blocks
+    useful = (n_positions + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    return max(1, min(most, useful, COOPERATIVE_MAX_BLOCKS))
 
 
 def wait_until_done(xp, seconds: float) -> bool:
