@@ -14,9 +14,10 @@ the host reads a batch's results in one copy.
 One iteration is five phases separated by grid-wide syncs:
 
 1. ``refresh_chunks``: candidates (pair slots, then scaffold tokens) are cut
-   into chunks of ``CHUNK``; only chunks a merge touched (``chunk_dirty``)
-   recompute their best, so the argmax never rescans the whole table.
-2. ``decide`` (one block): the best over the chunk maxima (HF's order), then
+   into chunks of ``CHUNK`` whose maxima are kept; each block reduces the
+   chunk maxima its threads own to one block maximum. The argmax never
+   rescans the table: only chunks a merge touched are rescanned (step 5).
+2. ``decide`` (one block): the best over the block maxima (HF's order), then
    one thread takes ``train_policy``'s decisions: last merge's scaffold marks
    (threshold: this head's priority, i.e. after the last merge's count updates
    and before its marks, DESIGN §3), stop, re-admit, existing or new token,
@@ -25,11 +26,12 @@ One iteration is five phases separated by grid-wide syncs:
    ``left right``; ``left == right``: the first position of each run walks it
    and pairs it up left to right (``a a a a a`` -> ``aa aa a``), as the CPU.
 4. ``count_deltas``: every pair next to a merge: the old one subtracted, the
-   new one added (int64 atomics; new keys claimed with atomicCAS). Since the
-   counts are a function of the words, this equals the CPU's sequential
-   deltas, whatever the order.
+   new one added (int64 atomics; new keys claimed with atomicCAS); thread 0
+   updates f(t). Since the counts are a function of the words, this equals
+   the CPU's sequential deltas, whatever the order. Every chunk whose
+   candidates changed is listed once (``mark_dirty``).
 5. ``write_merges``: the left half takes the merged id and skips its partner;
-   thread 0 updates f(t) of the merged token and its parts.
+   ``rescan_dirty``: a block per listed chunk recomputes its maximum.
 
 Two launchers run the same phases: ``train_steps_kernel`` is a persistent
 cooperative kernel (``grid.sync()`` between phases, up to K iterations per
@@ -40,6 +42,10 @@ block: there the cooperative kernel runs with one block only.
 
 Performance notes (no GPU in the session that wrote this; counts, not times):
 - Per batch: 1 launch (cooperative) or 1 + 5K launches (phased), 1 sync.
+- A dirty chunk was first rescanned by one thread walking its 64 candidates:
+  64 memory round trips in sequence on the critical path (~13-30 us on an
+  H100 by GPU_FACTS' floors). Now a block rescans it, a thread a candidate:
+  one round trip and a block reduction.
 - Per merge the position phases read every position (4 bytes of token and
   1 of mark, ~5 MB for 1 M positions): ~2 us each on an H100 at 3 TB/s.
   A list of the positions holding each pair (the CPU's postings) would cut
@@ -78,14 +84,15 @@ from .train_policy import (
 
 HOLE = np.uint32(0xFFFFFFFF)
 LOW32 = np.uint64(0xFFFFFFFF)
-CHUNK = 64  # candidates per chunk of the argmax
+# Candidates per chunk of the argmax: a block's threads rescan one chunk together.
+CHUNK = 64 if numba.config.ENABLE_CUDASIM else THREADS_PER_BLOCK
 COOPERATIVE_MAX_BLOCKS = 4096
 STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goes on
 
 # Indices into ``control``.
 (STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, MERGED_COUNT, PENDING_MARKS,
  N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE,
- REFRESH_BLOCKS) = range(18)
+ REFRESH_BLOCKS, N_DIRTY) = range(19)
 CONTROL_LENGTH = 20
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
 
@@ -97,7 +104,7 @@ STATE = {  # name -> Numba type, in kernel argument order
     "token_hash": "uint64[::1]", "vocab_keys": "uint64[::1]", "vocab_values": "int64[::1]",
     "token_freq": "int64[::1]", "scaffold": "uint8[::1]",
     "chunk_priority": "int64[::1]", "chunk_order": "uint64[::1]", "chunk_item": "int64[::1]",
-    "chunk_dirty": "uint8[::1]", "control": "int64[::1]", "rules": "int64[::1]",
+    "chunk_dirty": "uint32[::1]", "dirty_chunks": "int64[::1]", "control": "int64[::1]", "rules": "int64[::1]",
     "events": "int64[::1]",
 }
 
@@ -154,7 +161,7 @@ def candidate(item, table_keys, slot_count, byte_rank, token_freq, scaffold):
 
 
 @device_phase
-def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty):
+def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chunks, control):
     """Add ``delta`` to pair (left, right), claiming its cell with atomicCAS when new."""
     key = (np.uint64(left) << np.uint64(32)) | np.uint64(right)
     mask = np.uint64(table_keys.size - 1)
@@ -169,7 +176,14 @@ def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty):
             break
         cell = (cell + np.uint64(1)) & mask
     cuda.atomic.add(slot_count, cell, delta)
-    chunk_dirty[cell // np.uint64(CHUNK)] = 1
+    mark_dirty(np.int64(cell // np.uint64(CHUNK)), chunk_dirty, dirty_chunks, control)
+
+
+@device_phase
+def mark_dirty(chunk, chunk_dirty, dirty_chunks, control):
+    """List a chunk for rescanning, once (the first thread to flag it lists it)."""
+    if chunk_dirty[chunk] == 0 and cuda.atomic.cas(chunk_dirty, chunk, 0, 1) == 0:
+        dirty_chunks[cuda.atomic.add(control, N_DIRTY, 1)] = chunk
 
 
 # ------------------------------------------------------------ the phases
@@ -177,35 +191,28 @@ def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty):
 
 @device_phase
 def count_pairs(thread, n_threads, tokens, next_pos, position_count, table_keys, slot_count,
-                chunk_dirty):
+                chunk_dirty, dirty_chunks, control):
     """Initial pair counts: every adjacent pair of every word, weighted by its count."""
     for i in range(thread, tokens.size, n_threads):
         after = next_pos[i]
         if tokens[i] != HOLE and after >= 0:
             add_pair(tokens[i], tokens[after], position_count[i], table_keys, slot_count,
-                     chunk_dirty)
+                     chunk_dirty, dirty_chunks, control)
 
 
 @device_phase
-def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq, scaffold,
-                   chunk_priority, chunk_order, chunk_item, chunk_dirty, control,
-                   shared_priority, shared_order, shared_item):
-    """Phase 1: the best candidate of every chunk a merge touched (item -1: none), then
-    each block's best over the chunks its threads own, at ``n_chunks + block``.
+def refresh_chunks(thread, n_threads, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+                   control, shared_priority, shared_order, shared_item):
+    """Phase 1: each block's best over the chunk maxima its threads own, written at
+    ``n_chunks + block``; the chunks were rescanned at the end of the last iteration.
 
-    A thread reduces exactly the chunks it refreshed, so no sync is needed in
-    between; every thread of every block must call it (it syncs its block).
+    Every thread of every block must call it (it syncs its block).
     """
-    n_items = table_keys.size + token_freq.size
     n_chunks = chunk_dirty.size
     best_priority = np.int64(0)
     best_order = np.uint64(0)
     best_item = np.int64(-1)
     for chunk in range(thread, n_chunks, n_threads):
-        if chunk_dirty[chunk] != 0:
-            chunk_dirty[chunk] = 0
-            refresh_chunk(chunk, n_items, table_keys, slot_count, byte_rank, token_freq,
-                          scaffold, chunk_priority, chunk_order, chunk_item)
         if chunk_item[chunk] >= 0 and (best_item < 0 or _ranks_above(
                 chunk_priority[chunk], chunk_order[chunk], best_priority, best_order)):
             best_priority, best_order = chunk_priority[chunk], chunk_order[chunk]
@@ -215,6 +222,7 @@ def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_f
     at = n_chunks + cuda.blockIdx.x
     if thread == 0:
         control[REFRESH_BLOCKS] = cuda.gridDim.x  # how many block maxima phase 2 reads
+        control[N_DIRTY] = 0  # the list was drained by the last rescan
     if cuda.threadIdx.x == 0 and at < chunk_item.size:
         chunk_priority[at] = shared_priority[0]
         chunk_order[at] = shared_order[0]
@@ -222,24 +230,40 @@ def refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_f
 
 
 @device_phase
-def refresh_chunk(chunk, n_items, table_keys, slot_count, byte_rank, token_freq, scaffold,
-                  chunk_priority, chunk_order, chunk_item):
-    """The best candidate of one chunk of CHUNK candidates."""
-    best_priority = np.int64(0)
-    best_order = np.uint64(0)
-    best_item = np.int64(-1)
-    end = (chunk + 1) * CHUNK
-    if end > n_items:  # (not min(): a builtin overload would need a device to compile)
-        end = n_items
-    for item in range(chunk * CHUNK, end):
-        priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
-                                    scaffold)
-        if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
-                                                           best_order)):
-            best_priority, best_order, best_item = priority, order, item
-    chunk_priority[chunk] = best_priority
-    chunk_order[chunk] = best_order
-    chunk_item[chunk] = best_item
+def rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
+                 shared_order, shared_item):
+    """End of an iteration: the best candidate of every listed chunk (item -1: none).
+
+    A block per listed chunk (grid-stride over the list), a thread per candidate:
+    one memory round trip and a block reduction, where one thread walking the
+    chunk would pay CHUNK round trips in sequence. Every thread of every block
+    must call it (the list's length is the same for all, so the block syncs
+    stay uniform).
+    """
+    n_items = table_keys.size + token_freq.size
+    for k in range(cuda.blockIdx.x, control[N_DIRTY], cuda.gridDim.x):
+        chunk = dirty_chunks[k]
+        best_priority = np.int64(0)
+        best_order = np.uint64(0)
+        best_item = np.int64(-1)
+        end = (chunk + 1) * CHUNK
+        if end > n_items:  # (not min(): a builtin overload would need a device to compile)
+            end = n_items
+        for item in range(chunk * CHUNK + cuda.threadIdx.x, end, cuda.blockDim.x):
+            priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
+                                        scaffold)
+            if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
+                                                               best_order)):
+                best_priority, best_order, best_item = priority, order, item
+        block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
+                     shared_item)
+        if cuda.threadIdx.x == 0:
+            chunk_priority[chunk] = shared_priority[0]
+            chunk_order[chunk] = shared_order[0]
+            chunk_item[chunk] = shared_item[0]
+            chunk_dirty[chunk] = 0
+        cuda.syncthreads()  # the shared arrays are reused by the next chunk
 
 
 @device_phase
@@ -276,26 +300,36 @@ def _log_event(control, events, kind, value):
 
 
 @njit(inline="always")
+def _list_dirty(chunk, chunk_dirty, dirty_chunks, control):
+    """``mark_dirty`` for the one deciding thread (no other thread lists in phase 2)."""
+    if chunk_dirty[chunk] == 0:
+        chunk_dirty[chunk] = 1
+        dirty_chunks[control[N_DIRTY]] = chunk
+        control[N_DIRTY] += 1
+
+
+@njit(inline="always")
 def _mark_if_rare(child, threshold, control, events, table_size, token_freq, scaffold,
-                  chunk_dirty):
+                  chunk_dirty, dirty_chunks):
     if is_rare_child_inline(child, threshold, token_freq, scaffold):
         scaffold[child] = 1
         control[N_NORMAL] -= 1
-        chunk_dirty[(table_size + child) // CHUNK] = 1
+        _list_dirty((table_size + child) // CHUNK, chunk_dirty, dirty_chunks, control)
         _log_event(control, events, EVENT_MARK, child)
 
 
 @njit(inline="always")
-def _readmit(token, control, events, table_size, scaffold, chunk_dirty):
+def _readmit(token, control, events, table_size, scaffold, chunk_dirty, dirty_chunks):
     scaffold[token] = 0
     control[N_NORMAL] += 1
-    chunk_dirty[(table_size + token) // CHUNK] = 1
+    _list_dirty((table_size + token) // CHUNK, chunk_dirty, dirty_chunks, control)
     _log_event(control, events, EVENT_READMIT, token)
 
 
 @njit(inline="always")
 def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_len, token_hash,
-                 vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty, control, rules,
+                 vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty, dirty_chunks,
+                 control, rules,
                  events):
     """Phase 2b, one thread: ``train_policy``'s decisions for the head; sets control[APPLY]."""
     table_size = table_keys.size
@@ -305,24 +339,24 @@ def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_
     if control[PENDING_MARKS] != 0:  # the last merge's children, against this head
         control[PENDING_MARKS] = 0
         _mark_if_rare(control[LEFT], head_priority, control, events, table_size, token_freq,
-                      scaffold, chunk_dirty)
+                      scaffold, chunk_dirty, dirty_chunks)
         if control[RIGHT] != control[LEFT]:
             _mark_if_rare(control[RIGHT], head_priority, control, events, table_size,
-                          token_freq, scaffold, chunk_dirty)
+                          token_freq, scaffold, chunk_dirty, dirty_chunks)
     stop = stop_reason_inline(control[N_NORMAL], control[VOCAB_SIZE], head_priority,
                               control[MIN_COUNT])
     if stop != STOP_NONE:
         control[STOP] = stop
         return
     if head_item >= table_size:  # a scaffold token at the head is re-admitted
-        _readmit(head_item - table_size, control, events, table_size, scaffold, chunk_dirty)
+        _readmit(head_item - table_size, control, events, table_size, scaffold, chunk_dirty, dirty_chunks)
         return
     left = np.int64(table_keys[head_item] >> np.uint64(32))
     right = np.int64(table_keys[head_item] & LOW32)
     merged, merged_hash = token_for_merge_inline(left, right, pool, token_start, token_len,
                                                  token_hash, vocab_keys, vocab_values)
     if merged >= 0 and scaffold[merged] != 0:  # re-admitted; the pair stays at the head
-        _readmit(merged, control, events, table_size, scaffold, chunk_dirty)
+        _readmit(merged, control, events, table_size, scaffold, chunk_dirty, dirty_chunks)
         return
     if merged < 0:
         if control[POOL_USED] + token_len[left] + token_len[right] > pool.size:
@@ -354,8 +388,8 @@ _decide_merge = device_function(decide_merge)
 
 @device_phase
 def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-           token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty, control,
-           rules, events, shared_priority, shared_order, shared_item):
+           token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+           dirty_chunks, control, rules, events, shared_priority, shared_order, shared_item):
     """Phase 2, one block: the head over phase 1's block maxima, then thread 0 decides."""
     best_priority = np.int64(0)
     best_order = np.uint64(0)
@@ -372,7 +406,7 @@ def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, voc
         head_priority = shared_priority[0] if shared_item[0] >= 0 else np.int64(0)
         _decide_merge(shared_item[0], head_priority, table_keys, pool, token_start, token_len,
                       token_hash, vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty,
-                      control, rules, events)
+                      dirty_chunks, control, rules, events)
 
 
 @device_phase
@@ -408,11 +442,21 @@ def find_starts(thread, n_threads, tokens, next_pos, prev_pos, position_count, m
 
 @device_phase
 def count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, table_keys,
-                 slot_count, chunk_dirty, control):
-    """Phase 4: each pair next to a merge leaves (old) or arrives (new), once per position."""
+                 slot_count, token_freq, chunk_dirty, dirty_chunks, control):
+    """Phase 4: each pair next to a merge leaves (old) or arrives (new), once per position;
+    thread 0 updates f(t) of the merged token and its parts."""
     if control[APPLY] == 0:
         return
     merged = control[MERGED]
+    if thread == 0:
+        table_size = table_keys.size
+        merged_count = control[MERGED_COUNT]
+        token_freq[merged] += merged_count
+        token_freq[control[LEFT]] -= merged_count
+        token_freq[control[RIGHT]] -= merged_count
+        mark_dirty((table_size + merged) // CHUNK, chunk_dirty, dirty_chunks, control)
+        mark_dirty((table_size + control[LEFT]) // CHUNK, chunk_dirty, dirty_chunks, control)
+        mark_dirty((table_size + control[RIGHT]) // CHUNK, chunk_dirty, dirty_chunks, control)
     for k in range(thread, tokens.size, n_threads):
         if tokens[k] == HOLE:
             continue
@@ -420,7 +464,7 @@ def count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, tabl
         after = next_pos[k]
         if after >= 0 and (here != 0 or mark[after] == 1):
             add_pair(tokens[k], tokens[after], -position_count[k], table_keys, slot_count,
-                     chunk_dirty)
+                     chunk_dirty, dirty_chunks, control)
         if here == 2:
             continue  # merged away: no new pair starts here
         if here == 1:
@@ -428,13 +472,13 @@ def count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, tabl
         if after >= 0 and (here == 1 or mark[after] == 1):
             left = merged if here == 1 else np.int64(tokens[k])
             right = merged if mark[after] == 1 else np.int64(tokens[after])
-            add_pair(left, right, position_count[k], table_keys, slot_count, chunk_dirty)
+            add_pair(left, right, position_count[k], table_keys, slot_count, chunk_dirty,
+                     dirty_chunks, control)
 
 
 @device_phase
-def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, token_freq, table_size,
-                 chunk_dirty, control):
-    """Phase 5: merged ids written, right halves unlinked; thread 0 updates f(t)."""
+def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control):
+    """Phase 5 (with ``rescan_dirty``): merged ids written, right halves unlinked."""
     if control[APPLY] == 0:
         return
     merged = control[MERGED]
@@ -449,34 +493,46 @@ def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, token_freq
         elif mark[i] == 2:
             tokens[i] = HOLE
             mark[i] = 0
-    if thread == 0:
-        merged_count = control[MERGED_COUNT]
-        token_freq[merged] += merged_count
-        token_freq[control[LEFT]] -= merged_count
-        token_freq[control[RIGHT]] -= merged_count
-        chunk_dirty[(table_size + merged) // CHUNK] = 1
-        chunk_dirty[(table_size + control[LEFT]) // CHUNK] = 1
-        chunk_dirty[(table_size + control[RIGHT]) // CHUNK] = 1
 
 
 # ------------------------------------------------------------ kernels
+# Every kernel takes the whole state (STATE's order), so they share one signature.
+# Those that sync a block: blocks of a power of two threads, at most THREADS_PER_BLOCK,
+# and three shared arrays of THREADS_PER_BLOCK entries as scratch.
 
 
 @cuda.jit
-def count_pairs_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-                       byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
-                       vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
-                       chunk_item, chunk_dirty, control, rules, events):
+def count_pairs_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
     """Launch: a thread per position, grid-stride. The initial pair table."""
     count_pairs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, table_keys,
-                slot_count, chunk_dirty)
+                slot_count, chunk_dirty, dirty_chunks, control)
 
 
 @cuda.jit
-def begin_batch_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-                       byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
-                       vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
-                       chunk_item, chunk_dirty, control, rules, events):
+def rescan_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
+    """Launch: a block per listed chunk, grid-stride over the list. The chunk maxima."""
+    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
+    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
+                 shared_order, shared_item)
+
+
+@cuda.jit
+def begin_batch_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
     """Launch: one thread. Empties the batch's rules and events; lifts a pool-room stop."""
     if cuda.grid(1) == 0:
         control[N_RULES] = 0
@@ -486,81 +542,85 @@ def begin_batch_kernel(tokens, next_pos, prev_pos, position_count, mark, table_k
 
 
 @cuda.jit
-def refresh_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-                   byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
-                   vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
-                   chunk_item, chunk_dirty, control, rules, events):
-    """Launch: a thread per chunk, grid-stride, blocks of a power of two threads (phase 1).
-
-    Scratch: three shared arrays of THREADS_PER_BLOCK entries.
-    """
+def refresh_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
+    """Launch: a thread per chunk, grid-stride (phase 1)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     if control[STOP] == STOP_NONE:  # the same for every thread: the block syncs stay uniform
-        refresh_chunks(cuda.grid(1), cuda.gridsize(1), table_keys, slot_count, byte_rank,
-                       token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
+        refresh_chunks(cuda.grid(1), cuda.gridsize(1), chunk_priority, chunk_order, chunk_item,
                        chunk_dirty, control, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
-def decide_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-                  byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
-                  vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
-                  chunk_item, chunk_dirty, control, rules, events):
-    """Launch: exactly one block (a power of two threads, at most THREADS_PER_BLOCK) (phase 2).
-
-    Scratch: three shared arrays of THREADS_PER_BLOCK entries.
-    """
+def decide_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
+    """Launch: exactly one block (phase 2)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-           token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty, control,
-           rules, events, shared_priority, shared_order, shared_item)
+           token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+           dirty_chunks, control, rules, events, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
-def find_starts_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-                       byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
-                       vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
-                       chunk_item, chunk_dirty, control, rules, events):
+def find_starts_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
     """Launch: a thread per position, grid-stride (phase 3)."""
     find_starts(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, position_count,
                 mark, control)
 
 
 @cuda.jit
-def count_deltas_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys,
-                        slot_count, byte_rank, pool, token_start, token_len, token_hash,
-                        vocab_keys, vocab_values, token_freq, scaffold, chunk_priority,
-                        chunk_order, chunk_item, chunk_dirty, control, rules, events):
+def count_deltas_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
     """Launch: a thread per position, grid-stride (phase 4)."""
     count_deltas(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, mark,
-                 table_keys, slot_count, chunk_dirty, control)
+                 table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, control)
 
 
 @cuda.jit
-def write_merges_kernel(tokens, next_pos, prev_pos, position_count, mark, table_keys,
-                        slot_count, byte_rank, pool, token_start, token_len, token_hash,
-                        vocab_keys, vocab_values, token_freq, scaffold, chunk_priority,
-                        chunk_order, chunk_item, chunk_dirty, control, rules, events):
-    """Launch: a thread per position, grid-stride (phase 5)."""
-    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, token_freq,
-                 table_keys.size, chunk_dirty, control)
+def write_merges_kernel(
+        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
+    """Launch: a thread per position, grid-stride (phase 5: the merges written, the listed
+    chunks rescanned, a block per chunk)."""
+    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
+    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, control)
+    rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
+                 shared_order, shared_item)
 
 
 @cuda.jit
-def train_steps_kernel(n_steps, tokens, next_pos, prev_pos, position_count, mark, table_keys,
-                       slot_count, byte_rank, pool, token_start, token_len, token_hash,
-                       vocab_keys, vocab_values, token_freq, scaffold, chunk_priority,
-                       chunk_order, chunk_item, chunk_dirty, control, rules, events):
-    """Up to ``n_steps`` iterations in one launch: the five phases, ``grid.sync()`` between.
+def train_steps_kernel(
+        n_steps, tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
+        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        dirty_chunks, control, rules, events):
+    """Up to ``n_steps`` iterations in one launch: the five phases, ``grid_sync()`` between.
 
-    Launch: a cooperative grid (every block resident; blocks of a power of two
-    threads, at most THREADS_PER_BLOCK); grid-stride over positions and chunks.
-    Block 0 decides. On the simulator: one block only (its grid sync waits for
-    nothing else). Scratch: three shared arrays of THREADS_PER_BLOCK entries.
+    Launch: a cooperative grid (every block resident); grid-stride over
+    positions and chunks. Block 0 decides. On the simulator: one block only
+    (its grid sync waits for nothing else).
     """
     thread = cuda.grid(1)
     n_threads = cuda.gridsize(1)
@@ -570,32 +630,33 @@ def train_steps_kernel(n_steps, tokens, next_pos, prev_pos, position_count, mark
     for _ in range(n_steps):
         if control[STOP] != STOP_NONE:  # read by all after the same sync: a uniform exit
             break
-        refresh_chunks(thread, n_threads, table_keys, slot_count, byte_rank, token_freq,
-                       scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+        refresh_chunks(thread, n_threads, chunk_priority, chunk_order, chunk_item, chunk_dirty,
                        control, shared_priority, shared_order, shared_item)
         grid_sync()
         if cuda.blockIdx.x == 0:
             decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys,
                    vocab_values, token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
-                   chunk_dirty, control, rules, events, shared_priority, shared_order,
-                   shared_item)
+                   chunk_dirty, dirty_chunks, control, rules, events, shared_priority,
+                   shared_order, shared_item)
         grid_sync()
         find_starts(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                     control)
         grid_sync()
         count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, table_keys,
-                     slot_count, chunk_dirty, control)
+                     slot_count, token_freq, chunk_dirty, dirty_chunks, control)
         grid_sync()
-        write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, token_freq,
-                     table_keys.size, chunk_dirty, control)
+        write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control)
+        rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
+                     chunk_order, chunk_item, chunk_dirty, dirty_chunks, control,
+                     shared_priority, shared_order, shared_item)
         grid_sync()
 
 
 _STATE_SIGNATURE = ", ".join(STATE.values())
 TRAIN_CUDA_SIGNATURES = {
     kernel: f"void({_STATE_SIGNATURE})"
-    for kernel in (count_pairs_kernel, begin_batch_kernel, refresh_kernel, decide_kernel,
-                   find_starts_kernel, count_deltas_kernel, write_merges_kernel)
+    for kernel in (count_pairs_kernel, rescan_kernel, begin_batch_kernel, refresh_kernel,
+                   decide_kernel, find_starts_kernel, count_deltas_kernel, write_merges_kernel)
 }
 TRAIN_CUDA_SIGNATURES[train_steps_kernel] = f"void(int64, {_STATE_SIGNATURE})"
 
@@ -680,15 +741,19 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["chunk_priority"] = xp.zeros(entries, dtype=xp.int64)
     state["chunk_order"] = xp.zeros(entries, dtype=xp.uint64)
     state["chunk_item"] = xp.full(entries, -1, dtype=xp.int64)
-    state["chunk_dirty"] = xp.ones(chunks, dtype=xp.uint8)
+    state["chunk_dirty"] = xp.ones(chunks, dtype=xp.uint32)  # every chunk listed, once
+    state["dirty_chunks"] = xp.arange(chunks, dtype=xp.int64)
     state["mark"] = xp.zeros(n_positions, dtype=xp.uint8)
-    out = to_device(xp, np.concatenate([host["control"], np.zeros(
+    control = host["control"].copy()
+    control[N_DIRTY] = chunks
+    out = to_device(xp, np.concatenate([control, np.zeros(
         rows * (3 + 2 * EVENTS_PER_ITERATION), np.int64)]))
     state["out"] = out
     state["control"] = out[:CONTROL_LENGTH]
     state["rules"] = out[CONTROL_LENGTH:CONTROL_LENGTH + 3 * rows]
     state["events"] = out[CONTROL_LENGTH + 3 * rows:]
     launch(count_pairs_kernel, n_positions, *state_args(state))
+    launch(rescan_kernel, chunks * block_threads(), *state_args(state))
     return state
 
 
