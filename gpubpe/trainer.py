@@ -264,13 +264,14 @@ class _DeviceTrainState:
             self.state = dev.init_state(xp, host, n_words, rows)
         except MemoryError as error:
             raise DeviceError(
-                f"device training needs about {needed / 2**30:.2f} GiB for {tokens.size} "
+                f"device training needs about {needed / 2**20:,.1f} MiB for {tokens.size} "
                 f"positions in {n_words} distinct words and did not fit ({error}); train on "
                 "fewer distinct words (a smaller corpus, or min_frequency) or use "
                 "backend='cpu'") from error
         self.xp, self.rows = xp, rows
         self.launcher = launcher or ("phased" if xp is np else "cooperative")
         self.blocks = dev.cooperative_blocks(tokens.size)
+        self.cooperative_ran = False  # after one good launch, a failure is not a fallback
         self.n_normal, self.n_tokens = 256, 256
 
     step_deadline_s = 120.0  # a step runs up to DEVICE_MERGES_PER_STEP merges: well under 1 s
@@ -283,16 +284,11 @@ class _DeviceTrainState:
     def run(self, max_rules: int):
         """One step of up to max_rules iterations; returns (rules, events, stopped)."""
         iterations = min(max_rules, self.rows)
-        self._launch(iterations)
-        if not dev.wait_until_done(self.xp, self.step_deadline_s):
-            raise DeviceError(
-                f"a device training step of {iterations} merges did not finish within "
-                f"{self.step_deadline_s:.0f} s (a hung kernel or a failed device); nothing "
-                "was written. Check `gpubpe doctor`, or train with backend='cpu'")
-        out = to_host(self.state["out"], "training step")  # sync: the step's one read
+        out = self._step(iterations)
         control = out[: dev.CONTROL_LENGTH]
         n_rules, n_events = int(control[dev.N_RULES]), int(control[dev.N_EVENTS])
-        rules = self.state_rules(out, n_rules)
+        first_rule = dev.CONTROL_LENGTH
+        rules = out[first_rule:first_rule + 3 * n_rules].reshape(-1, 3).copy()
         first_event = dev.CONTROL_LENGTH + 3 * self.rows
         events = out[first_event:first_event + 2 * n_events].reshape(-1, 2).copy()
         self.n_normal, self.n_tokens = int(control[dev.N_NORMAL]), int(control[dev.N_TOKENS])
@@ -301,9 +297,27 @@ class _DeviceTrainState:
             self._grow_pool(int(control[dev.NEED]))
         return rules, events, stop not in (dev.STOP_NONE, dev.STOP_NEED_POOL)
 
-    def state_rules(self, out: np.ndarray, n_rules: int) -> np.ndarray:
-        first = dev.CONTROL_LENGTH
-        return out[first:first + 3 * n_rules].reshape(-1, 3).copy()
+    def _step(self, iterations: int) -> np.ndarray:
+        """Launch a step, wait for it (with a deadline) and read its output: the one sync.
+
+        A failure of a real device becomes a DeviceError; nothing is written then.
+        """
+        try:
+            self._launch(iterations)
+            if not dev.wait_until_done(self.xp, self.step_deadline_s):
+                raise DeviceError(
+                    f"a device training step of {iterations} merges did not finish within "
+                    f"{self.step_deadline_s:.0f} s (a hung kernel or a failed device); "
+                    "nothing was written. Check `gpubpe doctor`, or train with backend='cpu'")
+            return to_host(self.state["out"], "training step")  # sync: the step's one read
+        except DeviceError:
+            raise
+        except Exception as error:
+            if self.xp is np:
+                raise  # the simulator: a bug to see as it is, not a device failure
+            raise DeviceError(f"the device failed during training ({type(error).__name__}: "
+                              f"{error}); nothing was written. Check `gpubpe doctor`, or "
+                              "train with backend='cpu'") from error
 
     def _launch(self, iterations: int) -> None:
         if self.launcher == "phased":
@@ -311,12 +325,16 @@ class _DeviceTrainState:
             return
         try:
             dev.run_cooperative(self.state, iterations, self.blocks)
-            self.blocks = dev.resident_blocks(self.blocks, self.state["tokens"].size)
         except Exception as error:  # e.g. no libcudadevrt to link grid.sync() (numba-cuda #302)
+            if self.cooperative_ran:
+                raise
             warnings.warn(f"the cooperative training kernel cannot run here ({error}); "
-                          "running each phase as its own launch instead", stacklevel=3)
+                          "running each phase as its own launch instead", stacklevel=4)
             self.launcher = "phased"
             dev.run_phased(self.state, iterations)
+            return
+        self.cooperative_ran = True
+        self.blocks = dev.resident_blocks(self.blocks, self.state["tokens"].size)
 
     def _grow_pool(self, need: int) -> None:
         xp, pool = self.xp, self.state["pool"]

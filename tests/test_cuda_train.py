@@ -177,7 +177,7 @@ def test_out_of_device_memory_is_a_device_error_naming_the_bytes(monkeypatch):
         raise MemoryError("out of memory allocating 4096 bytes")
 
     monkeypatch.setattr(dev, "init_state", no_room)
-    with pytest.raises(DeviceError, match=r"needs about .* GiB for 7 positions in 2 distinct"):
+    with pytest.raises(DeviceError, match=r"needs about [0-9.,]+ MiB for 7 positions in 2 distinct"):
         train_from_counts({b"abcd": 1, b"xyz": 2}, 260, progress=False, backend=CUDA)
 
 
@@ -202,3 +202,15 @@ def test_a_step_past_its_deadline_is_a_device_error(monkeypatch):
     monkeypatch.setattr(dev, "wait_until_done", lambda xp, seconds: False)
     with pytest.raises(DeviceError, match="did not finish within 120 s"):
         train_from_counts({b"abcd": 1, b"xyz": 2}, 260, progress=False, backend=CUDA)
+
+
+def test_without_grid_sync_the_step_falls_back_to_the_phased_launcher(monkeypatch):
+    def no_grid_sync(*args):
+        raise RuntimeError("cudadevrt not found")
+
+    monkeypatch.setattr(dev, "run_cooperative", no_grid_sync)
+    word_counts = {b"hello": 3, b"yellow": 2}
+    with pytest.warns(UserWarning, match="cooperative training kernel cannot run here"):
+        device = train_from_counts(word_counts, 262, progress=False, backend=CUDA,
+                                   launcher="cooperative")
+    assert device.tolist() == train_from_counts(word_counts, 262, progress=False).tolist()
