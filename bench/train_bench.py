@@ -9,6 +9,16 @@ user pays it once).
 
     python bench/train_bench.py [--corpus english|PATH] [--sizes 8192 32000] [--threads N]
                                 [--repeats 3]
+
+``--merge-loop`` times the merge loop alone (words counted once, then
+``train_from_counts``) for the CPU step and the device step with each launcher,
+and counts the device's launches and syncs per merge (``gpubpe.device_stats``).
+In the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) only the counts mean
+anything; use ``--max-bytes`` to keep its input tiny:
+
+    python bench/train_bench.py --merge-loop --corpus english --sizes 32000
+    NUMBA_ENABLE_CUDASIM=1 python bench/train_bench.py --merge-loop --max-bytes 3000 \\
+        --sizes 556 --step 64
 """
 
 from __future__ import annotations
@@ -109,8 +119,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of N runs (default: 3)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--merge-loop", action="store_true",
+                        help="time the merge loop alone, CPU and device, with launch/sync counts")
+    parser.add_argument("--max-bytes", type=int, help="--merge-loop: use the corpus' first bytes")
+    parser.add_argument("--step", type=int, help="--merge-loop: merges per step")
     args = parser.parse_args()
     corpus = corpus_path(args.corpus)
+    if args.merge_loop:
+        return merge_loop(corpus, args.sizes, args.max_bytes, args.step, args.repeats)
     if args.child:
         return child(args.child, corpus, args.sizes[0], args.threads)
     with tempfile.TemporaryDirectory() as empty_cache:
@@ -154,6 +170,54 @@ def print_table(corpus: Path, threads: int, jit_seconds: tuple, rows: list[dict]
               f"{r['merging_s']:.2f}) | {r['hf_s']:.2f} | {r['speedup']:.2f}x | "
               f"{r['gpubpe_rss_mib']:.0f} | {r['hf_rss_mib']:.0f} | {r['scaffold_s']:.2f} | "
               f"{r['scaffold_over_bpe']:.2f} |")
+
+
+def merge_loop(corpus: Path, sizes: list[int], max_bytes: int | None, step: int | None,
+               repeats: int) -> None:
+    """Per-merge time, launches and syncs of the merge loop on each backend available."""
+    import numba
+
+    import gpubpe
+    from gpubpe.backend import resolve_backend
+    from gpubpe.errors import BackendUnavailable
+    from gpubpe.pretokenize import count_words
+    from gpubpe.trainer import train_from_counts
+
+    text = corpus.read_text(encoding="utf-8", errors="replace")
+    docs = text[:max_bytes].splitlines(True) if max_bytes else [text]
+    word_counts = count_words(docs)
+    simulated = bool(numba.config.ENABLE_CUDASIM)
+    runs = [("cpu", None, None)]
+    try:
+        runs += [("cuda", launcher, resolve_backend("cuda")) for launcher in ("cooperative",
+                                                                              "phased")]
+    except BackendUnavailable as error:
+        print(f"cuda: {error}")
+    print(f"corpus: {corpus.name}{f' (first {max_bytes} bytes)' if max_bytes else ''}, "
+          f"{len(word_counts)} distinct words; machine: {platform.machine()}, "
+          f"{os.cpu_count()} cores; date: {date.today()}; simulator: {simulated}")
+    print("| backend | launcher | vocab | merges | per merge | launches / merge | syncs / merge |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        expected = None
+        for name, launcher, backend in runs:
+            kwargs = dict(progress=False, backend=backend, launcher=launcher,
+                          merges_per_step=step)
+            train_from_counts({b"warm up": 2, b"up": 1}, 260, **kwargs)  # JIT, apart
+            best = float("inf")
+            for _ in range(1 if (simulated and name == "cuda") else repeats):
+                with gpubpe.device_stats() as stats:
+                    started = time.perf_counter()
+                    rules = train_from_counts(word_counts, size, **kwargs)
+                    best = min(best, time.perf_counter() - started)
+            expected = rules if expected is None else expected
+            if rules.tolist() != expected.tolist():
+                raise SystemExit(f"{name}/{launcher}: rules differ from the CPU's; no timing")
+            per = stats.per(len(rules))
+            timing = ("n/a (simulator)" if simulated and name == "cuda"
+                      else f"{1e6 * best / max(len(rules), 1):.1f} us")
+            print(f"| {name} | {launcher or '-'} | {size} | {len(rules)} | {timing} | "
+                  f"{per['launches']:.3f} | {per['syncs']:.4f} |")
 
 
 if __name__ == "__main__":

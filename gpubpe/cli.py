@@ -887,10 +887,6 @@ def _run_sweep(args) -> int:
                  min_frequency=args.min_frequency, alpha=args.alpha, backend=args.backend,
                  progress=not args.no_progress)
     print(rows_table(rows))
-    if any(r.variant == "scaffold" and r.cut_from != max(x.vocab_size for x in rows)
-           for r in rows):
-        print("note: Scaffold-BPE was trained once per size (this trainer exposes no event "
-              "log to cut one run with)", file=sys.stderr)
     if args.json:
         args.json.write_text(rows_json(rows))
     if args.plot:

@@ -287,9 +287,8 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
 
     from .backend import resolve_backend
     from .errors import CorpusError
-    from .model import Vocabulary
     from .tokenizer import Tokenizer
-    from .trainer import check_train_args, train_from_counts
+    from .trainer import check_train_args, vocabulary_from_counts
 
     check_train_args(vocab_size, min_frequency, tie_break)
     if scaffold and vocab_size <= 256:
@@ -300,10 +299,8 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
     started = time.perf_counter()
     word_counts = counts.as_dict()
     loaded = time.perf_counter()
-    trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
-                                scaffold=scaffold, progress=progress, backend=chosen)
-    rules, flags = (trained[0], trained[1]) if scaffold else (trained, None)
-    vocab = Vocabulary.from_rules(rules, counts.special_tokens, counts.pattern, scaffold=flags)
+    vocab = vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress,
+                                   chosen, counts.special_tokens, counts.pattern)
     if vocab.vocab_size < vocab_size:
         warnings.warn(f"training stopped at {vocab.vocab_size} tokens, below "
                       f"vocab_size={vocab_size}: no pair left", stacklevel=3)

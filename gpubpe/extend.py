@@ -257,12 +257,12 @@ def continue_merges(word_table, token_bytes: list[bytes], vocab_size: int,
     """
     from tqdm.auto import tqdm
 
-    state = _SeededState(word_table, token_bytes, vocab_size)
+    state = _SeededState(word_table, token_bytes, vocab_size, max(min_frequency, 1))
     batches = [np.zeros((0, 3), np.int64)]
     with tqdm(total=vocab_size - len(token_bytes), desc="merges", unit="tok",
               disable=not progress, leave=False) as bar:
         while True:
-            rules, stop = state.run(_RULES_PER_CALL, vocab_size, max(min_frequency, 1), False)
+            rules, _, stop = state.run(_RULES_PER_CALL)
             batches.append(rules)
             bar.update(len(rules))
             if stop:
@@ -273,7 +273,8 @@ def continue_merges(word_table, token_bytes: list[bytes], vocab_size: int,
 class _SeededState(_CpuTrainState):
     """The trainer's CPU state, starting from existing tokens instead of the 256 bytes."""
 
-    def __init__(self, word_table, token_bytes: list[bytes], vocab_size: int):
+    def __init__(self, word_table, token_bytes: list[bytes], vocab_size: int, min_count: int):
+        self.params = (vocab_size, min_count, False)
         self.tokens, self.word_start, self.word_len, self.word_count = word_table
         index, n_slots, n_postings = build_pair_index_cpu(
             self.tokens, self.word_start, self.word_len, self.word_count, HF_BYTE_RANK)

@@ -21,9 +21,9 @@ iterations, so a cut can only fall before a rule or re-admission row.
 normal-token count has reached N.
 
 :func:`sweep` trains once per variant at the largest size and cuts the
-smaller sizes out of that run. Until the fast trainer exposes its event log
-(``train_from_counts`` returning ``(rules, flags, events)``), Scaffold-BPE is
-trained once per size instead: correct, but it costs one training per size.
+smaller sizes out of that run (``train_from_counts(..., with_events=True)``
+gives the log, the same on the CPU and on a device). A trainer that gives no
+log (``Trainer`` returning ``None`` events) is run once per size instead.
 """
 
 from __future__ import annotations
@@ -184,28 +184,19 @@ Trainer = Callable[[dict, int, bool, int], tuple]
 
 
 def fast_trainer(backend=None, progress: bool = False) -> Trainer:
-    """The product trainer (``train_from_counts``), with its event log when it has one."""
-    import inspect
-
+    """The product trainer (``train_from_counts``); Scaffold runs bring their event log."""
     from .trainer import train_from_counts
-
-    # The training loop of issue 15 logs events; ask for them by whichever flag it takes.
-    parameters = inspect.signature(train_from_counts).parameters
-    asks = {name: True for name in _EVENT_FLAGS if name in parameters}
 
     def run(word_counts, vocab_size, scaffold, min_frequency):
         result = train_from_counts(word_counts, vocab_size, min_frequency=min_frequency,
                                    scaffold=scaffold, progress=progress, backend=backend,
-                                   **(asks if scaffold else {}))
+                                   with_events=scaffold)
         if not scaffold:
-            return np.asarray(result[0] if isinstance(result, tuple) else result), None, None
-        events = result[2] if len(result) > 2 else None
-        return result[0], result[1], events
+            return np.asarray(result), None, None
+        (rules, flags), events = result
+        return rules, flags, events
 
     return run
-
-
-_EVENT_FLAGS = ("events", "return_events", "log_events", "with_events")
 
 
 @dataclass

@@ -18,23 +18,14 @@ from tqdm.auto import tqdm
 
 from .backend import Backend, resolve_backend
 from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
-from .errors import ConfigError, CorpusError
+from .errors import ConfigError, CorpusError, DeviceError
+from .kernels import train_device as dev
 from .kernels._cuda import to_host
 from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
-from .kernels.merge import (
-    STOP_MIN_FREQUENCY,
-    STOP_NO_PAIR,
-    STOP_VOCAB,
-    append_token,
-    apply_pair_deltas,
-    mark_scaffold_children,
-    merge_batch_cpu,
-    merge_step_cuda,
-    settle_head,
-    token_for_merge,
-)
+from .kernels.merge import merge_batch_cpu
 from .kernels.pairs import (
     HEAP_SIZE,
+    N_EVENTS,
     N_NORMAL,
     N_POSTINGS,
     N_SLOTS,
@@ -44,20 +35,21 @@ from .kernels.pairs import (
     SIZES_LENGTH,
     STOP,
     build_pair_index_cpu,
-    count_pairs_cuda,
-    index_pair_counts,
     token_frequencies_cpu,
 )
-from .kernels.pqueue import empty_heap, heap_of_counts, heap_pop
+from .kernels.pqueue import empty_heap, heap_of_counts
 from .model import Vocabulary, check_special_tokens
 from .pretokenize import check_num_threads, count_words, resolve_pattern
 
 TIE_BREAKS = ("hf",)
-# Rules per call of the Numba loop: small enough for a lively progress bar,
+# Merges per step of the Numba loop: small enough for a lively progress bar,
 # large enough that the call overhead (~50 us) does not show.
 _RULES_PER_CALL = 512
 HF_BYTE_RANK = np.array(_HF_BYTE_RANK, dtype=np.int64)
-
+# Merges per step on a device: one host read per step, so the step's launches
+# and its one sync are spread over this many merges.
+DEVICE_MERGES_PER_STEP = 256
+LAUNCHERS = ("cooperative", "phased")
 
 # Token ids are uint32 (DESIGN §2), special tokens included.
 MAX_VOCAB_SIZE = (1 << 32) - 1
@@ -95,6 +87,21 @@ def flatten_words(word_counts: dict[bytes, int]):
     return tokens, word_start, word_len, word_count
 
 
+def vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress, backend,
+                           special_tokens, pattern) -> Vocabulary:
+    """Train and wrap as a Vocabulary; a Scaffold one keeps its event log in its metadata
+    (``scaffold_events``, flat ``[kind, value, ...]``) so ``Tokenizer.truncate`` can cut it."""
+    trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
+                                scaffold=scaffold, progress=progress, backend=backend,
+                                with_events=scaffold)
+    if not scaffold:
+        return Vocabulary.from_rules(trained, special_tokens, pattern)
+    (rules, flags), events = trained
+    vocab = Vocabulary.from_rules(rules, special_tokens, pattern, scaffold=flags)
+    vocab.metadata["scaffold_events"] = events.ravel().tolist()
+    return vocab
+
+
 def train_from_counts(
     word_counts: dict[bytes, int],
     vocab_size: int,
@@ -103,31 +110,45 @@ def train_from_counts(
     scaffold: bool = False,
     progress: bool = True,
     backend: Backend | None = None,
+    merges_per_step: int | None = None,
+    launcher: str | None = None,
+    with_events: bool = False,
 ):
     """Rules learned from word counts: int64 (n x 3) rows ``(left, right, result)``.
 
     With ``scaffold=True`` (Scaffold-BPE) returns ``(rules, scaffold_flags)``,
     the flags a bool per internal id. ``backend`` (from ``resolve_backend``)
-    picks the CPU loop or the CUDA kernels; both give the same rules.
+    picks the CPU loop or the device step; both give the same rules. The one
+    loop here asks the backend for up to ``merges_per_step`` merges at a time
+    (one host round trip per step on a device). ``launcher`` picks how a
+    device runs a step ("cooperative": one persistent kernel; "phased": a
+    launch per phase; default: cooperative on a GPU, falling back to phased).
+    ``with_events=True`` returns ``(result, events)``: int64 (m x 2) rows
+    ``(kind, value)`` in order, kind 0 a rule (its index), 1 a token marked
+    scaffold, 2 one re-admitted (``kernels/train_policy.py``).
     """
+    min_count = max(min_frequency, 1)
     if backend is not None and backend.name == "cuda":
-        state = _CudaTrainState(word_counts, vocab_size, backend.xp)
+        step = merges_per_step or DEVICE_MERGES_PER_STEP
+        state = _DeviceTrainState(word_counts, vocab_size, min_count, scaffold, backend.xp, step,
+                                  launcher)
     else:
-        state = _CpuTrainState(word_counts, vocab_size)
+        step = merges_per_step or _RULES_PER_CALL
+        state = _CpuTrainState(word_counts, vocab_size, min_count, scaffold)
     bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
-    batches = []
+    rule_batches, event_batches = [], []
     with bar:
         while True:
-            normal_before = int(state.sizes[N_NORMAL])
-            rules, stop = state.run(_RULES_PER_CALL, vocab_size, max(min_frequency, 1), scaffold)
-            batches.append(rules)
-            bar.update(int(state.sizes[N_NORMAL]) - normal_before)
+            normal_before = state.n_normal
+            rules, events, stop = state.run(step)
+            rule_batches.append(rules)
+            event_batches.append(events)
+            bar.update(state.n_normal - normal_before)
             if stop:
                 break
-    rules = np.concatenate(batches)
-    if not scaffold:
-        return rules
-    return rules, state.arrays["scaffold"][: state.sizes[N_TOKENS]].astype(bool)
+    rules = np.concatenate(rule_batches)
+    result = (rules, state.scaffold_flags()) if scaffold else rules
+    return (result, np.concatenate(event_batches)) if with_events else result
 
 
 class _TrainState:
@@ -195,7 +216,9 @@ class _TrainState:
 class _CpuTrainState(_TrainState):
     """Every array the Numba merge loop keeps between calls."""
 
-    def __init__(self, word_counts: dict[bytes, int], vocab_size: int):
+    def __init__(self, word_counts: dict[bytes, int], vocab_size: int, min_count: int,
+                 scaffold: bool):
+        self.params = (vocab_size, min_count, scaffold)
         self.tokens, self.word_start, self.word_len, self.word_count = flatten_words(word_counts)
         index, n_slots, n_postings = build_pair_index_cpu(
             self.tokens, self.word_start, self.word_len, self.word_count, HF_BYTE_RANK
@@ -208,123 +231,141 @@ class _CpuTrainState(_TrainState):
         self._init_heap(n_slots)
         self._init_tokens(vocab_size, (self.tokens, self.word_start, self.word_len, self.word_count))
 
-    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
-        """Up to max_rules rules; returns (rules, stopped)."""
+    @property
+    def n_normal(self) -> int:
+        return int(self.sizes[N_NORMAL])
+
+    def scaffold_flags(self) -> np.ndarray:
+        return self.arrays["scaffold"][: self.sizes[N_TOKENS]].astype(bool)
+
+    def run(self, max_rules: int):
+        """One step: up to max_rules rules; returns (rules, events, stopped)."""
         rules = np.zeros((max_rules, 3), np.int64)
+        events = np.zeros((3 * max_rules + 3, 2), np.int64)
+        self.sizes[N_EVENTS] = 0
         done = 0
         while done < max_rules:
             done += merge_batch_cpu(
-                rules[done:], vocab_size, min_count, scaffold, self.sizes, HF_BYTE_RANK,
+                rules[done:], events, *self.params, self.sizes, HF_BYTE_RANK,
                 self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
                 *(self.arrays[name] for name in self._STATE),
             )
             if self.sizes[NEED] == 0:
                 break
             self._grow(int(self.sizes[NEED]))
-        return rules[:done], bool(self.sizes[STOP])
+        return rules[:done], events[: self.sizes[N_EVENTS]], bool(self.sizes[STOP])
 
 
-class _CudaTrainState(_TrainState):
-    """GPU training: word positions on the device, the controller on the host.
+class _DeviceTrainState:
+    """Training state on the device (``kernels/train_device.py``): a step runs up to K
+    merges there and the host reads its rules and events once (the step's one sync)."""
 
-    Per iteration the host picks the head of its queue; the device applies
-    the merge over every position (``merge_step_cuda``) and sends back the
-    summed pair-count deltas in one copy, the iteration's only sync; the host
-    then updates its queue and scaffold state with the same Numba helpers as
-    the CPU loop, so both backends take the same decisions.
-    """
+    def __init__(self, word_counts: dict[bytes, int], vocab_size: int, min_count: int,
+                 scaffold: bool, xp, rows: int, launcher: str | None):
+        if launcher not in (None, *LAUNCHERS):
+            raise ConfigError(f"launcher={launcher!r} is not one of {LAUNCHERS}")
+        tokens, word_start, word_len, word_count = flatten_words(word_counts)
+        next_pos, prev_pos, position_count = dev.host_word_positions(tokens, word_start,
+                                                                     word_len, word_count)
+        n_words = len(word_counts)
+        # Every rule merges one position at least: at most positions - words rules.
+        max_tokens = 256 + max(tokens.size - n_words, 0) + 1
+        pool = self.initial_pool_bytes(max_tokens, vocab_size)
+        control = np.zeros(dev.CONTROL_LENGTH, np.int64)
+        control[[dev.N_TOKENS, dev.POOL_USED, dev.N_NORMAL]] = 256
+        control[[dev.VOCAB_SIZE, dev.MIN_COUNT, dev.SCAFFOLD_MODE]] = (vocab_size, min_count,
+                                                                       int(scaffold))
+        token_tables = dict(zip(("pool", "token_start", "token_len", "token_hash", "vocab_keys",
+                                 "vocab_values"), dev.host_token_tables(max_tokens, pool)))
+        host = dict(tokens=tokens, next_pos=next_pos, prev_pos=prev_pos,
+                    position_count=position_count, byte_rank=HF_BYTE_RANK, **token_tables,
+                    token_freq=token_frequencies_cpu(tokens, word_start, word_len, word_count,
+                                                     max_tokens),
+                    scaffold=np.zeros(max_tokens, np.uint8), control=control)
+        needed = dev.device_bytes(tokens.size, n_words, max_tokens, pool, rows)
+        try:
+            self.state = dev.init_state(xp, host, n_words, rows)
+        except MemoryError as error:
+            raise DeviceError(
+                f"device training needs about {needed / 2**20:,.1f} MiB for {tokens.size} "
+                f"positions in {n_words} distinct words and did not fit ({error}); train on "
+                "fewer distinct words (a smaller corpus, or min_frequency) or use "
+                "backend='cpu'") from error
+        self.xp, self.rows = xp, rows
+        self.launcher = launcher or ("phased" if xp is np else "cooperative")
+        self.blocks = dev.cooperative_blocks(tokens.size)
+        self.cooperative_ran = False  # after one good launch, a failure is not a fallback
+        self.n_normal, self.n_tokens = 256, 256
 
-    def __init__(self, word_counts: dict[bytes, int], vocab_size: int, xp):
-        word_table = flatten_words(word_counts)
-        tokens, word_start, word_len, word_count = word_table
-        last_in_word = np.zeros(tokens.size, np.uint8)
-        last_in_word[word_start + word_len - 1] = 1
-        self.xp = xp
-        self.positions = {"tokens": xp.asarray(tokens), "last_in_word": xp.asarray(last_in_word),
-                          "position_count": xp.asarray(np.repeat(word_count, word_len))}
-        keys, counts = count_pairs_cuda(*self.positions.values(), xp=xp)
-        keys, counts = to_host(keys, "initial pair keys"), to_host(counts, "initial pair counts")
-        capacity = max(2 * keys.size, 1024)
-        table_keys, table_values = empty_table(2 * capacity)
-        self.arrays = {"table_keys": table_keys, "table_values": table_values,
-                       "slot_key": np.zeros(capacity, np.uint64),
-                       "slot_count": np.zeros(capacity, np.int64),
-                       "slot_order": np.zeros(capacity, np.uint64),
-                       "slot_head": np.full(capacity, -1, np.int64),
-                       "slot_touch": np.full(capacity, -1, np.int64),
-                       "post_word": np.zeros(16, np.int64), "post_next": np.zeros(16, np.int64),
-                       "touched": np.zeros(16, np.int64)}
-        a = self.arrays
-        index_pair_counts(keys, counts, HF_BYTE_RANK, table_keys, table_values, a["slot_key"],
-                          a["slot_count"], a["slot_order"], a["slot_head"])
-        self.sizes = np.zeros(SIZES_LENGTH, np.int64)
-        self.sizes[N_SLOTS] = keys.size
-        self._init_heap(int(keys.size))
-        self._init_tokens(vocab_size, word_table)
+    step_deadline_s = 120.0  # a step runs up to DEVICE_MERGES_PER_STEP merges: well under 1 s
 
-    def run(self, max_rules: int, vocab_size: int, min_count: int, scaffold: bool):
-        """Up to max_rules rules, one device merge step each; returns (rules, stopped)."""
-        rules: list[tuple[int, int, int]] = []
-        while len(rules) < max_rules and not self.sizes[STOP]:
-            rule = self._iterate(vocab_size, min_count, scaffold)
-            if rule is not None:
-                rules.append(rule)
-        return np.array(rules, dtype=np.int64).reshape(-1, 3), bool(self.sizes[STOP])
+    @staticmethod
+    def initial_pool_bytes(max_tokens: int, vocab_size: int) -> int:
+        """Bytes of tokens the device holds at first; the step grows it when it runs short."""
+        return 256 + 16 * min(max_tokens, 2 * vocab_size)
 
-    def _iterate(self, vocab_size: int, min_count: int, scaffold: bool):
-        """One Scaffold-BPE/BPE iteration; the rule it applied, or None."""
-        a, sizes = self.arrays, self.sizes
-        heap = (a["heap_priority"], a["heap_order"], a["heap_item"])
-        if sizes[N_NORMAL] >= vocab_size:
-            sizes[STOP] = STOP_VOCAB
-            return None
-        priority = settle_head(*heap, sizes, a["slot_count"], a["slot_order"], a["token_freq"],
-                               a["scaffold"])
-        if sizes[HEAP_SIZE] == 0 or priority < min_count:
-            sizes[STOP] = STOP_NO_PAIR if sizes[HEAP_SIZE] == 0 else STOP_MIN_FREQUENCY
-            return None
-        best = int(a["heap_item"][0])
-        if best < 0:  # a scaffold token at the head is re-admitted
-            sizes[HEAP_SIZE] = heap_pop(*heap, sizes[HEAP_SIZE])
-            a["scaffold"][-best - 1] = 0
-            sizes[N_NORMAL] += 1
-            return None
-        key = int(a["slot_key"][best])
-        left, right = key >> 32, key & 0xFFFFFFFF
-        self._grow(int(a["token_len"][left] + a["token_len"][right]) + 3)
-        token_arrays = (a["pool"], a["token_start"], a["token_len"], a["token_hash"],
-                        a["vocab_keys"], a["vocab_values"])
-        merged, merged_hash = token_for_merge(left, right, sizes, *token_arrays)
-        if merged >= 0 and a["scaffold"][merged]:
-            a["scaffold"][merged] = 0  # re-admitted; the pair stays at the head
-            sizes[N_NORMAL] += 1
-            return None
-        sizes[HEAP_SIZE] = heap_pop(*heap, sizes[HEAP_SIZE])
-        if merged < 0:
-            merged = append_token(left, right, np.uint64(merged_hash), sizes, *token_arrays)
-            a["token_freq"][merged] = 0
-            a["scaffold"][merged] = 0
-            sizes[N_NORMAL] += 1
-        self._apply_on_device(best, left, right, int(merged), scaffold)
-        return left, right, int(merged)
+    def run(self, max_rules: int):
+        """One step of up to max_rules iterations; returns (rules, events, stopped)."""
+        iterations = min(max_rules, self.rows)
+        out = self._step(iterations)
+        control = out[: dev.CONTROL_LENGTH]
+        n_rules, n_events = int(control[dev.N_RULES]), int(control[dev.N_EVENTS])
+        first_rule = dev.CONTROL_LENGTH
+        rules = out[first_rule:first_rule + 3 * n_rules].reshape(-1, 3).copy()
+        first_event = dev.CONTROL_LENGTH + 3 * self.rows
+        events = out[first_event:first_event + 2 * n_events].reshape(-1, 2).copy()
+        self.n_normal, self.n_tokens = int(control[dev.N_NORMAL]), int(control[dev.N_TOKENS])
+        stop = int(control[dev.STOP])
+        if stop == dev.STOP_NEED_POOL:
+            self._grow_pool(int(control[dev.NEED]))
+        return rules, events, stop not in (dev.STOP_NONE, dev.STOP_NEED_POOL)
 
-    def _apply_on_device(self, best: int, left: int, right: int, merged: int, scaffold: bool):
-        a, sizes = self.arrays, self.sizes
-        summary = merge_step_cuda(self.xp, self.positions, left, right, merged)
-        merged_count, n_keys = int(summary[0]), int(summary[1])
-        keys = summary[2:2 + n_keys].view(np.uint64)
-        self._grow(n_keys + 3)
-        heap = (a["heap_priority"], a["heap_order"], a["heap_item"])
-        apply_pair_deltas(keys, summary[2 + n_keys:], sizes, HF_BYTE_RANK, a["table_keys"],
-                          a["table_values"], a["slot_key"], a["slot_count"], a["slot_order"],
-                          a["slot_head"], a["slot_touch"], *heap)
-        a["slot_count"][best] = 0
-        a["token_freq"][merged] += merged_count
-        a["token_freq"][left] -= merged_count
-        a["token_freq"][right] -= merged_count
-        if scaffold:
-            mark_scaffold_children(left, right, sizes, *heap, a["slot_count"], a["slot_order"],
-                                   a["token_freq"], a["scaffold"])
+    def _step(self, iterations: int) -> np.ndarray:
+        """Launch a step, wait for it (with a deadline) and read its output: the one sync.
+
+        A failure of a real device becomes a DeviceError; nothing is written then.
+        """
+        try:
+            self._launch(iterations)
+            if not dev.wait_until_done(self.xp, self.step_deadline_s):
+                raise DeviceError(
+                    f"a device training step of {iterations} merges did not finish within "
+                    f"{self.step_deadline_s:.0f} s (a hung kernel or a failed device); "
+                    "nothing was written. Check `gpubpe doctor`, or train with backend='cpu'")
+            return to_host(self.state["out"], "training step")  # sync: the step's one read
+        except DeviceError:
+            raise
+        except Exception as error:
+            if self.xp is np:
+                raise  # the simulator: a bug to see as it is, not a device failure
+            raise DeviceError(f"the device failed during training ({type(error).__name__}: "
+                              f"{error}); nothing was written. Check `gpubpe doctor`, or "
+                              "train with backend='cpu'") from error
+
+    def _launch(self, iterations: int) -> None:
+        if self.launcher == "phased":
+            dev.run_phased(self.state, iterations)
+            return
+        try:
+            dev.run_cooperative(self.state, iterations, self.blocks)
+        except Exception as error:  # e.g. no libcudadevrt to link grid.sync() (numba-cuda #302)
+            if self.cooperative_ran:
+                raise
+            warnings.warn(f"the cooperative training kernel cannot run here ({error}); "
+                          "running each phase as its own launch instead", stacklevel=4)
+            self.launcher = "phased"
+            dev.run_phased(self.state, iterations)
+            return
+        self.cooperative_ran = True
+        self.blocks = dev.resident_blocks(self.blocks, self.state["tokens"].size)
+
+    def _grow_pool(self, need: int) -> None:
+        xp, pool = self.xp, self.state["pool"]
+        self.state["pool"] = xp.concatenate([pool, xp.zeros(max(pool.size, need), xp.uint8)])
+
+    def scaffold_flags(self) -> np.ndarray:
+        flags = to_host(self.state["scaffold"], "scaffold flags")  # sync
+        return flags[: self.n_tokens].astype(bool)
 
 
 def _grown(array: np.ndarray, wanted: int) -> np.ndarray:
@@ -392,10 +433,8 @@ def train(
     corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
     if corpus_bytes == 0:
         raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
-    trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
-                                scaffold=scaffold, progress=progress, backend=chosen)
-    rules, flags = trained if scaffold else (trained, None)
-    vocab = Vocabulary.from_rules(rules, special_tokens, pattern, scaffold=flags)
+    vocab = vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress,
+                                   chosen, special_tokens, pattern)
     if vocab.vocab_size < vocab_size:
         warnings.warn(
             f"training stopped at {vocab.vocab_size} tokens, below vocab_size={vocab_size}: "

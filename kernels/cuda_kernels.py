@@ -10,10 +10,10 @@ from __future__ import annotations
 
 def all_cuda_kernels() -> list[tuple[object, str]]:
     """(kernel, signature) for every CUDA kernel, in module order."""
-    from . import bitpack, encode, merge, pairs
+    from . import bitpack, encode, pairs, train_device
 
     kernels = list(pairs.PAIRS_CUDA_SIGNATURES.items())
-    kernels += list(merge.MERGE_CUDA_SIGNATURES.items())
+    kernels += list(train_device.TRAIN_CUDA_SIGNATURES.items())
     kernels += list(encode.ENCODE_CUDA_SIGNATURES.items())
     kernels += [(getattr(bitpack, name), signature)
                 for name, signature in bitpack.CUDA_KERNEL_SIGNATURES.items()]

@@ -25,29 +25,39 @@ Performance notes (50 MB English, 2 cores; see bench/RESULTS.md):
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-from ._cuda import launch, sum_by_key, to_host
 from ._jit import hot
-from .hashing import hash_concat, table_find, table_put
+from .hashing import table_find, table_put
 from .pairs import (
     HEAP_SIZE,
     ITERATION,
+    N_EVENTS,
     N_NORMAL,
     N_POSTINGS,
+    N_RULES_TOTAL,
     N_SLOTS,
     N_TOKENS,
     N_TOUCHED,
     NEED,
-    NO_PAIR,
     POOL_USED,
     STOP,
     pair_key,
     pair_order,
 )
 from .pqueue import heap_pop, heap_push
-
-STOP_NONE, STOP_VOCAB, STOP_NO_PAIR, STOP_MIN_FREQUENCY = 0, 1, 2, 3
+from .train_policy import (  # noqa: F401  (the stop codes are re-exported)
+    EVENT_MARK,
+    EVENT_READMIT,
+    EVENT_RULE,
+    STOP_MIN_FREQUENCY,
+    STOP_NO_PAIR,
+    STOP_NONE,
+    STOP_VOCAB,
+    append_token,
+    is_rare_child,
+    stop_reason,
+    token_for_merge,
+)
 
 
 @hot
@@ -166,43 +176,6 @@ def settle_head(heap_priority, heap_order, heap_item, sizes, slot_count, slot_or
 
 
 @hot
-def token_for_merge(left, right, sizes, pool, token_start, token_len, token_hash,
-                    vocab_keys, vocab_values):
-    """The id of bytes(left) + bytes(right): an existing token, or -1 if it is new."""
-    merged_hash = hash_concat(token_hash[left], token_hash[right], token_len[right])
-    found = table_find(vocab_keys, vocab_values, merged_hash)
-    if found < 0 or token_len[found] != token_len[left] + token_len[right]:
-        return -1, merged_hash
-    at = token_start[found]
-    for part in (left, right):
-        for i in range(token_len[part]):
-            if pool[at] != pool[token_start[part] + i]:
-                return -1, merged_hash  # a 64-bit hash collision: treat as new
-            at += 1
-    return found, merged_hash
-
-
-@hot
-def append_token(left, right, merged_hash, sizes, pool, token_start, token_len, token_hash,
-                 vocab_keys, vocab_values):
-    """Create the token bytes(left) + bytes(right); returns its id (pool must have room)."""
-    new_id = sizes[N_TOKENS]
-    sizes[N_TOKENS] += 1
-    at = sizes[POOL_USED]
-    token_start[new_id] = at
-    for part in (left, right):
-        for i in range(token_len[part]):
-            pool[at] = pool[token_start[part] + i]
-            at += 1
-    token_len[new_id] = at - token_start[new_id]
-    token_hash[new_id] = merged_hash
-    sizes[POOL_USED] = at
-    if table_find(vocab_keys, vocab_values, merged_hash) < 0:
-        table_put(vocab_keys, vocab_values, merged_hash, new_id)
-    return new_id
-
-
-@hot
 def room_for_merge(slot, word_len, post_word, post_next, slot_head):
     """Upper bound on new slots, postings and touches one merge of ``slot`` can make."""
     room = 0
@@ -214,7 +187,7 @@ def room_for_merge(slot, word_len, post_word, post_next, slot_head):
 
 
 @hot
-def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_rank,
+def merge_batch_cpu(rules, events, vocab_size, min_count, scaffold_mode, sizes, byte_rank,
                     tokens, word_start, word_len, word_count, word_stamp,
                     table_keys, table_values, slot_key, slot_count, slot_order, slot_head,
                     slot_touch, post_word, post_next, touched,
@@ -222,29 +195,29 @@ def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_ran
                     pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
                     token_freq, scaffold):
     """Run BPE (or Scaffold-BPE) iterations into ``rules`` (n x 3: left, right, result)
-    until it is full, training stops (``sizes[STOP]``), or an array lacks room
-    (``sizes[NEED]`` > 0).
+    and ``events`` (m x 2: kind, value; see ``train_policy``) until ``rules`` is full,
+    ``events`` lacks room for one more iteration, training stops (``sizes[STOP]``), or an
+    array lacks room (``sizes[NEED]`` > 0).
 
-    No array is allocated or rebound here: growth is the caller's (``_grow``
-    in ``gpubpe.trainer``), so this loop runs without the Numba runtime.
-    Returns the number of rules written.
+    The decisions are ``train_policy``'s, the ones the CUDA step takes. No array is
+    allocated or rebound here: growth is the caller's (``_grow`` in ``gpubpe.trainer``),
+    so this loop runs without the Numba runtime. Returns the number of rules written.
     """
     n_rules = 0
     sizes[NEED] = 0
-    while n_rules < rules.shape[0]:
-        if sizes[N_NORMAL] >= vocab_size:
-            sizes[STOP] = STOP_VOCAB
-            break
-        priority = settle_head(heap_priority, heap_order, heap_item, sizes, slot_count,
-                               slot_order, token_freq, scaffold)
-        if sizes[HEAP_SIZE] == 0 or priority < min_count:
-            sizes[STOP] = STOP_NO_PAIR if sizes[HEAP_SIZE] == 0 else STOP_MIN_FREQUENCY
+    while n_rules < rules.shape[0] and sizes[N_EVENTS] + 3 <= events.shape[0]:
+        priority = 0
+        if sizes[N_NORMAL] < vocab_size:
+            priority = settle_head(heap_priority, heap_order, heap_item, sizes, slot_count,
+                                   slot_order, token_freq, scaffold)
+        stop = stop_reason(sizes[N_NORMAL], vocab_size, priority, min_count)
+        if stop != STOP_NONE:
+            sizes[STOP] = stop
             break
         best = heap_item[0]
         if best < 0:  # a scaffold token at the head is re-admitted
             sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
-            scaffold[-best - 1] = 0
-            sizes[N_NORMAL] += 1
+            readmit(-best - 1, sizes, events, scaffold)
             continue
         left = np.int64(slot_key[best] >> np.uint64(32))
         right = np.int64(slot_key[best] & np.uint64(0xFFFFFFFF))
@@ -253,17 +226,19 @@ def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_ran
                         token_start, pool, token_len[left] + token_len[right], vocab_keys):
             sizes[NEED] = room + token_len[left] + token_len[right] + 3
             break
-        merged, merged_hash = token_for_merge(left, right, sizes, pool, token_start, token_len,
+        merged, merged_hash = token_for_merge(left, right, pool, token_start, token_len,
                                               token_hash, vocab_keys, vocab_values)
         if merged >= 0 and scaffold[merged]:
             # The pair would make a scaffold token: re-admit it; the pair stays at the head.
-            scaffold[merged] = 0
-            sizes[N_NORMAL] += 1
+            readmit(merged, sizes, events, scaffold)
             continue
         sizes[HEAP_SIZE] = heap_pop(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE])
         if merged < 0:
-            merged = append_token(left, right, merged_hash, sizes, pool, token_start, token_len,
-                                  token_hash, vocab_keys, vocab_values)
+            merged = sizes[N_TOKENS]
+            sizes[N_TOKENS] += 1
+            sizes[POOL_USED] = append_token(left, right, merged_hash, merged, sizes[POOL_USED],
+                                            pool, token_start, token_len, token_hash,
+                                            vocab_keys, vocab_values)
             token_freq[merged] = 0
             scaffold[merged] = 0
             sizes[N_NORMAL] += 1
@@ -271,6 +246,8 @@ def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_ran
         rules[n_rules, 1] = right
         rules[n_rules, 2] = merged
         n_rules += 1
+        log_event(events, sizes, EVENT_RULE, sizes[N_RULES_TOTAL])
+        sizes[N_RULES_TOTAL] += 1
         merged_count = apply_merge(best, left, right, merged, sizes, byte_rank, tokens,
                                    word_start, word_len, word_count, word_stamp, table_keys,
                                    table_values, slot_key, slot_count, slot_order, slot_head,
@@ -280,13 +257,29 @@ def merge_batch_cpu(rules, vocab_size, min_count, scaffold_mode, sizes, byte_ran
         token_freq[left] -= merged_count
         token_freq[right] -= merged_count
         if scaffold_mode:
-            mark_scaffold_children(left, right, sizes, heap_priority, heap_order, heap_item,
-                                   slot_count, slot_order, token_freq, scaffold)
+            mark_scaffold_children(left, right, sizes, events, heap_priority, heap_order,
+                                   heap_item, slot_count, slot_order, token_freq, scaffold)
     return n_rules
 
 
 @hot
-def mark_scaffold_children(left, right, sizes, heap_priority, heap_order, heap_item,
+def log_event(events, sizes, kind, value):
+    """Append one (kind, value) row to the event log (it must have room)."""
+    events[sizes[N_EVENTS], 0] = kind
+    events[sizes[N_EVENTS], 1] = value
+    sizes[N_EVENTS] += 1
+
+
+@hot
+def readmit(token, sizes, events, scaffold):
+    """A scaffold token becomes normal again and counts toward |V|."""
+    scaffold[token] = 0
+    sizes[N_NORMAL] += 1
+    log_event(events, sizes, EVENT_READMIT, token)
+
+
+@hot
+def mark_scaffold_children(left, right, sizes, events, heap_priority, heap_order, heap_item,
                            slot_count, slot_order, token_freq, scaffold):
     """Scaffold-BPE's step: a normal non-byte child rarer than the new head becomes scaffold.
 
@@ -295,21 +288,22 @@ def mark_scaffold_children(left, right, sizes, heap_priority, heap_order, heap_i
     """
     threshold = settle_head(heap_priority, heap_order, heap_item, sizes, slot_count,
                             slot_order, token_freq, scaffold)
-    mark_if_rare(left, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
-                 scaffold)
+    mark_if_rare(left, threshold, sizes, events, heap_priority, heap_order, heap_item,
+                 token_freq, scaffold)
     if right != left:
-        mark_if_rare(right, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
-                     scaffold)
+        mark_if_rare(right, threshold, sizes, events, heap_priority, heap_order, heap_item,
+                     token_freq, scaffold)
 
 
 @hot
-def mark_if_rare(child, threshold, sizes, heap_priority, heap_order, heap_item, token_freq,
-                 scaffold):
+def mark_if_rare(child, threshold, sizes, events, heap_priority, heap_order, heap_item,
+                 token_freq, scaffold):
     """Mark a normal non-byte token scaffold when f(child) < threshold; queue it if f > 0."""
-    if child < 256 or scaffold[child] or token_freq[child] >= threshold:
+    if not is_rare_child(child, threshold, token_freq, scaffold):
         return
     scaffold[child] = 1
     sizes[N_NORMAL] -= 1
+    log_event(events, sizes, EVENT_MARK, child)
     if token_freq[child] > 0:
         sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
                                      token_freq[child], np.uint64(child), -child - 1)
@@ -360,139 +354,3 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
             sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
                                          slot_count[slot], slot_order[slot], slot)
     return merged_count
-
-
-# ---------------------------------------------------------------- CUDA target
-# One merge step over the flattened positions (see ``pairs.py``: tokens,
-# last_in_word, position_count), position-parallel: find where merges start
-# (runs of one token resolved by parity), emit the count deltas of the merges'
-# neighbours, write the merged ids, then compact the array.
-
-
-@cuda.jit
-def merge_starts_kernel(tokens, last_in_word, run_offset, left, right, starts):
-    """Launch: a thread per position, grid-stride. starts[i] = 1 where a merge begins.
-
-    For left == right, ``run_offset`` is the position inside the run of that
-    token: only even offsets start a merge (``a a a a`` -> ``aa aa``).
-    """
-    for i in range(cuda.grid(1), tokens.size, cuda.gridsize(1)):
-        begins = 0
-        if not last_in_word[i] and tokens[i] == left and tokens[i + 1] == right:
-            if left != right or run_offset[i] % 2 == 0:
-                begins = 1
-        starts[i] = begins
-
-
-@cuda.jit
-def merge_deltas_kernel(tokens, last_in_word, starts, merge_at, position_count, left, right,
-                        merged, keys, values):
-    """Launch: a thread per merge, grid-stride. Writes 4 deltas at 4k..4k+3 (or NO_PAIR).
-
-    The token before the merge is the merged id when it was itself the right
-    half of a merge; the token after is the unmerged one, as the sequential
-    CPU loop sees them (``merge_word_cpu``).
-    """
-    for k in range(cuda.grid(1), merge_at.size, cuda.gridsize(1)):
-        i = merge_at[k]
-        count = position_count[i]
-        for j in range(4):
-            keys[4 * k + j] = NO_PAIR
-            values[4 * k + j] = 0
-        if i > 0 and not last_in_word[i - 1]:
-            before = merged if (i >= 2 and starts[i - 2]) else tokens[i - 1]
-            if not (before == left and left == right):
-                keys[4 * k] = (np.uint64(before) << np.uint64(32)) | np.uint64(left)
-                values[4 * k] = -count
-            keys[4 * k + 1] = (np.uint64(before) << np.uint64(32)) | np.uint64(merged)
-            values[4 * k + 1] = count
-        if not last_in_word[i + 1]:
-            after = tokens[i + 2]
-            if not (after == right and left == right):
-                keys[4 * k + 2] = (np.uint64(right) << np.uint64(32)) | np.uint64(after)
-                values[4 * k + 2] = -count
-            keys[4 * k + 3] = (np.uint64(merged) << np.uint64(32)) | np.uint64(after)
-            values[4 * k + 3] = count
-
-
-@cuda.jit
-def write_merges_kernel(tokens, last_in_word, keep, merge_at, merged):
-    """Launch: a thread per merge, grid-stride. The left half takes the merged id."""
-    for k in range(cuda.grid(1), merge_at.size, cuda.gridsize(1)):
-        i = merge_at[k]
-        tokens[i] = merged
-        last_in_word[i] = last_in_word[i + 1]
-        keep[i + 1] = 0
-
-
-def run_offsets(xp, tokens, last_in_word, token):
-    """Offset of each position inside its run of ``token`` within a word (int64)."""
-    is_token = tokens == token
-    continues = xp.concatenate([xp.zeros(1, dtype=bool),
-                                is_token[:-1] & (last_in_word[:-1] == 0)])
-    run_begins = is_token & ~continues
-    begin_at = xp.flatnonzero(run_begins)
-    run = xp.cumsum(run_begins) - 1
-    positions = xp.arange(tokens.size, dtype=xp.int64)
-    if begin_at.size == 0:
-        return positions
-    return positions - begin_at[xp.maximum(run, 0)]
-
-
-def merge_step_cuda(xp, positions: dict, left: int, right: int, merged: int):
-    """Apply one merge to the device positions; returns the host summary.
-
-    ``positions`` holds the device arrays ``tokens``, ``last_in_word`` and
-    ``position_count``; they are replaced by their compacted versions. The
-    result is one int64 host array ``[merged_count, n, keys(n), deltas(n)]``:
-    the step's only device-to-host copy (its ``# sync``).
-    """
-    tokens, last = positions["tokens"], positions["last_in_word"]
-    n = tokens.size
-    offsets = run_offsets(xp, tokens, last, left) if left == right else xp.zeros(1, xp.int64)
-    starts = xp.empty(n, dtype=xp.uint8)
-    launch(merge_starts_kernel, n, tokens, last, offsets, left, right, starts)
-    merge_at = xp.flatnonzero(starts).astype(xp.int64)
-    keys = xp.empty(4 * merge_at.size, dtype=xp.uint64)
-    values = xp.empty(4 * merge_at.size, dtype=xp.int64)
-    launch(merge_deltas_kernel, merge_at.size, tokens, last, starts, merge_at,
-           positions["position_count"], left, right, merged, keys, values)
-    merged_count = positions["position_count"][merge_at].sum()
-    keep = xp.ones(n, dtype=xp.uint8)
-    launch(write_merges_kernel, merge_at.size, tokens, last, keep, merge_at, merged)
-    kept = xp.flatnonzero(keep)
-    for name in ("tokens", "last_in_word", "position_count"):
-        positions[name] = positions[name][kept]
-    present = keys != NO_PAIR
-    keys, deltas = sum_by_key(xp, keys[present], values[present])
-    summary = xp.concatenate([xp.stack([merged_count.astype(xp.int64),
-                                        xp.asarray(keys.size, dtype=xp.int64)]),
-                              keys.view(xp.int64), deltas])
-    return to_host(summary, "merge step summary")  # sync
-
-
-MERGE_CUDA_SIGNATURES = {
-    merge_starts_kernel: "void(uint32[::1], uint8[::1], int64[::1], int64, int64, uint8[::1])",
-    merge_deltas_kernel: "void(uint32[::1], uint8[::1], uint8[::1], int64[::1], int64[::1], "
-                         "int64, int64, int64, uint64[::1], int64[::1])",
-    write_merges_kernel: "void(uint32[::1], uint8[::1], uint8[::1], int64[::1], int64)",
-}
-
-
-@hot
-def apply_pair_deltas(keys, deltas, sizes, byte_rank, table_keys, table_values, slot_key,
-                      slot_count, slot_order, slot_head, slot_touch, heap_priority, heap_order,
-                      heap_item):
-    """Host side of a device merge step: add summed deltas; queue the pairs that gained.
-
-    The arrays must have room for ``keys.size`` new slots and heap entries.
-    """
-    for k in range(keys.size):
-        key = np.uint64(keys[k])
-        slot = slot_of(np.int64(key >> np.uint64(32)), np.int64(key & np.uint64(0xFFFFFFFF)),
-                       sizes, byte_rank, table_keys, table_values, slot_key, slot_count,
-                       slot_order, slot_head, slot_touch)
-        slot_count[slot] += deltas[k]
-        if deltas[k] > 0 and slot_count[slot] > 0:
-            sizes[HEAP_SIZE] = heap_push(heap_priority, heap_order, heap_item, sizes[HEAP_SIZE],
-                                         slot_count[slot], slot_order[slot], slot)

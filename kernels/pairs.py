@@ -21,31 +21,18 @@ import numpy as np
 from numba import cuda, njit, prange
 
 from ._cuda import array_module, launch, sum_by_key
-from ._jit import hot
 from .hashing import empty_table, table_find, table_put
+from .train_policy import pair_order
 
 # Indices into the int64 ``sizes`` array that travels with the index.
 (N_SLOTS, N_POSTINGS, HEAP_SIZE, N_TOKENS, POOL_USED, ITERATION, N_TOUCHED, STOP, NEED,
- N_NORMAL) = range(10)
-SIZES_LENGTH = 10
+ N_NORMAL, N_EVENTS, N_RULES_TOTAL) = range(12)
+SIZES_LENGTH = 12
 
 
 @njit(inline="always", cache=True)
 def pair_key(left, right):
     return (np.uint64(left) << np.uint64(32)) | np.uint64(right)
-
-
-@hot
-def pair_order(left, right, byte_rank):
-    """The pair in HF's id space: bytes by their GPT-2 character's rank, merged ids after.
-
-    Bit 63 is set so that, at equal priority, every scaffold token entry (whose
-    order is its id) leaves the heap before any pair (DESIGN §3); ids stay
-    below 2**31.
-    """
-    left_hf = byte_rank[left] if left < 256 else left
-    right_hf = byte_rank[right] if right < 256 else right
-    return (np.uint64(1) << np.uint64(63)) | (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
 
 
 @njit(parallel=True, cache=True)
@@ -177,16 +164,3 @@ def count_pairs_cuda(tokens, last_in_word, position_count, xp=None):
 PAIRS_CUDA_SIGNATURES = {
     pair_keys_kernel: "void(uint32[::1], uint8[::1], int64[::1], uint64[::1], int64[::1])",
 }
-
-
-@njit(cache=True)
-def index_pair_counts(keys, counts, byte_rank, table_keys, table_values, slot_key, slot_count,
-                      slot_order, slot_head):
-    """Host pair slots from a histogram (the GPU trainer keeps no postings)."""
-    for slot in range(keys.size):
-        table_put(table_keys, table_values, keys[slot], slot)
-        slot_key[slot] = keys[slot]
-        slot_count[slot] = counts[slot]
-        slot_order[slot] = pair_order(np.int64(keys[slot] >> np.uint64(32)),
-                                      np.int64(keys[slot] & np.uint64(0xFFFFFFFF)), byte_rank)
-        slot_head[slot] = -1

@@ -14,12 +14,7 @@ import numpy as np
 from numba import njit
 
 from ._jit import hot
-
-
-@hot
-def ranks_above(priority_a, order_a, priority_b, order_b):
-    """True when entry a must leave the heap before entry b."""
-    return priority_a > priority_b or (priority_a == priority_b and order_a < order_b)
+from .train_policy import ranks_above
 
 
 @hot

@@ -170,11 +170,23 @@ def test_truncate_keeps_ids_and_needs_a_log_for_scaffold():
     with pytest.raises(ConfigError, match="truncate can only cut"):
         tok.truncate(5000)
     scaffold = gpubpe.train(ARIZONA, 259, pattern=None, scaffold=True, progress=False)
+    assert scaffold.truncate(258).scaffold_tokens == [b"on", b"zon"]  # training keeps its log
+    _, _, events = reference_trainer(count_word_dict(ARIZONA, pattern=None), 259, True)
+    assert scaffold.vocabulary.metadata["scaffold_events"] == events.reshape(-1).tolist()
+    del scaffold.vocabulary.metadata["scaffold_events"]
     with pytest.raises(ConfigError, match="no event log"):
         scaffold.truncate(258)
-    _, _, events = reference_trainer(count_word_dict(ARIZONA, pattern=None), 259, True)
-    scaffold.vocabulary.metadata["scaffold_events"] = events.reshape(-1).tolist()
-    assert scaffold.truncate(258).scaffold_tokens == [b"on", b"zon"]
+
+
+def test_scaffold_truncate_after_save_equals_training_at_that_size(tmp_path):
+    text = demo_corpus_path().read_text(encoding="utf-8").splitlines(keepends=True)[:400]
+    largest = gpubpe.train(text, 600, scaffold=True, progress=False)
+    largest.save(tmp_path / "tok.json")
+    loaded = gpubpe.load(tmp_path / "tok.json")
+    for size in (300, 450, 600):
+        direct = gpubpe.train(text, size, scaffold=True, progress=False)
+        cut = loaded.truncate(size)
+        assert cut.merges == direct.merges and cut.scaffold_tokens == direct.scaffold_tokens
 
 
 def test_sweep_measures_every_size_and_variant(tmp_path):
@@ -229,30 +241,11 @@ def test_counts_trained_sweep_uses_counts_pattern():
         gpubpe.train(counts=counts, vocab_size=300, progress=False)
 
 
-def test_fast_trainer_cuts_scaffold_when_the_trainer_logs_events(monkeypatch):
-    # Stand-in for the issue-15 loop: train_from_counts(..., events=True) -> (rules, flags, log).
-    import gpubpe.trainer
-    from gpubpe.sweep import fast_trainer
-
-    def logging_trainer(word_counts, vocab_size, *, min_frequency=0, scaffold=False,
-                        progress=True, backend=None, events=False):
-        assert events == scaffold  # asked for the log only where a cut needs it
-        rules, flags, log = reference_trainer(word_counts, vocab_size, scaffold)
-        return (rules, flags, log) if scaffold else rules
-
-    monkeypatch.setattr(gpubpe.trainer, "train_from_counts", logging_trainer)
-    word_counts = count_word_dict(ARIZONA * 2 + ["Arizonan"] * 3, pattern=None)
-    swept = sweep_vocabularies(word_counts, [257, 258, 259, 262], "scaffold", fast_trainer())
-    assert [t.cut_from for t in swept] == [262] * 4
-    for trained in swept:
-        assert as_lists(trained.rules, trained.scaffold) == \
-            _reference.train_scaffold_bpe(word_counts, trained.vocab_size)
-
-
 def test_fast_trainer_scaffold_sweep_equals_reference():
-    # Cut from one run once train_from_counts logs events; one run per size until then.
-    word_counts = count_word_dict(ARIZONA, pattern=None)
-    swept = sweep_vocabularies(word_counts, [258, 259], "scaffold", _fast_trainer)
+    # The fast trainer logs events, so every size is cut from the one run at the largest.
+    word_counts = count_word_dict(ARIZONA * 2 + ["Arizonan"] * 3, pattern=None)
+    swept = sweep_vocabularies(word_counts, [257, 258, 259, 262], "scaffold", _fast_trainer)
+    assert [t.cut_from for t in swept] == [262] * 4
     for trained in swept:
         assert as_lists(trained.rules, trained.scaffold) == \
             _reference.train_scaffold_bpe(word_counts, trained.vocab_size)

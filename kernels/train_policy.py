@@ -1,0 +1,123 @@
+"""The per-merge rules of training, written once for the CPU loop and the CUDA step.
+
+HF's tie-break, the stop test (vocabulary reached, no pair, min frequency),
+Scaffold-BPE's mark test and the "merged bytes already are a token" lookup
+are plain Python functions compiled twice: ``hot`` for the Numba CPU loop
+(``kernels/merge.py``) and ``njit(inline="always")`` for the CUDA kernels
+(``kernels/train_device.py``). A kernel built for PTX without a device can call
+only helpers inlined at Numba IR level (see ``kernels/hashing.py``), so a rule
+that calls another rule gets the callee of its own build passed in (a closure).
+
+The event log both backends write, one int64 row ``(kind, value)`` per event
+in order of occurrence: ``EVENT_RULE`` (value: the rule's index among all
+rules), ``EVENT_MARK`` (a token became scaffold; value: its id),
+``EVENT_READMIT`` (a scaffold token became normal again; value: its id).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._jit import hot
+from .hashing import hash_concat, table_find, table_find_inline, table_put
+
+STOP_NONE, STOP_VOCAB, STOP_NO_PAIR, STOP_MIN_FREQUENCY = 0, 1, 2, 3
+EVENT_RULE, EVENT_MARK, EVENT_READMIT = 0, 1, 2
+TOP_BIT = np.uint64(1) << np.uint64(63)
+
+inline = njit(inline="always")
+
+
+def _ranks_above(priority_a, order_a, priority_b, order_b):
+    """True when candidate a is chosen before candidate b: the larger priority, then the
+    smaller order (a pair's order is the pair in HF's id space with bit 63 set, a scaffold
+    token's its id, so a token goes first at equal priority)."""
+    return priority_a > priority_b or (priority_a == priority_b and order_a < order_b)
+
+
+def _pair_order(left, right, byte_rank):
+    """The pair in HF's id space (bytes by their GPT-2 character's rank, merged ids after),
+    with bit 63 set; ids stay below 2**31."""
+    left_hf = byte_rank[left] if left < 256 else left
+    right_hf = byte_rank[right] if right < 256 else right
+    return TOP_BIT | (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
+
+
+def _stop_reason(n_normal, vocab_size, head_priority, min_count):
+    """Why training stops before this iteration (STOP_NONE: it goes on).
+
+    ``head_priority`` is 0 when no candidate is left (the queue holds positive ones only).
+    """
+    if n_normal >= vocab_size:
+        return STOP_VOCAB
+    if head_priority <= 0:
+        return STOP_NO_PAIR
+    if head_priority < min_count:
+        return STOP_MIN_FREQUENCY
+    return STOP_NONE
+
+
+def _is_rare_child(child, threshold, token_freq, scaffold):
+    """Scaffold-BPE's test: a normal non-byte token rarer than the new head becomes scaffold."""
+    return child >= 256 and scaffold[child] == 0 and token_freq[child] < threshold
+
+
+def _token_rules(find, put, concat):
+    """``token_for_merge`` and ``append_token`` over the given table and hash helpers."""
+
+    def token_for_merge(left, right, pool, token_start, token_len, token_hash, vocab_keys,
+                        vocab_values):
+        """The id of bytes(left) + bytes(right): (an existing token or -1 if new, its hash)."""
+        merged_hash = concat(token_hash[left], token_hash[right], token_len[right])
+        found = find(vocab_keys, vocab_values, merged_hash)
+        if found < 0 or token_len[found] != token_len[left] + token_len[right]:
+            return -1, merged_hash
+        at = token_start[found]
+        for i in range(token_len[left]):
+            if pool[at] != pool[token_start[left] + i]:
+                return -1, merged_hash  # a 64-bit hash collision: treat as new
+            at += 1
+        for i in range(token_len[right]):
+            if pool[at] != pool[token_start[right] + i]:
+                return -1, merged_hash
+            at += 1
+        return found, merged_hash
+
+    def append_token(left, right, merged_hash, new_id, pool_used, pool, token_start, token_len,
+                     token_hash, vocab_keys, vocab_values):
+        """Write token ``new_id`` = bytes(left) + bytes(right) at pool[pool_used:] (the pool
+        must have room); returns the pool's new fill."""
+        at = pool_used
+        token_start[new_id] = at
+        for i in range(token_len[left]):
+            pool[at] = pool[token_start[left] + i]
+            at += 1
+        for i in range(token_len[right]):
+            pool[at] = pool[token_start[right] + i]
+            at += 1
+        token_len[new_id] = at - pool_used
+        token_hash[new_id] = merged_hash
+        if find(vocab_keys, vocab_values, merged_hash) < 0:
+            put(vocab_keys, vocab_values, merged_hash, new_id)
+        return at
+
+    return token_for_merge, append_token
+
+
+# CPU builds (the Numba merge loop).
+ranks_above = hot(_ranks_above)
+pair_order = hot(_pair_order)
+stop_reason = hot(_stop_reason)
+is_rare_child = hot(_is_rare_child)
+token_for_merge, append_token = (njit(_nrt=False)(f)
+                                 for f in _token_rules(table_find, table_put, hash_concat))
+
+# CUDA builds (inlined into the kernels; the simulator runs them compiled for the CPU).
+ranks_above_inline = inline(_ranks_above)
+pair_order_inline = inline(_pair_order)
+stop_reason_inline = inline(_stop_reason)
+is_rare_child_inline = inline(_is_rare_child)
+token_for_merge_inline, append_token_inline = (
+    inline(f) for f in _token_rules(table_find_inline, inline(table_put.py_func),
+                                    inline(hash_concat.py_func)))
