@@ -87,27 +87,7 @@ def train_bpe(
     the best pair's count is below ``min_frequency``, or when no pair is left.
     At equal counts the smaller pair in HF's id space wins (``hf_pair_order``).
     """
-    byte_rank = hf_byte_rank()
-    words = [list(word) for word in word_counts]
-    counts = list(word_counts.values())
-    token_bytes = [bytes([b]) for b in range(256)]
-    token_id = {piece: i for i, piece in enumerate(token_bytes)}
-    rules: list[tuple[int, int, int]] = []
-    while len(token_bytes) < vocab_size:
-        pair_counts = count_pairs(words, counts)
-        if not pair_counts:
-            break
-        best = max(pair_counts, key=lambda p: (pair_counts[p], _negated(hf_pair_order(p, byte_rank))))
-        if pair_counts[best] < max(min_frequency, 1):
-            break
-        merged_bytes = token_bytes[best[0]] + token_bytes[best[1]]
-        if merged_bytes not in token_id:
-            token_id[merged_bytes] = len(token_bytes)
-            token_bytes.append(merged_bytes)
-        result = token_id[merged_bytes]
-        rules.append((best[0], best[1], result))
-        words = [merge_word(tokens, best, result) for tokens in words]
-    return rules
+    return continue_bpe(word_counts, [], vocab_size, min_frequency)
 
 
 def _negated(order: tuple[int, int]) -> tuple[int, int]:
