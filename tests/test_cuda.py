@@ -64,7 +64,7 @@ def test_pair_histogram_kernel_equals_cpu(word_counts):
     assert _cuda.launch_counts["pair_keys_kernel"] == before + 1
 
 
-@settings(max_examples=12)
+@settings(max_examples=4)  # tests/test_cuda_train.py covers device training in depth
 @given(small_words, st.integers(257, 275), st.booleans())
 def test_simulated_training_equals_cpu(word_counts, vocab_size, scaffold):
     before = _cuda.launch_counts["find_starts_kernel"]
