@@ -150,7 +150,7 @@ CUPY_SHARED = {
 
 
 @pytest.mark.parametrize("module", ["kernels/_cuda.py", "kernels/pairs.py", "kernels/merge.py",
-                                    "kernels/bitpack.py", "kernels/encode.py",
+                                    "kernels/bitpack.py", "kernels/encode/cuda.py",
                                     "kernels/train_device.py",
                                     "gpubpe/trainer.py", "gpubpe/device.py"])
 def test_orchestration_uses_only_the_api_cupy_shares(module):

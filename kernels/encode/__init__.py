@@ -1,0 +1,126 @@
+"""Batched BPE encoding, in stages: pieces, word refs, unique-word BPE, ragged ids, decoding.
+
+Modules, one per stage: ``pieces`` (special tokens, documents cut into pieces),
+``words`` (word keys, refs, new words), ``bpe`` (one word; a list of words),
+``scatter`` (ids per piece, written in place), ``cache`` (the word cache),
+``decode`` (ids to bytes), ``rules`` (rule tables), ``cuda`` (the CUDA target).
+
+A batch is UTF-8 bytes cut into *pieces*: runs of ordinary text, or one
+special token each (``piece_special`` >= 0 holds its id). Pieces are handed
+to threads in contiguous runs (*shards*); every step below is exact, so the
+ids never depend on how many shards there are or where they start.
+
+1. ``word_refs_scan_cpu`` / ``word_refs_given_cpu`` (one call per shard, no
+   GIL): split the pieces into words and look each word up, by its
+   ``word_key``, in the tokenizer's ``WordCache``; a miss goes into the
+   shard's own table of new words. Each word occurrence becomes a *ref*: a
+   cache slot (>= 0) or ``-1 - index`` of a new word.
+2. ``merge_new_words_cpu``: the shards' new words, deduplicated across
+   shards, in order of first occurrence in the batch.
+3. ``encode_word_list_cpu`` (split over threads): BPE on each distinct new
+   word (``bpe_word``), then the Scaffold demolish map when the vocabulary
+   has one.
+4. ``count_piece_tokens_cpu`` then ``write_piece_tokens_cpu`` (per shard):
+   the id count of each piece, a prefix sum (host), and the ids written in
+   place into one ``uint32`` array.
+5. ``cache_admit_cpu``: the batch's new words enter the cache while it has
+   room (the caller decides eviction).
+
+``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches.
+
+On a GPU (``backend="cuda"``), step 3 runs as ``encode_word_list_cuda`` (a
+thread per word, the same ``merge_by_scan``; see "CUDA target" below), and
+decoding as ``gather_token_bytes_cuda``; ``gpubpe.device`` feeds them chunks.
+
+One word is encoded with the priority-queue + linked-list algorithm of
+``shared/seeds/002_*`` (``bpe_heap_word``): a min-heap of (rank, position)
+over the word's adjacent pairs that have a rule; the smallest rank wins, the
+leftmost at equal rank. A popped entry is stale when its left token died or
+the pair under it changed; it is skipped. O(n log n) per word, so a 1 MB word
+costs well under a second. Short words use a heap-free scan with the same
+order (``bpe_short_word``). Rules are looked up in a uint64 hash table: pair
+key -> rank.
+
+Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
+32K vocabulary; bench/encode_bench.py has the end-to-end numbers):
+
+- The split dominates: ~7 ns/byte for the GPT-2 scanner, mostly mispredicted
+  branches at word ends. Handling ASCII word starts inline
+  (``gpt2_word_end_fast``) gave +35%. cl100k and o200k scan through the same
+  kernel (``pretok.piece_end``, one branch per word on the scanner id).
+- Cache lookups first cost ~45 ns per word: separate key and slot arrays,
+  then two offset arrays and the pooled bytes to compare, 4-5 dependent
+  loads. Words of up to 7 bytes are now their own key (no byte compare) and
+  each cell holds (key, slot) side by side: ~13 ns per word.
+- A NamedTuple of arrays passed to a helper that is really called costs
+  seven machine words per array; the per-word helpers are inlined at Numba IR
+  level (``inlined``): word refs 233 -> 163 ms per 10 MB with an empty cache.
+  Compile time was the same without it (the scanner kernel takes ~10 s to
+  compile once; it is cached on disk).
+- In a kernel that uses the Numba runtime, picking one of two arrays inside
+  the per-word loop (``a if c else b``) adds refcount traffic per word: the
+  write step went from 25 to 172 ms; count and write now run without it.
+- BPE of a distinct word: ~1 us for a 7-byte English word with the heap,
+  ~0.5 us with the heap-free scan. It matters little: 40 MB of English hold
+  ~160K distinct words for ~9M occurrences, and the cache keeps them.
+- Python threads over ``nogil`` kernels, not ``parallel=True``: the
+  workqueue threading layer aborts when two Python threads launch parallel
+  kernels at once, and the thread count is then the caller's to choose.
+- Tried and dropped: gathering Python int objects from an object array to
+  build ``list[list[int]]`` faster than ``ndarray.tolist`` (no gain).
+"""
+
+from __future__ import annotations
+
+from ._shared import (
+    NewWords,
+    RuleTable,
+    WordCache,
+)
+from .bpe import (
+    bpe_heap_word,
+    bpe_short_word,
+    bpe_word,
+    encode_word_list_cpu,
+    join_word_lists,
+    merge_by_scan,
+)
+from .cache import (
+    cache_admit_cpu,
+    clear_word_cache,
+    empty_word_cache,
+)
+from .cuda import (
+    DECODE_DEVICE_BYTES_PER_ID,
+    ENCODE_CUDA_SIGNATURES,
+    ENCODE_DEVICE_BYTES_PER_BYTE,
+    ENCODE_DEVICE_BYTES_PER_WORD,
+    encode_word_list_cuda,
+    gather_token_bytes_cuda,
+    pack_words_cpu,
+)
+from .decode import (
+    gather_token_bytes_cpu,
+)
+from .pieces import (
+    build_pieces_cpu,
+    find_specials_cpu,
+)
+from .rules import (
+    rule_table,
+    whole_token,
+    whole_tokens_of_words_cpu,
+)
+from .scatter import (
+    count_piece_tokens_cpu,
+    encode_pieces_serial_cpu,
+    write_piece_tokens_cpu,
+)
+from .words import (
+    merge_new_words_cpu,
+    word_key,
+    word_refs_given_cpu,
+    word_refs_scan_cpu,
+)
+
+__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "cache_admit_cpu", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

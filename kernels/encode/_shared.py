@@ -1,0 +1,52 @@
+"""Types and decorators shared by the encoding stages."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+# Small helpers called once per word or per pair, inlined into their callers at
+# Numba IR level: a real call passes every array of a NamedTuple by value
+# (seven machine words each), which cost more than the work itself.
+inlined = njit(cache=True, _nrt=False, inline="always")
+# Kernels that allocate nothing run without the Numba runtime too (see ``_jit.hot``).
+hot_nogil = njit(cache=True, _nrt=False, nogil=True)
+
+
+class RuleTable(NamedTuple):
+    """Merge rules for encoding, and the Scaffold demolish map (both empty for plain BPE)."""
+
+    keys: np.ndarray  # uint64 hash table of pair keys
+    ranks: np.ndarray  # int64: the rank stored under each key
+    result: np.ndarray  # int64: rank -> id the rule produces
+    demolish_ids: np.ndarray  # uint32: output ids of internal id t at demolish_offsets[t:t+2]
+    demolish_offsets: np.ndarray  # int64, one more than internal ids; empty: output == internal
+    # Whole-token lookup (tiktoken; HF ignore_merges), all empty when off: a word that
+    # is a token maps to it before any merge. Interleaved (word_key, internal id)
+    # cells; the tokens' bytes, to compare long words, at token_offsets[t:t+2].
+    whole_table: np.ndarray  # uint64
+    token_pool: np.ndarray  # uint8
+    token_offsets: np.ndarray  # int64
+
+
+class WordCache(NamedTuple):
+    """Encoded words kept across calls: word key -> slot, then each slot's bytes and ids."""
+
+    table: np.ndarray  # uint64, 2 per cell: word key, slot (see ``word_key``)
+    byte_offsets: np.ndarray  # int64, max_words + 1: slot s's bytes in pool_bytes
+    id_offsets: np.ndarray  # int64, max_words + 1: slot s's ids in pool_ids
+    pool_bytes: np.ndarray  # uint8
+    pool_ids: np.ndarray  # uint32
+    used: np.ndarray  # int64[1]: slots in use
+
+
+class NewWords(NamedTuple):
+    """A shard's words that missed the cache: a table and, per word, where it was seen."""
+
+    table: np.ndarray  # uint64, 2 per cell: word key, index of the word
+    at: np.ndarray  # int64: byte offset of its first occurrence in the batch
+    length: np.ndarray  # int64: its length in bytes
+    count: np.ndarray  # int64: occurrences in the shard
+    key: np.ndarray  # uint64: its word key

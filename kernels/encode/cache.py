@@ -1,0 +1,68 @@
+"""Stage 5: the word cache kept across calls."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..hashing import (
+    EMPTY_KEY,
+)
+from ._shared import WordCache
+from .words import _cached_slot, _put_cell, empty_cells
+
+# ---------------------------------------------------------------- the word cache
+
+
+def empty_word_cache(max_words: int, pool_bytes: int) -> WordCache:
+    """A cache for ``max_words`` words holding ``pool_bytes`` bytes (and as many ids) in all."""
+    n_cells = 1 << (2 * max_words - 1).bit_length()
+    return WordCache(empty_cells(n_cells), np.zeros(max_words + 1, np.int64),
+                     np.zeros(max_words + 1, np.int64), np.empty(pool_bytes, np.uint8),
+                     np.empty(pool_bytes, np.uint32), np.zeros(1, np.int64))
+
+
+def clear_word_cache(cache: WordCache) -> None:
+    cache.table.fill(EMPTY_KEY)
+    cache.used[0] = 0
+
+
+@njit(cache=True, nogil=True)
+def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id_offsets, order,
+                    max_word_len):
+    """Step 5: put words (in ``order``) into the cache until it is full.
+
+    Returns True when every word fit (or was skipped), False when the cache filled up.
+
+    Words longer than ``max_word_len`` bytes are skipped; a word already cached
+    (another call may have added it) is not added twice.
+    """
+    used = cache.used[0]
+    max_words = cache.byte_offsets.size - 1
+    room = True
+    for w in order:
+        length = word_len[w]
+        if length > max_word_len:
+            continue
+        id_at = word_id_offsets[w]
+        n_ids = word_id_offsets[w + 1] - id_at
+        byte_end = cache.byte_offsets[used] + length
+        id_end = cache.id_offsets[used] + n_ids
+        if (used == max_words or 4 * (used + 1) > cache.table.size
+                or byte_end > cache.pool_bytes.size or id_end > cache.pool_ids.size):
+            room = False
+            break
+        if _cached_slot(data, word_at[w], length, word_keys[w], cache) >= 0:
+            continue
+        byte_at = cache.byte_offsets[used]
+        for k in range(length):
+            cache.pool_bytes[byte_at + k] = data[word_at[w] + k]
+        out_at = cache.id_offsets[used]
+        for k in range(n_ids):
+            cache.pool_ids[out_at + k] = word_ids[id_at + k]
+        cache.byte_offsets[used + 1] = byte_end
+        cache.id_offsets[used + 1] = id_end
+        _put_cell(cache.table, word_keys[w], used)
+        used += 1
+    cache.used[0] = used
+    return room

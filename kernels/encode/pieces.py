@@ -1,0 +1,134 @@
+"""Stage 0: special tokens found and documents cut into pieces."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .._jit import hot
+from ..pretok import safe_cut
+from .words import _equal_bytes
+
+# ---------------------------------------------------------------- special tokens and pieces
+
+
+@hot
+def _special_at(data, i, end, token_bytes, token_offsets):
+    """Index of the first token (the caller sorts them longest first) found at byte i, or -1."""
+    for t in range(token_offsets.size - 1):
+        length = token_offsets[t + 1] - token_offsets[t]
+        if i + length <= end and _equal_bytes(data, i, token_bytes, token_offsets[t], length):
+            return t
+    return -1
+
+
+@hot
+def _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte, match_at,
+                   match_token, limit):
+    """Leftmost-longest, non-overlapping token matches inside segments; returns how many.
+
+    Matches past ``match_at.size`` are counted, not written; the scan stops at ``limit``.
+    """
+    n = 0
+    for s in range(seg_start.size):
+        i = seg_start[s]
+        end = seg_end[s]
+        while i < end:
+            if first_byte[data[i]]:
+                t = _special_at(data, i, end, token_bytes, token_offsets)
+                if t >= 0:
+                    if n < match_at.size:
+                        match_at[n] = i
+                        match_token[n] = t
+                    n += 1
+                    if n >= limit:
+                        return n
+                    i += token_offsets[t + 1] - token_offsets[t]
+                    continue
+            i += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def find_specials_cpu(data, seg_start, seg_end, token_bytes, token_offsets, first_byte, limit):
+    """Special-token matches in the segments, as regex alternation longest-first finds them.
+
+    Returns ``(match_at, match_token)`` (byte offset, index into the token
+    list), at most ``limit`` of them. ``first_byte[b]`` is True when a token
+    starts with byte b: other bytes cost one load each.
+    """
+    match_at = np.empty(64, np.int64)
+    match_token = np.empty(64, np.int64)
+    n = _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
+                       match_at, match_token, limit)
+    if n > match_at.size:
+        match_at = np.empty(n, np.int64)
+        match_token = np.empty(n, np.int64)
+        _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
+                       match_at, match_token, limit)
+    return match_at[:n], match_token[:n]
+
+
+@hot
+def _emit_piece(pieces, n, start, end, special):
+    piece_start, piece_end, piece_special = pieces
+    if n < piece_start.size:
+        piece_start[n] = start
+        piece_end[n] = end
+        piece_special[n] = special
+    return n + 1
+
+
+@hot
+def _emit_text(data, start, end, cut_bytes, scanner, table, pieces, n):
+    """Emit ordinary text as pieces, cut near every ``cut_bytes`` at ``pretok.safe_cut`` points."""
+    if cut_bytes > 0:
+        while end - start > cut_bytes:
+            cut = safe_cut(data, start + cut_bytes, end, scanner, table)
+            if cut >= end:
+                break
+            n = _emit_piece(pieces, n, start, cut, -1)
+            start = cut
+    return _emit_piece(pieces, n, start, end, -1)
+
+
+@hot
+def _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece):
+    """Cut documents into pieces at special-token matches; returns the piece count.
+
+    Every document gets at least one piece (an empty text piece if need be),
+    so ``doc_first_piece`` is defined for all. Writes only what fits.
+    """
+    n = 0
+    k = 0
+    for d in range(doc_start.size):
+        if d < doc_first_piece.size:
+            doc_first_piece[d] = n
+        position = doc_start[d]
+        while k < match_at.size and match_at[k] < doc_end[d]:
+            n = _emit_text(data, position, match_at[k], cut_bytes, scanner, table, pieces, n)
+            n = _emit_piece(pieces, n, match_at[k], match_at[k] + match_len[k], match_id[k])
+            position = match_at[k] + match_len[k]
+            k += 1
+        n = _emit_text(data, position, doc_end[d], cut_bytes, scanner, table, pieces, n)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table):
+    """Pieces of a batch: ``(piece_start, piece_end, piece_special, doc_first_piece)``.
+
+    ``match_*`` are the allowed special tokens found (sorted by position);
+    ``cut_bytes`` > 0 cuts long text pieces at points safe for ``scanner`` (0: no cuts).
+    """
+    empty = np.empty(0, np.int64)
+    n = _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                     table, (empty, empty, empty), empty)
+    pieces = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
+    doc_first_piece = np.empty(doc_start.size + 1, np.int64)
+    _pieces_into(data, doc_start, doc_end, match_at, match_len, match_id, cut_bytes, scanner,
+                 table, pieces, doc_first_piece)
+    doc_first_piece[doc_start.size] = n
+    return pieces[0], pieces[1], pieces[2], doc_first_piece

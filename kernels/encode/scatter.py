@@ -1,0 +1,91 @@
+"""Stage 4: ids per piece counted, then written in place (ragged output)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._shared import hot_nogil, inlined
+from .bpe import encode_word_list_cpu
+from .words import word_refs_scan_cpu
+
+# ---------------------------------------------------------------- ragged output
+
+
+@inlined
+def _ref_ids(ref, local_to_global, cache, new_offsets):
+    """(source is the cache, first id, id count) of a word ref."""
+    if ref >= 0:
+        at = cache.id_offsets[ref]
+        return True, at, cache.id_offsets[ref + 1] - at
+    g = local_to_global[-1 - ref]
+    return False, new_offsets[g], new_offsets[g + 1] - new_offsets[g]
+
+
+@hot_nogil
+def count_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_hi,
+                           local_to_global, cache, new_offsets, piece_tokens):
+    """Step 4a (one shard): ``piece_tokens[p]`` = ids piece p encodes to (a special: 1)."""
+    r = 0
+    for piece in range(piece_lo, piece_hi):
+        if piece_special[piece] >= 0:
+            piece_tokens[piece] = 1
+            continue
+        total = 0
+        while r < piece_ref_end[piece]:
+            _, _, n = _ref_ids(refs[r], local_to_global, cache, new_offsets)
+            total += n
+            r += 1
+        piece_tokens[piece] = total
+
+
+@hot_nogil
+def write_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_hi,
+                           local_to_global, cache, new_ids, new_offsets, piece_token_offsets,
+                           ids):
+    """Step 4b (one shard): write each piece's ids at ``ids[piece_token_offsets[p]:]``."""
+    r = 0
+    for piece in range(piece_lo, piece_hi):
+        out = piece_token_offsets[piece]
+        if piece_special[piece] >= 0:
+            ids[out] = piece_special[piece]
+            continue
+        while r < piece_ref_end[piece]:
+            from_cache, at, n = _ref_ids(refs[r], local_to_global, cache, new_offsets)
+            if from_cache:
+                for k in range(n):
+                    ids[out + k] = cache.pool_ids[at + k]
+            else:
+                for k in range(n):
+                    ids[out + k] = new_ids[at + k]
+            out += n
+            r += 1
+
+
+@njit(cache=True, nogil=True)
+def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanner, table, cache,
+                             rules):
+    """Steps 1-4 for a named pattern (``scanner``) on one thread, in one call (small batches).
+
+    Returns ``(ids, piece_offsets, n_words, new_ids, new_offsets, new_at,
+    new_len, new_count, new_key)``: the batch's ids, each piece's first id, its
+    word count, and its new words (already distinct: one shard) for
+    ``cache_admit_cpu``.
+    """
+    n_pieces = piece_start.size
+    piece_ref_end = np.empty(n_pieces, np.int64)
+    refs, new_at, new_len, new_count, new_key = word_refs_scan_cpu(
+        data, piece_start, piece_end, piece_special, 0, n_pieces, scanner, table, cache,
+        piece_ref_end)
+    new_ids, new_offsets = encode_word_list_cpu(data, new_at, new_len, rules)
+    local_to_global = np.arange(new_at.size)
+    piece_tokens = np.empty(n_pieces, np.int64)
+    count_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
+                           cache, new_offsets, piece_tokens)
+    piece_offsets = np.zeros(n_pieces + 1, np.int64)
+    for piece in range(n_pieces):
+        piece_offsets[piece + 1] = piece_offsets[piece] + piece_tokens[piece]
+    ids = np.empty(piece_offsets[n_pieces], np.uint32)
+    write_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
+                           cache, new_ids, new_offsets, piece_offsets, ids)
+    return ids, piece_offsets, refs.size, new_ids, new_offsets, new_at, new_len, new_count, new_key

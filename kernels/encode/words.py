@@ -1,0 +1,297 @@
+"""Stage 1-2: word keys, cache lookups, each shard's new words and their merge across shards."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .._jit import hot
+from ..hashing import (
+    EMPTY_KEY,
+    grown_like,
+    hash_bytes,
+    mix64,
+)
+from ..pretok import piece_end
+from ._shared import NewWords, inlined
+
+# ---------------------------------------------------------------- word keys and tables
+
+# A word of up to 7 bytes is its own key: its length in the top byte, its bytes
+# below, so equal keys mean equal words and no bytes are compared. A longer
+# word's key is a 56-bit hash tagged LONG_WORD_TAG in the top byte; its bytes
+# are compared on a key match.
+LONG_WORD_TAG = np.uint64(8) << np.uint64(56)
+_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
+
+
+@inlined
+def _equal_bytes(a, a_at, b, b_at, length):
+    for k in range(length):
+        if a[a_at + k] != b[b_at + k]:
+            return False
+    return True
+
+
+@inlined
+def word_key(data, start, stop):
+    """The table key of ``data[start:stop]`` (never EMPTY_KEY)."""
+    length = stop - start
+    if length <= 7:
+        key = np.uint64(length) << np.uint64(56)
+        for k in range(length):
+            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
+        return key
+    return (hash_bytes(data, start, length) & _LOW_56) | LONG_WORD_TAG
+
+
+@inlined
+def _first_cell(table, key):
+    return (mix64(key) & np.uint64((table.size >> 1) - 1)) << np.uint64(1)
+
+
+@inlined
+def _next_cell(table, cell):
+    return (cell + np.uint64(2)) & np.uint64(table.size - 1)
+
+
+@inlined
+def _put_cell(table, key, value):
+    """Store ``value`` under ``key`` (absent) in an interleaved table."""
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        cell = _next_cell(table, cell)
+    table[cell] = key
+    table[cell + np.uint64(1)] = np.uint64(value)
+
+
+def empty_cells(n_cells: int) -> np.ndarray:
+    """An interleaved (key, value) table of ``n_cells`` cells (a power of two), all free."""
+    return np.full(2 * n_cells, EMPTY_KEY, dtype=np.uint64)
+
+
+@inlined
+def _cached_slot(data, start, length, key, cache):
+    """Cache slot of the word ``data[start:start+length]`` (key ``key``), or -1."""
+    table = cache.table
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        if table[cell] == key:
+            slot = np.int64(table[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG:
+                return slot
+            at = cache.byte_offsets[slot]
+            if (cache.byte_offsets[slot + 1] - at == length
+                    and _equal_bytes(data, start, cache.pool_bytes, at, length)):
+                return slot
+        cell = _next_cell(table, cell)
+    return -1
+
+
+@inlined
+def _new_word_index(data, start, length, key, new, n_new):
+    """(index of the word among the shard's new words, new n_new), adding it when absent."""
+    table = new.table
+    cell = _first_cell(table, key)
+    while table[cell] != EMPTY_KEY:
+        if table[cell] == key:
+            index = np.int64(table[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG or (new.length[index] == length and _equal_bytes(
+                    data, start, data, new.at[index], length)):
+                new.count[index] += 1
+                return index, n_new
+        cell = _next_cell(table, cell)
+    table[cell] = key
+    table[cell + np.uint64(1)] = np.uint64(n_new)
+    new.at[n_new] = start
+    new.length[n_new] = length
+    new.count[n_new] = 1
+    new.key[n_new] = key
+    return n_new, n_new + 1
+
+
+@inlined
+def _word_ref(data, start, stop, cache, new, n_new):
+    """(ref of the word data[start:stop], new n_new): a cache slot, or -1 - new-word index."""
+    key = word_key(data, start, stop)
+    slot = _cached_slot(data, start, stop - start, key, cache)
+    if slot >= 0:
+        return slot, n_new
+    index, n_new = _new_word_index(data, start, stop - start, key, new, n_new)
+    return -1 - index, n_new
+
+
+@inlined
+def _has_room(refs, new, n_refs, n_new):
+    return n_refs < refs.size and n_new < new.at.size and 4 * (n_new + 1) <= new.table.size
+
+
+@inlined
+def _save_cursor(cursor, piece, position, n_refs, n_new):
+    cursor[0], cursor[1], cursor[2], cursor[3] = piece, position, n_refs, n_new
+
+
+@hot
+def _scanned_refs_into(data, piece_start, piece_end_at, piece_special, piece_hi, scanner, table,
+                       cache, new, refs, piece_ref_end, cursor):
+    """Split pieces with a Numba scanner (``pretok.piece_end``) and ref each word, from ``cursor`` on.
+
+    ``cursor`` = (piece, byte, refs made, new words). Returns False when an
+    array is full (the caller grows it and calls again), True when done.
+    """
+    piece, i, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
+    while piece < piece_hi:
+        if piece_special[piece] < 0:
+            i = max(i, piece_start[piece])
+            end = piece_end_at[piece]
+            while i < end:
+                if not _has_room(refs, new, n_refs, n_new):
+                    _save_cursor(cursor, piece, i, n_refs, n_new)
+                    return False
+                stop = piece_end(scanner, data, i, end, table)
+                ref, n_new = _word_ref(data, i, stop, cache, new, n_new)
+                refs[n_refs] = ref
+                n_refs += 1
+                i = stop
+        piece_ref_end[piece] = n_refs
+        piece += 1
+        i = 0
+    _save_cursor(cursor, piece, 0, n_refs, n_new)
+    return True
+
+
+@hot
+def _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi, cache, new,
+                     refs, piece_ref_end, cursor):
+    """Ref each word of pieces already split (``word_starts``/``word_ends``), from ``cursor`` on.
+
+    ``cursor`` = (piece, word, refs made, new words); returns as ``_scanned_refs_into``.
+    """
+    piece, w, n_refs, n_new = cursor[0], cursor[1], cursor[2], cursor[3]
+    while piece < piece_hi:
+        w = max(w, piece_word_offsets[piece])
+        while w < piece_word_offsets[piece + 1]:
+            if not _has_room(refs, new, n_refs, n_new):
+                _save_cursor(cursor, piece, w, n_refs, n_new)
+                return False
+            ref, n_new = _word_ref(data, word_starts[w], word_ends[w], cache, new, n_new)
+            refs[n_refs] = ref
+            n_refs += 1
+            w += 1
+        piece_ref_end[piece] = n_refs
+        piece += 1
+    _save_cursor(cursor, piece, 0, n_refs, n_new)
+    return True
+
+
+@njit(cache=True)
+def _empty_new_words(capacity):
+    return NewWords(np.full(4 * capacity, EMPTY_KEY, dtype=np.uint64),
+                    np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+                    np.empty(capacity, np.int64), np.empty(capacity, np.uint64))
+
+
+@njit(cache=True)
+def _grown_new_words(new, n_new):
+    """The table at twice the capacity, holding the same words."""
+    bigger = _empty_new_words(2 * new.at.size)
+    for index in range(n_new):
+        bigger.at[index] = new.at[index]
+        bigger.length[index] = new.length[index]
+        bigger.count[index] = new.count[index]
+        bigger.key[index] = new.key[index]
+        _put_cell(bigger.table, new.key[index], index)
+    return bigger
+
+
+@njit(cache=True)
+def _refs_result(refs, new, cursor):
+    n_refs, n_new = cursor[2], cursor[3]
+    return (refs[:n_refs].copy(), new.at[:n_new].copy(), new.length[:n_new].copy(),
+            new.count[:n_new].copy(), new.key[:n_new].copy())
+
+
+@njit(cache=True, nogil=True)
+def word_refs_scan_cpu(data, piece_start, piece_end, piece_special, piece_lo, piece_hi, scanner,
+                       table, cache, piece_ref_end):
+    """Step 1 for a named pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
+
+    ``scanner`` is ``pretok.GPT2``, ``CL100K`` or ``O200K``, ``table`` its class table.
+
+    Writes ``piece_ref_end[p]`` (refs made up to the end of piece p, counted from
+    the shard's first piece) and returns ``(refs, new_at, new_len, new_count,
+    new_key)``. Scratch: refs start at a quarter of the shard's bytes, the
+    new-word table at 1024 words; both double when full.
+    """
+    n_bytes = 0
+    for piece in range(piece_lo, piece_hi):
+        n_bytes += piece_end[piece] - piece_start[piece]
+    refs = np.empty(max(n_bytes // 4, 16), np.int64)
+    new = _empty_new_words(1024)
+    cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
+    while not _scanned_refs_into(data, piece_start, piece_end, piece_special, piece_hi, scanner,
+                                 table, cache, new, refs, piece_ref_end, cursor):
+        if cursor[2] == refs.size:
+            refs = grown_like(refs, 0)
+        else:
+            new = _grown_new_words(new, cursor[3])
+    return _refs_result(refs, new, cursor)
+
+
+@njit(cache=True, nogil=True)
+def word_refs_given_cpu(data, word_starts, word_ends, piece_word_offsets, piece_lo, piece_hi,
+                        cache, piece_ref_end):
+    """Step 1 for words already split (custom patterns, by ``regex``): as ``word_refs_scan_cpu``.
+
+    Piece p's words are ``data[word_starts[w]:word_ends[w]]`` for w in
+    ``piece_word_offsets[p]:piece_word_offsets[p+1]``; text between them
+    (which a pattern may skip) is not encoded.
+    """
+    n_words = piece_word_offsets[piece_hi] - piece_word_offsets[piece_lo]
+    refs = np.empty(max(n_words, 1), np.int64)
+    new = _empty_new_words(1024)
+    cursor = np.array([piece_lo, 0, 0, 0], dtype=np.int64)
+    while not _given_refs_into(data, word_starts, word_ends, piece_word_offsets, piece_hi, cache,
+                               new, refs, piece_ref_end, cursor):
+        new = _grown_new_words(new, cursor[3])
+    return _refs_result(refs, new, cursor)
+
+
+@njit(cache=True, nogil=True)
+def merge_new_words_cpu(data, word_at, word_len, word_count, word_keys):
+    """Step 2: distinct words among the shards' new words, in order of first occurrence.
+
+    Input: the shards' lists end to end (each already distinct within its
+    shard). Returns ``(local_to_global, first, global_count)``: global word g
+    is input word ``first[g]``.
+    """
+    n = word_at.size
+    n_cells = 16
+    while n_cells < 2 * n:
+        n_cells *= 2
+    table = np.full(2 * n_cells, EMPTY_KEY, dtype=np.uint64)
+    local_to_global = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    global_count = np.zeros(n, np.int64)
+    n_global = 0
+    for w in range(n):
+        key = word_keys[w]
+        cell = _first_cell(table, key)
+        found = -1
+        while table[cell] != EMPTY_KEY:
+            g = np.int64(table[cell + np.uint64(1)])
+            if table[cell] == key and (key < LONG_WORD_TAG or (
+                    word_len[first[g]] == word_len[w]
+                    and _equal_bytes(data, word_at[w], data, word_at[first[g]], word_len[w]))):
+                found = g
+                break
+            cell = _next_cell(table, cell)
+        if found < 0:
+            found = n_global
+            table[cell] = key
+            table[cell + np.uint64(1)] = np.uint64(found)
+            first[found] = w
+            n_global += 1
+        local_to_global[w] = found
+        global_count[found] += word_count[w]
+    return local_to_global, first[:n_global].copy(), global_count[:n_global].copy()
