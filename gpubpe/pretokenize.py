@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -500,25 +500,30 @@ def count_words(
     text_field: str = "text",
     num_threads: int | None = None,
     progress=None,
+    backend: str = "cpu",
 ) -> dict[bytes, int]:
     """Count pre-tokenized words over a corpus: ``{word_bytes: count}``.
 
     Special-token text is cut out and never counted. ``progress`` (a tqdm-like
-    object) is advanced by the number of bytes read.
+    object) is advanced by the number of bytes read. ``backend="cuda"`` counts
+    the named patterns on the device (the same counts, in the same order).
     """
     return count_batch_words(iter_batches(corpus, text_field), pattern, special_tokens,
-                             num_threads, progress)
+                             num_threads, progress, backend)
 
 
 def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                       special_tokens: Iterable[str] = (), num_threads: int | None = None,
-                      progress=None) -> dict[bytes, int]:
+                      progress=None, backend: str = "cpu") -> dict[bytes, int]:
     """:func:`count_words` over batches already read (``gpubpe.dask`` reads a split's)."""
     regex_text = resolve_pattern(pattern)
     specials = special_splitter(special_tokens)
     special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
     counter = _count_scanned_batch if scanner_for(regex_text) is not None else _count_regex_batch
     threads = num_threads or os.cpu_count() or 1
+    xp = _counting_device(backend, regex_text)
+    if xp is not None:  # one device: the batches in order, on this thread
+        counter, threads = partial(_count_device_batch, xp=xp), 1
     totals: Counter = Counter()
     # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel
     # plus a dict of the batch's distinct words; reading a list of str into batches
@@ -569,6 +574,44 @@ def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, i
         array, starts, ends, scanner, scanner_table(scanner)
     )
     if collided:  # two words shared a 64-bit hash: count this batch exactly instead
+        return _count_regex_batch(data, starts, ends, regex_text)
+    return {
+        data[at:at + length]: count
+        for at, length, count in zip(word_at.tolist(), word_len.tolist(), word_count.tolist())
+    }
+
+
+def _counting_device(backend: str, regex_text) -> object | None:
+    """The array module of the device that counts, or None to count on the CPU.
+
+    A custom pattern has no device scanner: it is counted by ``regex`` on the CPU.
+    """
+    from .backend import resolve_backend
+
+    chosen = resolve_backend(backend)
+    if chosen.name != "cuda" or scanner_for(regex_text) is None:
+        return None
+    return chosen.xp
+
+
+@lru_cache(maxsize=4)
+def _device_scanner_table(xp, scanner: int):
+    """A scanner's class table on the device, copied once (1.1 MB)."""
+    from .kernels._cuda import to_device
+
+    return to_device(xp, scanner_table(scanner))
+
+
+def _count_device_batch(data: bytes, starts, ends, regex_text, xp) -> dict[bytes, int]:
+    """Word counts of a batch by the device scanner (``kernels.encode.pretok_cuda``)."""
+    from .kernels._cuda import to_device
+    from .kernels.encode.pretok_cuda import count_words_cuda
+
+    scanner = scanner_for(regex_text)
+    word_at, word_len, word_count, collided = count_words_cuda(
+        to_device(xp, np.frombuffer(data, dtype=np.uint8)), to_device(xp, starts, np.int64),
+        to_device(xp, ends, np.int64), scanner, _device_scanner_table(xp, scanner), xp)
+    if collided:  # two long words shared a 56-bit key: count this batch exactly instead
         return _count_regex_batch(data, starts, ends, regex_text)
     return {
         data[at:at + length]: count
