@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +70,8 @@ NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
+# Bytes per batch counted on a device: two syncs and ~15 launches each.
+_DEVICE_BATCH_BYTES = 64 << 20
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
@@ -508,22 +510,27 @@ def count_words(
     object) is advanced by the number of bytes read. ``backend="cuda"`` counts
     the named patterns on the device (the same counts, in the same order).
     """
+    xp = _counting_device(backend, resolve_pattern(pattern))
+    if xp is not None:
+        counts = _count_on_device(iter_batches(corpus, text_field, _DEVICE_BATCH_BYTES),
+                                  resolve_pattern(pattern), special_tokens, xp, progress)
+        if counts is not None:
+            return counts
+        if progress is not None and hasattr(progress, "reset"):
+            progress.reset()  # a 56-bit word key collided on the device: count exactly
     return count_batch_words(iter_batches(corpus, text_field), pattern, special_tokens,
-                             num_threads, progress, backend)
+                             num_threads, progress)
 
 
 def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                       special_tokens: Iterable[str] = (), num_threads: int | None = None,
-                      progress=None, backend: str = "cpu") -> dict[bytes, int]:
+                      progress=None) -> dict[bytes, int]:
     """:func:`count_words` over batches already read (``gpubpe.dask`` reads a split's)."""
     regex_text = resolve_pattern(pattern)
     specials = special_splitter(special_tokens)
     special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
     counter = _count_scanned_batch if scanner_for(regex_text) is not None else _count_regex_batch
     threads = num_threads or os.cpu_count() or 1
-    xp = _counting_device(backend, regex_text)
-    if xp is not None:  # one device: the batches in order, on this thread
-        counter, threads = partial(_count_device_batch, xp=xp), 1
     totals: Counter = Counter()
     # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel
     # plus a dict of the batch's distinct words; reading a list of str into batches
@@ -602,21 +609,33 @@ def _device_scanner_table(xp, scanner: int):
     return to_device(xp, scanner_table(scanner))
 
 
-def _count_device_batch(data: bytes, starts, ends, regex_text, xp) -> dict[bytes, int]:
-    """Word counts of a batch by the device scanner (``kernels.encode.pretok_cuda``)."""
-    from .kernels._cuda import to_device
-    from .kernels.encode.pretok_cuda import count_words_cuda
+def _count_on_device(batches: Iterable[Batch], regex_text: str, special_tokens, xp,
+                     progress) -> dict[bytes, int] | None:
+    """Word counts of every batch in one device table (``kernels.encode.pretok_cuda``):
+    the CPU counter's words, counts and order; the words come back to the host once.
 
+    None when two long words shared a 56-bit key (the caller counts on the CPU).
+    """
+    from .kernels._cuda import to_device
+    from .kernels.encode.pretok_cuda import DeviceWordCounter, WordCollision
+
+    specials = special_splitter(special_tokens)
+    special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
     scanner = scanner_for(regex_text)
-    word_at, word_len, word_count, collided = count_words_cuda(
-        to_device(xp, np.frombuffer(data, dtype=np.uint8)), to_device(xp, starts, np.int64),
-        to_device(xp, ends, np.int64), scanner, _device_scanner_table(xp, scanner), xp)
-    if collided:  # two long words shared a 56-bit key: count this batch exactly instead
-        return _count_regex_batch(data, starts, ends, regex_text)
-    return {
-        data[at:at + length]: count
-        for at, length, count in zip(word_at.tolist(), word_len.tolist(), word_count.tolist())
-    }
+    counter = DeviceWordCounter(scanner, _device_scanner_table(xp, scanner), xp)
+    for batch in batches:
+        starts, ends = segments(batch, special_bytes)
+        try:
+            counter.add(to_device(xp, np.frombuffer(batch.data, dtype=np.uint8)),
+                        to_device(xp, starts, np.int64), to_device(xp, ends, np.int64))
+        except WordCollision:
+            return None
+        if progress is not None:
+            progress.update(len(batch.data))
+    counts = counter.result()
+    pool = counts.pool.tobytes()
+    return {pool[at:at + length]: count for at, length, count in zip(
+        counts.pool_start.tolist(), counts.length.tolist(), counts.count.tolist())}
 
 
 def _count_regex_batch(data: bytes, starts, ends, regex_text) -> Counter:

@@ -145,7 +145,7 @@ def test_syncs_and_launches_per_call_do_not_grow_with_the_data():
         costs.append((flags_stats.syncs, dict(flags_stats.launches), count_stats.syncs,
                       dict(count_stats.launches)))
     assert costs[0] == costs[1]
-    assert costs[0][0] == 0 and costs[0][2] == 3
+    assert costs[0][0] == 0 and costs[0][2] == 4
 
 
 def cpu_counts(document: bytes, starts, ends, scanner):
@@ -169,28 +169,70 @@ def test_counts_equal_cpu_counts(name):
         assert got_column.tolist() == expected_column.tolist()
 
 
-def test_a_long_word_unlike_the_first_of_its_cell_is_reported():
-    # Two different 9-byte words in two segments; then the cell of the second is
-    # pointed at the first, as a 56-bit key collision would leave it.
-    document = b"abcdefghi abcdefghj"
-    args = device_args(document, [0, 10], [9, 19], GPT2)
+def test_counts_over_batches_equal_cpu_counts_of_the_whole(name="o200k"):
+    # Starting from room for 4 words and 8 bytes, the table is rehashed and the
+    # pool grown on the device while words already counted are kept.
+    scanner = SCANNERS[name]
+    batches = [b" ".join(b"w%d internationalization" % i for i in range(k, k + 40))
+               + tricky_text()[k:k + 150] for k in (0, 30, 100)]
+    counter = pretok_cuda.DeviceWordCounter(
+        scanner, to_device(np, pretokenize.scanner_table(scanner)), np, words=4, pool_bytes=8)
+    with device_stats() as stats:
+        for batch in batches:
+            counter.add(*device_args(batch, [0], [len(batch)], scanner)[:3])
+        got = counter.result()
+    assert stats.launches["rehash_kernel"] >= 2
+    assert stats.syncs == 2 * len(batches) + 2
+    whole = b"".join(batches)
+    expected = cpu_counts(whole, np.cumsum([0] + [len(b) for b in batches[:-1]]),
+                          np.cumsum([len(b) for b in batches]), scanner)
+    pool = got.pool.tobytes()
+    got_words = [pool[a:a + n] for a, n in zip(got.pool_start.tolist(), got.length.tolist())]
+    expected_words = [whole[a:a + n] for a, n in zip(expected[0].tolist(), expected[1].tolist())]
+    assert got_words == expected_words
+    assert got.count.tolist() == expected[2].tolist()
+    assert got.first.tolist() == expected[0].tolist()
+
+
+def collision_setup(document, starts, ends):
+    """A counter and the arguments of its kernels for one batch, marks and positions made."""
+    args = device_args(document, starts, ends, GPT2)
+    counter = pretok_cuda.DeviceWordCounter(GPT2, args[4], np, words=8)
     marks = pretok_cuda.piece_marks_cuda(*args)
     scan, positions = pretok_cuda._positions_of_marks(marks, np)
-    n_cells = pretok_cuda.table_cells_for(3)
-    keys = np.full(n_cells, pretok_cuda.EMPTY_KEY, np.uint64)
-    counts, lengths = np.zeros(n_cells, np.int64), np.zeros(n_cells, np.int64)
-    first = np.full(n_cells, pretok_cuda.NO_POSITION, np.int64)
-    control = np.zeros(2, np.int64)
-    launch(pretok_cuda.count_insert_kernel, 3, args[0], positions, scan, marks, keys, counts,
-           first, lengths)
-    assert sorted(first[keys != pretok_cuda.EMPTY_KEY].tolist()) == [0, 10]
-    check = (pretok_cuda.long_word_check_kernel, 3, args[0], positions, scan, marks, keys,
-             first, control)
-    launch(*check)
+    return counter, (args[0], positions, scan, marks, 0)
+
+
+def test_a_long_word_unlike_the_first_of_its_new_cell_is_reported():
+    # Two different 9-byte words in two segments; then the cell of the second is
+    # pointed at the first, as a 56-bit key collision would leave it.
+    counter, words = collision_setup(b"abcdefghi abcdefghj", [0, 10], [9, 19])
+    new_cells, control = np.zeros(4, np.int64), np.zeros(3, np.int64)
+    tables = (counter.keys, counter.first, counter.lengths, counter.slot, counter.word_start,
+              counter.pool, control)
+    launch(pretok_cuda.count_insert_kernel, 3, *words, counter.keys, counter.counts,
+           counter.first, counter.lengths, new_cells, control)
+    assert control[pretok_cuda.N_NEW] == 2 and control[pretok_cuda.NEW_BYTES] == 18
+    launch(pretok_cuda.long_word_check_kernel, 3, *words, *tables)
     assert control[pretok_cuda.COLLIDED] == 0
-    first[first == 10] = 0
-    launch(*check)
+    counter.first[counter.first == 10] = 0
+    launch(pretok_cuda.long_word_check_kernel, 3, *words, *tables)
     assert control[pretok_cuda.COLLIDED] == 1
+
+
+def test_a_long_word_unlike_its_pooled_word_raises_and_counting_falls_back(monkeypatch):
+    document = b"abcdefghi abcdefghi"
+    counter, _ = collision_setup(document, [0], [9])
+    counter.add(*device_args(document, [0], [9], GPT2)[:3])
+    counter.pool[8] = ord("X")  # the pooled word is now "abcdefghX", as if another word's
+    with pytest.raises(pretok_cuda.WordCollision):
+        counter.add(*device_args(document, [10], [19], GPT2)[:3])
+    # count_words then counts on the CPU: the same counts.
+    monkeypatch.setattr(pretok_cuda.DeviceWordCounter, "add", lambda *args: (_ for _ in ()).throw(
+        pretok_cuda.WordCollision("forced")))
+    docs = [b"abcdefghi abcdefghi", b"x y"]
+    assert (pretokenize.count_words(docs, "gpt2", backend="cuda")
+            == pretokenize.count_words(docs, "gpt2"))
 
 
 def test_count_words_with_backend_cuda_equals_the_cpu(tmp_path):

@@ -76,6 +76,8 @@ Performance notes:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import cuda, njit
 
@@ -96,9 +98,9 @@ from .words import word_key
 PIECE_START = 1
 SEGMENT_STOP = 2
 NO_POSITION = np.iinfo(np.int64).max
-MIN_TABLE_CELLS = 1024
-# control[] of the counting step, read back in one copy.
-N_DISTINCT, COLLIDED = 0, 1
+MIN_TABLE_CELLS = 16
+# batch_control[] of a counted batch, read back in one copy.
+N_NEW, NEW_BYTES, COLLIDED = 0, 1, 2
 
 _piece_end = device_function(piece_end)
 _safe_cut = device_function(safe_cut)
@@ -210,16 +212,27 @@ def word_start_flags_cuda(data, seg_start, seg_end, scanner, table, xp):
 
 
 # ---------------------------------------------------------------- word counts
+#
+# One table for the whole corpus, on the device: cell -> key (uint64), count
+# (int64), first (the word's first occurrence as a corpus byte offset: batches
+# end to end), length, slot (its index among the distinct words, -1 until its
+# bytes are in the pool). A batch's new words get slots in the order their
+# claims landed (not deterministic), and their bytes are appended to a byte
+# pool; the result is ordered by ``first``, which is deterministic.
 
 
 @cuda.jit
-def count_insert_kernel(data, positions, scan, marks, keys, counts, first, lengths):
-    """Add each word to the table: claim its key's cell, count it, keep its first position.
+def count_insert_kernel(data, positions, scan, marks, base, keys, counts, first, lengths,
+                        new_cells, batch_control):
+    """Count each word of the batch in the table; list the cells this batch claims.
 
     Word k spans ``[positions[k], positions[k + 1])`` when it starts at a
-    ``PIECE_START``. Launch: a thread per mark, grid-stride, sized for the mark
-    count; the table (``keys`` uint64 EMPTY_KEY, ``counts`` int64 0, ``first``
-    int64 NO_POSITION, ``lengths`` int64) has a power-of-two size above twice that.
+    ``PIECE_START``. Its cell is claimed with atomicCAS on the word key; the
+    claiming thread lists the cell (``new_cells``, count at
+    batch_control[N_NEW]) and adds its length to batch_control[NEW_BYTES].
+    Every word adds 1 to its count and keeps ``base + start`` as ``first`` by
+    atomic min. Launch: a thread per mark, grid-stride, sized for the mark
+    count; the table has room for the new words (at most half full after).
     """
     mask = np.uint64(keys.size - 1)
     for k in range(cuda.grid(1), scan[scan.size - 1], cuda.gridsize(1)):
@@ -227,43 +240,44 @@ def count_insert_kernel(data, positions, scan, marks, keys, counts, first, lengt
         if marks[start] != PIECE_START:
             continue
         stop = positions[k + 1]
-        key = _word_key(data, start, stop)
+        key = np.uint64(_word_key(data, start, stop))  # the simulator returns a Python int
         cell = _mix64(key) & mask
         while True:
             stored = keys[cell]
             if stored == EMPTY_KEY:
                 stored = cuda.atomic.cas(keys, cell, EMPTY_KEY, key)
                 if stored == EMPTY_KEY:
+                    new_cells[cuda.atomic.add(batch_control, N_NEW, 1)] = cell
+                    cuda.atomic.add(batch_control, NEW_BYTES, stop - start)
+                    lengths[cell] = stop - start
                     stored = key
             if stored == key:
                 break
             cell = (cell + np.uint64(1)) & mask
         cuda.atomic.add(counts, cell, 1)
-        cuda.atomic.min(first, cell, start)
-        lengths[cell] = stop - start  # the same for every word of a cell, unless collided
+        cuda.atomic.min(first, cell, base + start)
 
 
 @njit(inline="always")
-def _same_word_inline(data, marks, other, start, length):
-    """Whether the word at ``other`` (up to its next nonzero mark) is data[start:start+length]."""
-    stop = other + length
-    if stop > marks.size or (stop < marks.size and marks[stop] == 0):
-        return False
+def _same_bytes_inline(a, a_at, b, b_at, length):
     for j in range(length):
-        if data[other + j] != data[start + j] or (j > 0 and marks[other + j] != 0):
+        if a[a_at + j] != b[b_at + j]:
             return False
     return True
 
 
-_same_word = device_function(_same_word_inline)
+_same_bytes = device_function(_same_bytes_inline)
 
 
 @cuda.jit
-def long_word_check_kernel(data, positions, scan, marks, keys, first, control):
-    """Set control[COLLIDED] when a long word differs from the first word of its cell.
+def long_word_check_kernel(data, positions, scan, marks, base, keys, first, lengths, slot,
+                           word_start, pool, batch_control):
+    """Set batch_control[COLLIDED] when a long word of the batch is not its cell's word.
 
-    The first word of a cell spans from ``first[cell]`` to its next nonzero
-    mark. Launch: a thread per mark, grid-stride, after ``count_insert_kernel``.
+    A cell's word is in the pool (``slot >= 0``, an earlier batch's) or at
+    ``first - base`` in this batch (claimed now); the length is ``lengths``.
+    Words of up to 7 bytes are their own key. Launch: a thread per mark,
+    grid-stride, after ``count_insert_kernel``.
     """
     mask = np.uint64(keys.size - 1)
     for k in range(cuda.grid(1), scan[scan.size - 1], cuda.gridsize(1)):
@@ -271,70 +285,195 @@ def long_word_check_kernel(data, positions, scan, marks, keys, first, control):
         length = positions[k + 1] - start
         if marks[start] != PIECE_START or length <= 7:
             continue
-        key = _word_key(data, start, start + length)
+        key = np.uint64(_word_key(data, start, start + length))
         cell = _mix64(key) & mask
         while keys[cell] != key:
             cell = (cell + np.uint64(1)) & mask
-        if not _same_word(data, marks, first[cell], start, length):
-            control[COLLIDED] = 1
+        same = lengths[cell] == length
+        if same and slot[cell] >= 0:
+            same = _same_bytes(data, start, pool, word_start[slot[cell]], length)
+        elif same:
+            same = _same_bytes(data, start, data, first[cell] - base, length)
+        if not same:
+            batch_control[COLLIDED] = 1
 
 
 @cuda.jit
-def gather_words_kernel(keys, scan, first, lengths, counts, word_at, word_len, word_count,
-                        control):
-    """Write the occupied cells' (first position, length, count) at their scan index.
+def append_words_kernel(data, base, new_cells, new_at, first, lengths, n_words, slot,
+                        word_start, pool):
+    """Give each cell claimed by the batch the next slot; copy its bytes to ``new_at[j]``.
 
-    Launch: a thread per cell, grid-stride; thread 0 writes the distinct count
-    to control[N_DISTINCT]. Outputs hold one entry per cell (the worst case);
-    unused ``word_at`` entries keep NO_POSITION, so they sort last.
+    Launch: a thread per new cell, grid-stride; ``new_at`` (int64) is the pool
+    offset of each, a prefix sum of their lengths.
     """
+    for j in range(cuda.grid(1), new_cells.size, cuda.gridsize(1)):
+        cell = new_cells[j]
+        at = new_at[j]
+        source = first[cell] - base
+        for i in range(lengths[cell]):
+            pool[at + i] = data[source + i]
+        slot[cell] = n_words + j
+        word_start[n_words + j] = at
+
+
+@cuda.jit
+def rehash_kernel(keys, counts, first, lengths, slot, new_keys, new_counts, new_first,
+                  new_lengths, new_slot):
+    """Move every entry into a larger table. Launch: a thread per old cell, grid-stride."""
+    mask = np.uint64(new_keys.size - 1)
+    for old in range(cuda.grid(1), keys.size, cuda.gridsize(1)):
+        key = keys[old]
+        if key == EMPTY_KEY:
+            continue
+        cell = _mix64(key) & mask
+        while cuda.atomic.cas(new_keys, cell, EMPTY_KEY, key) != EMPTY_KEY:
+            cell = (cell + np.uint64(1)) & mask
+        new_counts[cell] = counts[old]
+        new_first[cell] = first[old]
+        new_lengths[cell] = lengths[old]
+        new_slot[cell] = slot[old]
+
+
+@cuda.jit
+def gather_words_kernel(keys, counts, first, lengths, slot, word_first, word_len, word_count):
+    """The first offset, length and count of the word in each slot. Launch: a thread per cell."""
     for cell in range(cuda.grid(1), keys.size, cuda.gridsize(1)):
         if keys[cell] != EMPTY_KEY:
-            at = scan[cell]
-            word_at[at] = first[cell]
-            word_len[at] = lengths[cell]
-            word_count[at] = counts[cell]
-        if cell == 0:
-            control[N_DISTINCT] = scan[keys.size]
+            word_first[slot[cell]] = first[cell]
+            word_len[slot[cell]] = lengths[cell]
+            word_count[slot[cell]] = counts[cell]
 
 
-def table_cells_for(n_marks: int) -> int:
-    """Cells of the counting table: a power of two at least twice the words (marks)."""
-    return max(MIN_TABLE_CELLS, 1 << int(2 * n_marks - 1).bit_length())
+def table_cells_for(n_words: int) -> int:
+    """Cells of the counting table: a power of two at least twice ``n_words``."""
+    return max(MIN_TABLE_CELLS, 1 << int(2 * n_words - 1).bit_length())
+
+
+class WordCollision(Exception):
+    """Two different long words shared a 56-bit key: count with the CPU instead."""
+
+
+class DeviceWordCounter:
+    """Word counts of batch after batch, kept on the device until :meth:`result`.
+
+    ``add`` takes a batch's device bytes and segments (as
+    :func:`word_start_flags_cuda`): two syncs (the mark count, which sizes the
+    table; the batch's new words and collision flag, which size the pool).
+    ``result`` makes two more. Raises :class:`WordCollision` from ``add`` when
+    a long word's 56-bit key is another word's (the counts are then unusable).
+    """
+
+    def __init__(self, scanner: int, table, xp, words: int = 1 << 16, pool_bytes: int = 1 << 20):
+        """``words`` and ``pool_bytes``: first room for distinct words and their bytes
+        (each grows by doubling on the device when a batch needs more)."""
+        self.scanner, self.table, self.xp = scanner, table, xp
+        self.n_words = 0  # distinct words so far (host)
+        self.pool_used = 0  # bytes of their pool (host)
+        self.bytes_seen = 0  # corpus offset of the next batch (host)
+        n_cells = table_cells_for(words)
+        self._new_table(n_cells)
+        self.slot = device_full(xp, n_cells, -1, xp.int64)
+        self.word_start = device_empty(xp, words + 1, xp.int64)
+        self.pool = device_empty(xp, pool_bytes, xp.uint8)
+
+    def _new_table(self, n_cells: int) -> None:
+        xp = self.xp
+        self.keys = device_full(xp, n_cells, EMPTY_KEY, xp.uint64)
+        self.counts = device_zeros(xp, n_cells, xp.int64)
+        self.first = device_full(xp, n_cells, NO_POSITION, xp.int64)
+        self.lengths = device_zeros(xp, n_cells, xp.int64)
+
+    def _reserve_cells(self, n_words: int) -> None:
+        """Grow the table (rehash on the device) so it holds ``n_words`` at half load."""
+        n_cells = table_cells_for(n_words)
+        if n_cells <= self.keys.size:
+            return
+        old = (self.keys, self.counts, self.first, self.lengths, self.slot)
+        self._new_table(n_cells)
+        self.slot = device_full(self.xp, n_cells, -1, self.xp.int64)
+        launch(rehash_kernel, old[0].size, *old, self.keys, self.counts, self.first,
+               self.lengths, self.slot)
+
+    def _reserve_words(self, n_words: int, pool_bytes: int) -> None:
+        if n_words + 1 > self.word_start.size:
+            self.word_start = _grown(self.xp, self.word_start, n_words + 1, self.n_words)
+        if pool_bytes > self.pool.size:
+            self.pool = _grown(self.xp, self.pool, pool_bytes, self.pool_used)
+
+    def add(self, data, seg_start, seg_end) -> None:
+        """Count the words of one batch (device uint8 bytes, int64 segments)."""
+        xp = self.xp
+        marks = piece_marks_cuda(data, seg_start, seg_end, self.scanner, self.table, xp)
+        scan, positions = _positions_of_marks(marks, xp)
+        n_marks = read_scalar(scan, -1, "marks (sizes the word table)")  # sync
+        self._reserve_cells(self.n_words + n_marks)
+        new_cells = device_empty(xp, max(n_marks, 1), xp.int64)
+        batch_control = device_zeros(xp, 3, xp.int64)
+        words = (data, positions, scan, marks, self.bytes_seen)
+        launch(count_insert_kernel, n_marks, *words, self.keys, self.counts, self.first,
+               self.lengths, new_cells, batch_control)
+        launch(long_word_check_kernel, n_marks, *words, self.keys, self.first, self.lengths,
+               self.slot, self.word_start, self.pool, batch_control)
+        n_new, new_bytes, collided = to_host(batch_control, "new words, collision").tolist()  # sync
+        if collided:
+            raise WordCollision("two different words shared a 56-bit word key")
+        self._reserve_words(self.n_words + n_new, self.pool_used + new_bytes)
+        new_cells = new_cells[:n_new]
+        new_at = exclusive_scan(xp, self.lengths[new_cells])[:n_new] + self.pool_used
+        launch(append_words_kernel, n_new, data, self.bytes_seen, new_cells, new_at, self.first,
+               self.lengths, self.n_words, self.slot, self.word_start, self.pool)
+        self.n_words += n_new
+        self.pool_used += new_bytes
+        self.bytes_seen += data.size
+
+    def result(self) -> DeviceCounts:
+        """The distinct words so far, in order of first occurrence in the corpus (the CPU
+        counter's order), on the host. Two syncs."""
+        xp, n = self.xp, self.n_words
+        per_slot = device_empty(xp, (3, max(n, 1)), xp.int64)
+        launch(gather_words_kernel, self.keys.size, self.keys, self.counts, self.first,
+               self.lengths, self.slot, per_slot[0], per_slot[1], per_slot[2])
+        order = xp.argsort(per_slot[0, :n])
+        in_order = xp.stack([per_slot[0, :n][order], self.word_start[:n][order],
+                             per_slot[1, :n][order], per_slot[2, :n][order]])
+        first, pool_start, length, count = to_host(in_order, "distinct words, counts")  # sync
+        pool = to_host(self.pool[:self.pool_used], "distinct words' bytes")  # sync
+        return DeviceCounts(pool, pool_start, length, count, first)
+
+
+class DeviceCounts(NamedTuple):
+    """Distinct words and counts, host arrays in order of first occurrence."""
+
+    pool: np.ndarray  # uint8: the words' bytes
+    pool_start: np.ndarray  # int64: word w is pool[pool_start[w]:pool_start[w] + length[w]]
+    length: np.ndarray  # int64
+    count: np.ndarray  # int64
+    first: np.ndarray  # int64: the corpus byte offset of its first occurrence
+
+
+def _grown(xp, array, min_size: int, used: int):
+    """A larger device copy of ``array`` (doubling), its first ``used`` entries kept."""
+    grown = device_empty(xp, max(2 * array.size, min_size), array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 def count_words_cuda(data, seg_start, seg_end, scanner, table, xp):
-    """Distinct words of the segments with int64 counts, counted on the device.
+    """Distinct words of one batch with int64 counts, counted on the device.
 
-    Arguments as :func:`word_start_flags_cuda`. Returns host arrays
-    ``(word_at, word_len, word_count, collided)`` in order of first occurrence,
-    as ``pretok.count_scanned_words`` does: the same words and counts. When
-    ``collided`` (two long words shared a 56-bit key) the arrays are empty
-    and the caller counts another way. Three syncs.
+    Arguments as :func:`word_start_flags_cuda`. Returns host arrays ``(word_at,
+    word_len, word_count, collided)`` as ``pretok.count_scanned_words`` does:
+    the same words and counts, in order of first occurrence. ``collided``: two
+    long words shared a 56-bit key; the arrays are then empty. Four syncs.
     """
-    marks = piece_marks_cuda(data, seg_start, seg_end, scanner, table, xp)
-    scan, positions = _positions_of_marks(marks, xp)
-    n_marks = read_scalar(scan, -1, "word count (sizes the table)")  # sync
-    n_cells = table_cells_for(n_marks)
-    keys = device_full(xp, n_cells, EMPTY_KEY, xp.uint64)
-    counts = device_zeros(xp, n_cells, xp.int64)
-    first = device_full(xp, n_cells, NO_POSITION, xp.int64)
-    lengths = device_zeros(xp, n_cells, xp.int64)
-    control = device_zeros(xp, 2, xp.int64)
-    launch(count_insert_kernel, n_marks, data, positions, scan, marks, keys, counts, first,
-           lengths)
-    launch(long_word_check_kernel, n_marks, data, positions, scan, marks, keys, first, control)
-    cell_scan = exclusive_scan(xp, keys != EMPTY_KEY)
-    words = device_full(xp, (3, n_cells), NO_POSITION, xp.int64)
-    launch(gather_words_kernel, n_cells, keys, cell_scan, first, lengths, counts, words[0],
-           words[1], words[2], control)
-    n_distinct, collided = to_host(control, "distinct words, collision flag").tolist()  # sync
-    if collided:
+    counter = DeviceWordCounter(scanner, table, xp)
+    try:
+        counter.add(data, seg_start, seg_end)
+    except WordCollision:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, True
-    in_order = words[:, xp.argsort(words[0])[:n_distinct]]
-    word_at, word_len, word_count = to_host(in_order, "distinct words and counts")  # sync
-    return word_at, word_len, word_count, False
+    counts = counter.result()
+    return counts.first, counts.length, counts.count, False
 
 
 # Every @cuda.jit kernel of this module with its launch signature (PTX test: sm_80, sm_90).
@@ -344,10 +483,16 @@ PRETOK_CUDA_SIGNATURES = {
     compact_marks_kernel: "void(uint8[::1], int64[::1], int64[::1])",
     piece_starts_kernel: "void(uint8[::1], int64[::1], int64[::1], int64, uint8[::1], "
                          "uint8[::1])",
-    count_insert_kernel: "void(uint8[::1], int64[::1], int64[::1], uint8[::1], uint64[::1], "
-                         "int64[::1], int64[::1], int64[::1])",
-    long_word_check_kernel: "void(uint8[::1], int64[::1], int64[::1], uint8[::1], uint64[::1], "
-                            "int64[::1], int64[::1])",
+    count_insert_kernel: "void(uint8[::1], int64[::1], int64[::1], uint8[::1], int64, "
+                         "uint64[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
+                         "int64[::1])",
+    long_word_check_kernel: "void(uint8[::1], int64[::1], int64[::1], uint8[::1], int64, "
+                            "uint64[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
+                            "uint8[::1], int64[::1])",
+    append_words_kernel: "void(uint8[::1], int64, int64[::1], int64[::1], int64[::1], "
+                         "int64[::1], int64, int64[::1], int64[::1], uint8[::1])",
+    rehash_kernel: "void(uint64[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
+                   "uint64[::1], int64[::1], int64[::1], int64[::1], int64[::1])",
     gather_words_kernel: "void(uint64[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
-                         "int64[::1], int64[::1], int64[::1], int64[::1])",
+                         "int64[::1], int64[::1], int64[::1])",
 }
