@@ -35,31 +35,49 @@ Kernels, launch shapes and scratch (n = bytes, S = segments, B = marks):
   positions int64, n + 1). Scan + scatter: no data-sized host read.
 - ``piece_starts_kernel``: a thread per chunk, grid-stride over the chunk count
   the scan left on the device (launched for n items: no host read to size it).
-- Counting (``count_words_cuda``): ``count_insert_kernel``, a thread per mark,
-  claims the word's key in an open-addressing table with atomicCAS (the word
-  key of ``encode.words.word_key``: words of up to 7 bytes are their own key,
+- Counting (``DeviceWordCounter``, one table for a whole corpus, batch after
+  batch; ``count_words_cuda`` counts one batch with it). The words are the
+  spans between consecutive nonzero marks that start at a ``PIECE_START``
+  (the marks compacted again). ``count_insert_kernel``, a thread per mark,
+  claims the word's key in an open-addressing table with atomicCAS (the key
+  of ``encode.words.word_key``: words of up to 7 bytes are their own key,
   longer ones a 56-bit hash), adds 1 to its int64 count and keeps its first
-  position with atomic min; ``long_word_check_kernel`` compares every long word
-  with the first word of its cell (a 56-bit collision makes the caller count
-  the batch on the CPU, as the CPU counter does on a 64-bit one);
-  ``gather_words_kernel``, a thread per cell, compacts the table.
+  corpus offset by atomic min; the claiming thread lists the cell as new.
+  ``long_word_check_kernel`` compares every long word with its cell's word
+  (a 56-bit collision: ``WordCollision``, and ``gpubpe`` counts on the CPU).
+  ``append_words_kernel``, a thread per new word, copies its bytes into the
+  device pool of distinct words. ``rehash_kernel`` (a thread per old cell)
+  doubles the table when a batch could fill it past half.
+  ``gather_words_kernel`` (a thread per cell) lists the words by slot; a sort
+  by first offset gives the CPU counter's order (first occurrence).
+  Scratch per batch: marks 1 B, depth + inside 8 B, scan + positions 16 B per
+  byte (a second scan + positions when counting); the table 40 B per cell.
 
-Syncs: ``word_start_flags_cuda`` none (its result stays on the device);
-``count_words_cuda`` three per call (the mark count that sizes the table; the
-distinct count with the collision flag; the result), whatever the data.
+Syncs: ``word_start_flags_cuda`` none (its result stays on the device).
+Counting: two per batch (the mark count, which sizes the table; the new
+words' count and bytes with the collision flag, which size the pool), two at
+the end (the words' offsets and counts; their bytes): constant per batch,
+tested. Launches: 4 Numba kernels for the flags (+ CuPy's cumsum, scan and
+comparisons), 8 per counted batch (+1 when the table grows), 1 at the end.
 
 Paper estimate for an H100 (``shared/GPU_FACTS.md``: 2.7 TB/s device copy,
 a launch 17-43 us, a sync 17 us) -- an estimate, nothing here was timed on a
 GPU. Per byte, the data-sized passes move about: bounds + cumsum 12 B, cuts
 2 B, scan 9 B + scatter ~3 B (twice when counting), flags 2 B: ~30-45 B per
-byte, ~15 ms for 1 GB at 2.7 TB/s. The chunk kernel runs the CPU scanner's
-~10-30 instructions per byte in each thread; with English chunks of ~6 bytes
-the warps stay busy, and 132 SMs x 2048 threads at ~1 byte per ~20 cycles
-each give a bound near 20 GB/s, far above the 2 GB/s the issue asks. Text
+byte, ~15 ms per GB at 2.7 TB/s. The chunk kernel runs the CPU scanner's
+~10-30 instructions per byte in each thread; English chunks are ~6 bytes and
+neighbouring threads scan neighbouring chunks (a warp reads ~2 cache lines at
+a time); 132 SMs x 2048 threads at ~1 byte per ~20 cycles each bound it near
+20 GB/s. Counting adds ~3 atomics per word (~60 M words in 308 MB); the hot
+words' cells (" the") serialise a few million atomics each, a few ms. So the
+device part should clear the issue's 2 GB/s by a margin; the host part may
+not: ``count_words`` reads each 64 MB batch on one thread (file read, newline
+scan, ``segments``) and copies it through pageable memory with no overlap,
+likely ~1-2 GB/s on its own. Finding newlines on the device and pinned,
+overlapped copies are the next steps when a GPU can measure it. Text
 without ASCII spaces (Chinese, Japanese) has few safe cuts: a segment is one
 chunk, so one thread scans a whole document; 2 KB documents are fine, a single
-100 MB document is not (a thread runs at perhaps 50-200 MB/s). Launches: 6
-per call for the flags, 11 for counting, plus CuPy's scans and sort.
+100 MB document is not (a thread runs at perhaps 50-200 MB/s).
 
 Performance notes:
 - PTX without a device: Numba compiles the ``@njit`` helpers that a kernel
@@ -68,7 +86,8 @@ Performance notes:
   Numba IR level instead took 53-207 s per kernel (``pretok`` notes).
   ``cuda_kernels.compile_ptx`` hands Numba the target architecture instead,
   so each helper compiles once and NVVM inlines it: the chunk kernel (all
-  three scanners) compiles in ~10 s on the loaded 2-core VM.
+  three scanners) compiles in ~8 s of CPU time per architecture (8-25 s wall on
+  the loaded 2-core VM), the other kernels of this module in under 1 s each.
 - The chunk kernel writes its piece starts into the marks it reads its chunks
   from: a piece start lies strictly inside its chunk, never at another chunk's
   start, so no thread reads what another writes.
