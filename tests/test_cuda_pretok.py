@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from gpubpe.kernels.encode import pretok_cuda
 from gpubpe.kernels.encode.pretok_cuda import count_words_cuda, word_start_flags_cuda
 from gpubpe.kernels.pretok import CL100K, GPT2, O200K, count_scanned_words, split_ends
 
+ROOT = Path(__file__).resolve().parent.parent
 SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K}
 CATEGORIES = ("Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "
               "Zs Zl Zp Cc Cf Co Cn").split()
@@ -99,6 +101,14 @@ def test_hand_worked_piece_starts():
 @pytest.mark.parametrize("which", ["categories", "tricky"])
 def test_flags_equal_cpu_scanner_on_one_segment(which):
     document = category_text() if which == "categories" else tricky_text()
+    check_flags(document, [0], [len(document)])
+
+
+def test_flags_equal_cpu_scanner_on_real_multilingual_text():
+    # 1.5 KB from each eighth of the file (its scripts follow one another); the
+    # slices start and end anywhere, mid-character included.
+    text = (ROOT / "tests" / "data" / "multiscript.txt").read_bytes()
+    document = b"".join(text[k * len(text) // 8:][:1500] for k in range(8))
     check_flags(document, [0], [len(document)])
 
 
