@@ -74,7 +74,8 @@ device part should clear the issue's 2 GB/s by a margin; the host part may
 not: ``count_words`` reads each 64 MB batch on one thread (file read, newline
 scan, ``segments``) and copies it through pageable memory with no overlap,
 likely ~1-2 GB/s on its own. Finding newlines on the device and pinned,
-overlapped copies are the next steps when a GPU can measure it. Text
+overlapped copies are the next steps when a GPU can measure it
+(``bench/count_bench.py --megabytes 308`` times both rows, checked equal). Text
 without ASCII spaces (Chinese, Japanese) has few safe cuts: a segment is one
 chunk, so one thread scans a whole document; 2 KB documents are fine, a single
 100 MB document is not (a thread runs at perhaps 50-200 MB/s).
