@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import gpubpe
 from gpubpe import pretokenize
-from gpubpe.kernels._cuda import device_stats, launch, to_device, to_host
+from gpubpe.backend import resolve_backend
+from gpubpe.kernels._cuda import device_stats, device_zeros, launch, to_device, to_host
 from gpubpe.kernels.encode import pretok_cuda
 from gpubpe.kernels.encode.pretok_cuda import count_words_cuda, word_start_flags_cuda
 from gpubpe.kernels.pretok import CL100K, GPT2, O200K, count_scanned_words, split_ends
@@ -59,11 +60,17 @@ def tricky_text() -> bytes:
     return b"".join(parts)
 
 
+def device_xp():
+    """NumPy under the simulator, CuPy on a GPU (``NUMBA_ENABLE_CUDASIM=0``)."""
+    return resolve_backend("cuda").xp
+
+
 def device_args(document: bytes, starts, ends, scanner):
+    xp = device_xp()
     data = np.frombuffer(document, dtype=np.uint8)
-    return (to_device(np, data), to_device(np, np.asarray(starts, np.int64)),
-            to_device(np, np.asarray(ends, np.int64)), scanner,
-            to_device(np, pretokenize.scanner_table(scanner)), np)
+    return (to_device(xp, data), to_device(xp, np.asarray(starts, np.int64)),
+            to_device(xp, np.asarray(ends, np.int64)), scanner,
+            to_device(xp, pretokenize.scanner_table(scanner)), xp)
 
 
 def cpu_flags(document: bytes, starts, ends, scanner) -> np.ndarray:
@@ -186,7 +193,8 @@ def test_counts_over_batches_equal_cpu_counts_of_the_whole(name="o200k"):
     batches = [b" ".join(b"w%d internationalization" % i for i in range(k, k + 40))
                + tricky_text()[k:k + 150] for k in (0, 30, 100)]
     counter = pretok_cuda.DeviceWordCounter(
-        scanner, to_device(np, pretokenize.scanner_table(scanner)), np, words=4, pool_bytes=8)
+        scanner, to_device(device_xp(), pretokenize.scanner_table(scanner)), device_xp(),
+        words=4, pool_bytes=8)
     with device_stats() as stats:
         for batch in batches:
             counter.add(*device_args(batch, [0], [len(batch)], scanner)[:3])
@@ -207,9 +215,9 @@ def test_counts_over_batches_equal_cpu_counts_of_the_whole(name="o200k"):
 def collision_setup(document, starts, ends):
     """A counter and the arguments of its kernels for one batch, marks and positions made."""
     args = device_args(document, starts, ends, GPT2)
-    counter = pretok_cuda.DeviceWordCounter(GPT2, args[4], np, words=8)
+    counter = pretok_cuda.DeviceWordCounter(GPT2, args[4], args[5], words=8)
     marks = pretok_cuda.piece_marks_cuda(*args)
-    scan, positions = pretok_cuda._positions_of_marks(marks, np)
+    scan, positions = pretok_cuda._positions_of_marks(marks, args[5])
     return counter, (args[0], positions, scan, marks, 0)
 
 
@@ -217,17 +225,18 @@ def test_a_long_word_unlike_the_first_of_its_new_cell_is_reported():
     # Two different 9-byte words in two segments; then the cell of the second is
     # pointed at the first, as a 56-bit key collision would leave it.
     counter, words = collision_setup(b"abcdefghi abcdefghj", [0, 10], [9, 19])
-    new_cells, control = np.zeros(4, np.int64), np.zeros(3, np.int64)
+    xp = device_xp()
+    new_cells, control = device_zeros(xp, 4, xp.int64), device_zeros(xp, 3, xp.int64)
     tables = (counter.keys, counter.first, counter.lengths, counter.slot, counter.word_start,
               counter.pool, control)
     launch(pretok_cuda.count_insert_kernel, 3, *words, counter.keys, counter.counts,
            counter.first, counter.lengths, new_cells, control)
-    assert control[pretok_cuda.N_NEW] == 2 and control[pretok_cuda.NEW_BYTES] == 18
+    assert to_host(control).tolist() == [2, 18, 0]  # new words, their bytes, not collided
     launch(pretok_cuda.long_word_check_kernel, 3, *words, *tables)
-    assert control[pretok_cuda.COLLIDED] == 0
+    assert to_host(control)[pretok_cuda.COLLIDED] == 0
     counter.first[counter.first == 10] = 0
     launch(pretok_cuda.long_word_check_kernel, 3, *words, *tables)
-    assert control[pretok_cuda.COLLIDED] == 1
+    assert to_host(control)[pretok_cuda.COLLIDED] == 1
 
 
 def test_a_long_word_unlike_its_pooled_word_raises_and_counting_falls_back(monkeypatch):
