@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import gpubpe
 from gpubpe import pretokenize
 from gpubpe.backend import resolve_backend
+from gpubpe.cli import main
 from gpubpe.kernels._cuda import device_stats, device_zeros, launch, to_device, to_host
 from gpubpe.kernels.encode import pretok_cuda
 from gpubpe.kernels.encode.pretok_cuda import count_words_cuda, word_start_flags_cuda
@@ -270,3 +271,8 @@ def test_count_words_with_backend_cuda_equals_the_cpu(tmp_path):
         assert stats.launches["count_insert_kernel"] == 1  # the device counted
     on_device = pretokenize.count_words(lines, "cl100k", backend="cuda")
     assert list(on_device.items()) == list(pretokenize.count_words(lines, "cl100k").items())
+    counts_file = tmp_path / "corpus.counts"
+    assert main(["count", str(path), "-o", str(counts_file), "--backend", "cuda",
+                 "--no-progress"]) == 0
+    assert gpubpe.WordCounts.load(counts_file).as_dict() == gpubpe.count_words(
+        [path], progress=False).as_dict()
