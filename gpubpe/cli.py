@@ -779,6 +779,9 @@ def _add_count(commands) -> None:
                    help="a special token (repeat for several); its text is never counted")
     p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
+    p.add_argument("--backend", default="cpu", choices=["auto", "cpu", "cuda"],
+                   help="cpu (default), or cuda: count gpt2/cl100k/o200k words on the GPU "
+                        "(the same counts)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _add_scheduler_options(p)
     p.set_defaults(run=_run_count)
@@ -801,7 +804,8 @@ def _run_count(args) -> int:
         pattern = None if args.pattern == "none" else args.pattern
         counts = count_words([str(f) for f in args.files], pattern=pattern,
                              special_tokens=args.special_token, text_field=args.text_field,
-                             num_threads=args.threads, progress=not args.no_progress)
+                             num_threads=args.threads, progress=not args.no_progress,
+                             backend=args.backend)
     counts.save(args.output)
     print(f"{'merged' if args.merge else 'counted'} {len(counts):,} distinct words "
           f"({counts.total_bytes:,} bytes) in {time.perf_counter() - started:.2f} s "

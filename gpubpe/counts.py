@@ -216,11 +216,12 @@ def as_counts(counts) -> WordCounts:
 
 def count_words(corpus, *, pattern: str | None = "gpt2", special_tokens: Iterable[str] = (),
                 text_field: str = "text", num_threads: int | None = None,
-                progress: bool = True) -> WordCounts:
+                progress: bool = True, backend: str = "cpu") -> WordCounts:
     """Pre-tokenize and count a corpus once: a :class:`WordCounts` to save or train from.
 
     ``corpus`` is what :func:`gpubpe.train` takes (paths or documents). Special
     token text is cut out and never counted; the progress bar counts bytes read.
+    ``backend="cuda"`` counts on the device (gpt2, cl100k, o200k): the same counts.
     """
     from tqdm.auto import tqdm
 
@@ -233,7 +234,7 @@ def count_words(corpus, *, pattern: str | None = "gpt2", special_tokens: Iterabl
     with tqdm(total=total, desc="counting words", unit="B", unit_scale=True,
               disable=not progress, leave=False) as bar:
         word_counts = count_corpus_words(corpus, pattern, special_tokens, text_field,
-                                         num_threads, bar)
+                                         num_threads, bar, backend)
     sources = [{"path": str(p), "bytes": p.stat().st_size} for p in paths]
     return WordCounts.from_dict(word_counts, pattern, special_tokens, sources)
 

@@ -70,6 +70,8 @@ NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
+# Bytes per batch counted on a device: two syncs and ~15 launches each.
+_DEVICE_BATCH_BYTES = 64 << 20
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
@@ -500,12 +502,22 @@ def count_words(
     text_field: str = "text",
     num_threads: int | None = None,
     progress=None,
+    backend: str = "cpu",
 ) -> dict[bytes, int]:
     """Count pre-tokenized words over a corpus: ``{word_bytes: count}``.
 
     Special-token text is cut out and never counted. ``progress`` (a tqdm-like
-    object) is advanced by the number of bytes read.
+    object) is advanced by the number of bytes read. ``backend="cuda"`` counts
+    the named patterns on the device (the same counts, in the same order).
     """
+    xp = _counting_device(backend, resolve_pattern(pattern))
+    if xp is not None:
+        counts = _count_on_device(iter_batches(corpus, text_field, _DEVICE_BATCH_BYTES),
+                                  resolve_pattern(pattern), special_tokens, xp, progress)
+        if counts is not None:
+            return counts
+        if progress is not None and hasattr(progress, "reset"):
+            progress.reset()  # a 56-bit word key collided on the device: count exactly
     return count_batch_words(iter_batches(corpus, text_field), pattern, special_tokens,
                              num_threads, progress)
 
@@ -574,6 +586,56 @@ def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, i
         data[at:at + length]: count
         for at, length, count in zip(word_at.tolist(), word_len.tolist(), word_count.tolist())
     }
+
+
+def _counting_device(backend: str, regex_text) -> object | None:
+    """The array module of the device that counts, or None to count on the CPU.
+
+    A custom pattern has no device scanner: it is counted by ``regex`` on the CPU.
+    """
+    from .backend import resolve_backend
+
+    chosen = resolve_backend(backend)
+    if chosen.name != "cuda" or scanner_for(regex_text) is None:
+        return None
+    return chosen.xp
+
+
+@lru_cache(maxsize=4)
+def _device_scanner_table(xp, scanner: int):
+    """A scanner's class table on the device, copied once (1.1 MB)."""
+    from .kernels._cuda import to_device
+
+    return to_device(xp, scanner_table(scanner))
+
+
+def _count_on_device(batches: Iterable[Batch], regex_text: str, special_tokens, xp,
+                     progress) -> dict[bytes, int] | None:
+    """Word counts of every batch in one device table (``kernels.encode.pretok_cuda``):
+    the CPU counter's words, counts and order; the words come back to the host once.
+
+    None when two long words shared a 56-bit key (the caller counts on the CPU).
+    """
+    from .kernels._cuda import to_device
+    from .kernels.encode.pretok_cuda import DeviceWordCounter, WordCollision
+
+    specials = special_splitter(special_tokens)
+    special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
+    scanner = scanner_for(regex_text)
+    counter = DeviceWordCounter(scanner, _device_scanner_table(xp, scanner), xp)
+    for batch in batches:
+        starts, ends = segments(batch, special_bytes)
+        try:
+            counter.add(to_device(xp, np.frombuffer(batch.data, dtype=np.uint8)),
+                        to_device(xp, starts, np.int64), to_device(xp, ends, np.int64))
+        except WordCollision:
+            return None
+        if progress is not None:
+            progress.update(len(batch.data))
+    counts = counter.result()
+    pool = counts.pool.tobytes()
+    return {pool[at:at + length]: count for at, length, count in zip(
+        counts.pool_start.tolist(), counts.length.tolist(), counts.count.tolist())}
 
 
 def _count_regex_batch(data: bytes, starts, ends, regex_text) -> Counter:

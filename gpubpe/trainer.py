@@ -428,7 +428,8 @@ def train(
     started = time.perf_counter()
     with tqdm(desc="counting words", unit="B", unit_scale=True, disable=not progress,
               leave=False) as bar:
-        word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads, bar)
+        word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads, bar,
+                                  chosen.name)
     counted = time.perf_counter()
     corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
     if corpus_bytes == 0:

@@ -28,14 +28,13 @@ run. What is local is ``safe_cut``: a space or tab after an ASCII non-space
 is always a piece boundary, so a device kernel cuts the text there (one
 thread per position, bounded look-around), then one thread per cut-out
 chunk runs the same piece-end function. The CPU does the same to share one
-long document among threads. Not yet checked on a device: a CUDA kernel may
-call these ``@njit`` helpers (Numba compiles them for the device it finds),
-but a PTX build without a device (``cuda_kernels``) needs them
-``inline="always"`` as ``merge_by_scan`` is. Tried: with every cl100k/o200k
-helper inlined, one-thread-per-chunk kernels compiled to PTX for sm_80
-without a device (53 s for cl100k, 207 s for o200k, loaded VM), but the CPU
-encode kernels had not finished compiling after 10 minutes; dropped. A
-device pre-tokenizer should inline only its own few entry points.
+long document among threads; ``encode.pretok_cuda`` is the device version. A
+CUDA kernel calls these ``@njit`` helpers as they are (Numba compiles each as
+a device function); a PTX build without a device goes through
+``cuda_kernels.compile_ptx``, which names the architecture Numba would ask a
+device for. Tried before that: with every cl100k/o200k helper inlined at
+Numba IR level, one-thread-per-chunk kernels took 53 s (cl100k) and 207 s
+(o200k) to compile to PTX for sm_80 on the loaded VM; dropped.
 
 Performance notes (thread CPU time, 2-core build VM, loaded): ``regex`` scans
 ~4-16 MB/s per core here and its ``findall`` + ``Counter`` held the GIL too

@@ -117,11 +117,10 @@ def test_cuda_without_simulator_or_device_is_a_clear_error():
 
 PTX_SCRIPT = """
 import sys
-from numba import cuda
-from gpubpe.kernels.cuda_kernels import all_cuda_kernels
+from gpubpe.kernels.cuda_kernels import all_cuda_kernels, compile_ptx
 for arch in [(8, 0), (9, 0)]:
     for kernel, signature in all_cuda_kernels():
-        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=arch)
+        ptx = compile_ptx(kernel, signature, arch)
         assert ".entry" in ptx
         print(f"ok sm_{arch[0]}{arch[1]} {kernel.py_func.__name__}")
 """
