@@ -26,8 +26,8 @@ from gpubpe.trainer import train_from_counts
 
 DEMO = Path(__file__).resolve().parent.parent / "gpubpe" / "data" / "demo.txt"
 LINES = DEMO.read_text(encoding="utf-8").splitlines()
-TRAIN_TEXT, HELD_OUT = LINES[2000:2400], LINES[5000:5080]
-VOCAB_SIZE = 420
+TRAIN_TEXT, HELD_OUT = LINES[2000:2200], LINES[5000:5080]
+VOCAB_SIZE = 300  # 44 merges: the simulator pays ~5 launches a merge
 GPT2 = resolve_pattern("gpt2")
 
 
