@@ -87,9 +87,13 @@ class Lanes(_Vector):
         word = word if isinstance(word, Lanes) else self.lanes.const(word)
         return ((word >> self) & 1).ne(0)
 
-    def shifted_up(self, fill, distance: int) -> Lanes:
-        """Lane k takes lane k - distance; the first ``distance`` lanes take ``fill``."""
-        order = [k - distance if k >= distance else LANES + k for k in range(LANES)]
+    def shifted_up(self, fill, distance: int, fill_from: int | None = None) -> Lanes:
+        """Lane k takes lane k - distance; the first ``distance`` lanes take ``fill`` (an
+        int), or, with ``fill_from``, lanes ``fill_from - distance ..`` of ``fill`` (Lanes
+        of the positions ``fill_from`` before these: the lanes are then those of the
+        positions ``distance`` before)."""
+        back = 0 if fill_from is None else distance - fill_from
+        order = [k - distance if k >= distance else LANES + k - back for k in range(LANES)]
         builder = self.lanes.builder
         return Lanes(self.lanes, builder.shuffle_vector(self.value, self._operand(fill),
                                                         ir.Constant(_VALUES, order)))

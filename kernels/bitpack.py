@@ -395,17 +395,44 @@ def _trailing_zeros(typingctx, word):
     return types.uint64(types.uint64), codegen
 
 
+@intrinsic
+def _popcount(typingctx, word):
+    """The number of set bits of a uint64 (LLVM ctpop: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
+_CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
+
+
+@njit(cache=True)
+def _cut_map(offsets, n):
+    """uint64 bit map of the sequence starts: bit q + _CUT_MARGIN set where a sequence
+    starts at q (0 < q < n). A step reads its sequence boundaries from it as data
+    (``_cut_window``) instead of restarting at each one: real documents hold ~60 ids, and
+    a restart per document cost about as much as the steps themselves."""
+    cuts = np.zeros((n + 2 * _CUT_MARGIN + LANES) // 64 + 2, dtype=np.uint64)
+    for k in range(offsets.size):
+        q = offsets[k]
+        if 0 < q < n:
+            bit = q + _CUT_MARGIN
+            cuts[bit >> 6] |= np.uint64(1) << np.uint64(bit & 63)
+    return cuts
 
 
 @njit(inline="always", cache=True)
-def _relative_bounds(p, start, stop):
-    """(start, stop) of the span relative to position p, plus EDGE, clamped to what a
-    step can see: both small non-negative numbers."""
-    return max(start - p + EDGE, 0), min(stop - p + EDGE, EDGE + ENCODE_REACH[1])
+def _cut_window(cuts, p):
+    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 32 - EDGE."""
+    bit = p - EDGE + _CUT_MARGIN
+    word, shift = bit >> 6, np.uint64(bit & 63)
+    low = cuts[word] >> shift
+    high = (cuts[word + 1] << np.uint64(1)) << (np.uint64(63) - shift)
+    return (low | high) & np.uint64(0xFFFFFFFF)
 
 
 @njit(inline="always", cache=True)
@@ -422,6 +449,21 @@ def _edge_copy(ids, p, scratch):
     for k in range(scratch.size):
         source = p - EDGE + k
         scratch[k] = ids[source] if 0 <= source < ids.size else 0
+
+
+@njit(inline="always", cache=True)
+def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_position, p,
+                            chunk, sequence_out, sequence_chunk):
+    """Enter every sequence that starts before ``stop``; the one starting at p + k begins
+    at output position o + (the kept bits below bit k * lanes_per_position). Returns
+    the sequence holding stop - 1."""
+    while offsets[sequence + 1] < stop:
+        sequence += 1
+        below = (offsets[sequence] - p) * lanes_per_position
+        mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
+        sequence_out[sequence] = o + _popcount(np.uint64(kept_bits) & mask)
+        sequence_chunk[sequence] = chunk
+    return sequence
 
 
 def _array_data(context, builder, array_type, array):
@@ -487,43 +529,49 @@ def _select_of(lanes, word, entries):
     return picked
 
 
-def _encode_lanes(lanes, ids_at, layout, start, stop, base):
-    """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16]):
-    (coded ids, which of them are kept, which positions hold a bad id)."""
-    position = lanes.lane_numbers() + EDGE
+def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
+    """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
+    bit EDGE + k of ``cut`` is set where a sequence starts at p + k): (coded ids, which of
+    them are kept, which positions hold a bad id).
 
-    def starts_at(d):  # a character starts at p + lane + d
-        b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
-        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
-        continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
-        inside = (position + d).ge(start) & (position + d + 2).lt(stop)
-        return is_lead & continues & inside
+    Character starts are worked out twice, at p + lane and at p + lane - 3; those one and
+    two positions back are shuffled from the two (a quarter of the step's work each).
+    """
+    position = lanes.lane_numbers() + EDGE
+    blocked = (cut >> 1) | (cut >> 2)  # bit EDGE + k: a sequence starts at p + k + 1 or + 2
 
     def prefix_ids(b1):
         return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
 
-    here, back1, back2, back3 = starts_at(0), starts_at(-1), starts_at(-2), starts_at(-3)
+    def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
+        b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
+        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
+        continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
+        inside = ~(position + d).bit(blocked)
+        return (is_lead & continues & inside).select(prefix_ids(b1), 0)
+
+    here, back3 = char_prefix(0), char_prefix(-3)
+    back1, back2 = here.shifted_up(back3, 1, 3), here.shifted_up(back3, 2, 3)
     before, x = ids_at(-1), ids_at(0)
     hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) + ((x >> 1) & 31)
     lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
-    prefix = prefix_ids(x)
-    prefix_in_force = back3.select(prefix_ids(ids_at(-3)), 0)
-    coded = here.select(prefix, back1.select(hi_ids, back2.select(lo_ids, x)))
-    in_span = position.lt(stop)
-    keep = in_span & (~here | prefix.ne(prefix_in_force))
-    bad = in_span & ~(here | back1 | back2) & x.ge(base)
+    starts = here.ne(0)
+    coded = starts.select(here, back1.ne(0).select(hi_ids, back2.ne(0).select(lo_ids, x)))
+    repeats_prefix = starts & here.eq(back3) & ~position.bit(cut)
+    in_span = lanes.lane_numbers().lt(n_in_span)
+    keep = in_span & ~repeats_prefix
+    bad = in_span & (here | back1 | back2).eq(0) & x.ge(base)
     return coded, keep, bad
 
 
 @intrinsic
-def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
-    """Encode positions p .. p + 15 into out[o:]; return (ids written, bad-id bits).
-
-    ``start`` and ``stop`` bound the span relative to p (``_relative_bounds``); reads
-    ids[p - 3 : p + 18] and writes out[o : o + 16].
+def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+    """Encode positions p .. p + 15 (the first ``n_in_span`` are in the chunk) into
+    out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits, kept
+    bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
     """
     def codegen(context, builder, signature, args):
-        ids_v, p_v, start_v, stop_v, layout_v, base_v, out_v, o_v = args
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
         lanes = LaneBuilder(builder)
         ids_data = _array_data(context, builder, signature.args[0], ids_v)
         layout_words = [lanes.splat(builder.extract_value(layout_v, k))
@@ -532,52 +580,38 @@ def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
         def ids_at(k):
             return lanes.load(ids_data, builder.add(p_v, _i64(k)))
 
-        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(start_v),
-                                         lanes.splat(stop_v), lanes.splat(base_v))
+        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
+                                         lanes.splat(cut_v), lanes.splat(base_v))
         lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
                          o_v)
-        return context.make_tuple(builder, signature.return_type, [lanes.count(keep),
-                                                                   bad.bits()])
-    return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
-
-
-@njit(inline="always", cache=True)
-def _encode_span(ids, start, stop, layout, base, out, o, scratch):
-    """Encode ids[start:stop], all of one sequence, into out[o:]; return (next output
-    position, first bad position or -1). Writes up to LANES ids past its output."""
-    first_bad = -1
-    for p in range(start, stop, LANES):
-        relative_start, relative_stop = _relative_bounds(p, start, stop)
-        if _needs_edge_copy(p, ids.size, ENCODE_REACH):
-            _edge_copy(ids, p, scratch)
-            written, bad = _encode_step(scratch, EDGE, relative_start, relative_stop, layout,
-                                        base, out, o)
-        else:
-            written, bad = _encode_step(ids, p, relative_start, relative_stop, layout, base,
-                                        out, o)
-        if bad != 0 and first_bad < 0:
-            first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-        o += written
-    return o, first_bad
+        return context.make_tuple(builder, signature.return_type,
+                                  [lanes.count(keep), bad.bits(), keep.bits()])
+    return_type = types.UniTuple(types.int64, 3)
+    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
 
 
 @njit(cache=True)
-def _encode_chunk(ids, offsets, chunk, bounds, source, layout, base, out, sequence_out,
+def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, out, sequence_out,
                   sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:]; record where its sequences begin."""
+    """Encode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
+    record where its sequences begin. Writes up to LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i, o = start, source
+    o = source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
-        span_stop = min(stop, offsets[sequence + 1])
-        o, bad = _encode_span(ids, i, span_stop, layout, base, out, o, scratch)
-        i = span_stop
-        if first_bad < 0:
-            first_bad = bad
+    for p in range(start, stop, LANES):
+        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        if _needs_edge_copy(p, ids.size, ENCODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out, o)
+        else:
+            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+        sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
+                                           chunk, sequence_out, sequence_chunk)
+        if bad != 0 and first_bad < 0:
+            first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
+        o += written
     return o - source, first_bad
 
 
@@ -611,9 +645,10 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
-        result = _encode_chunk(ids, offsets, c, bounds, sources[c], layout, base_vocab_size,
-                               out, sequence_out, sequence_chunk)
+        result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
+                               base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
     return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
