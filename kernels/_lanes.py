@@ -168,6 +168,14 @@ class LaneBuilder:
         address = builder.bitcast(builder.gep(data, [index]), _VALUES.as_pointer())
         builder.store(packed, address, align=4)
 
+    def flags_of_bits(self, word, first_bit: int) -> Flags:
+        """Flags from bits ``first_bit`` .. ``first_bit`` + 15 of an integer IR value (lane k
+        is bit first_bit + k): a move to a mask register, no vector work."""
+        builder = self.builder
+        bits = builder.trunc(builder.lshr(word, ir.Constant(word.type, first_bit)),
+                             ir.IntType(LANES))
+        return Flags(self, builder.bitcast(bits, _FLAGS))
+
     def count(self, flags: Flags):
         """How many of the 16 flags are set, as an i64 IR value."""
         popcount = self._intrinsic("llvm.ctpop.i64", _I64, [_I64])

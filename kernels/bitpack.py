@@ -531,14 +531,15 @@ def _select_of(lanes, word, entries):
 
 def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
-    bit EDGE + k of ``cut`` is set where a sequence starts at p + k): (coded ids, which of
-    them are kept, which positions hold a bad id).
+    bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
+    (coded ids, which of them are kept, which positions hold a bad id).
 
     Character starts are worked out twice, at p + lane and at p + lane - 3; those one and
     two positions back are shuffled from the two (a quarter of the step's work each).
     """
-    position = lanes.lane_numbers() + EDGE
-    blocked = (cut >> 1) | (cut >> 2)  # bit EDGE + k: a sequence starts at p + k + 1 or + 2
+    builder = lanes.builder
+    # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
+    blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
     def prefix_ids(b1):
         return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
@@ -547,7 +548,7 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
         b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
         is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
         continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
-        inside = ~(position + d).bit(blocked)
+        inside = ~lanes.flags_of_bits(blocked, EDGE + d)
         return (is_lead & continues & inside).select(prefix_ids(b1), 0)
 
     here, back3 = char_prefix(0), char_prefix(-3)
@@ -557,7 +558,7 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
     starts = here.ne(0)
     coded = starts.select(here, back1.ne(0).select(hi_ids, back2.ne(0).select(lo_ids, x)))
-    repeats_prefix = starts & here.eq(back3) & ~position.bit(cut)
+    repeats_prefix = starts & here.eq(back3) & ~lanes.flags_of_bits(cut, EDGE)
     in_span = lanes.lane_numbers().lt(n_in_span)
     keep = in_span & ~repeats_prefix
     bad = in_span & (here | back1 | back2).eq(0) & x.ge(base)
@@ -581,7 +582,7 @@ def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
             return lanes.load(ids_data, builder.add(p_v, _i64(k)))
 
         coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
-                                         lanes.splat(cut_v), lanes.splat(base_v))
+                                         cut_v, lanes.splat(base_v))
         lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
                          o_v)
         return context.make_tuple(builder, signature.return_type,
@@ -721,13 +722,15 @@ def _last_prefix_seen(is_event, event_prefix):
     return seen
 
 
-def _decode_lanes(lanes, x, layout, n_in_span, base, carried):
+def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
     """What ids x = ids[p : p + 16] decode to: (first id, second id, how many of the two
     each position writes, malformed bits, last prefix seen, classes, 9-bit values).
 
     A base id writes itself, a hi id the lead byte, a lo id the middle and last bytes
     (the middle one from the hi value before it); a prefix id writes nothing.
-    Positions from ``n_in_span`` on are outside the span and taken as base ids.
+    Positions from ``n_in_span`` on are outside the chunk and taken as base ids; bit
+    EDGE + k of ``cut`` (an i64 IR value) is set where a sequence starts at p + k: no prefix is in force
+    there and no unit may be open before it.
     ``carried`` = (prefix in force before p, class and value of ids[p - 1]): a unit that
     starts at p + 15 is finished, and checked, by the next step. Each check looks at a
     position and the one before it, on one-bit classes, so all of them are a few
@@ -735,88 +738,68 @@ def _decode_lanes(lanes, x, layout, n_in_span, base, carried):
     """
     prefix_before, class_before, value_before = carried
     in_span = lanes.lane_numbers().lt(n_in_span)
+    starts_sequence = lanes.flags_of_bits(cut, EDGE)
     klass, value, index = _classes(x, layout, base)
     klass = in_span.select(klass, _PLAIN)
-    before = klass.shifted_up(class_before, 1)
+    before_in_sequence = klass.shifted_up(class_before, 1)
+    before = starts_sequence.select(_PLAIN, before_in_sequence)
     payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
     event_prefix = (klass & _PREFIX).ne(0).select(payload, _NONE)
-    seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0), event_prefix)
+    seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0) | starts_sequence, event_prefix)
     prefix = seen.eq(_UNSEEN).select(prefix_before, seen)
     bad = (
         ((klass >> 1) ^ before)  # a lo id right after each hi id, and only there
         | (klass & ~(prefix >> 3))  # a prefix in force at a hi id (0x38-0x3B; _NONE is 1)
         | ((before >> 2) & ~klass)  # a hi id right after each prefix id
     ) & 1 | (klass >> 4)  # no id past the codec's
+    left_open = starts_sequence.select(before_in_sequence & (_HI | _PREFIX), 0)  # at its end
     hi_value = value.shifted_up(value_before, 1)
     lead = (prefix << 2) | (value >> 7)
     middle = ((hi_value & 0x7F) << 1) | (value >> 8)
     first = klass.eq(_PLAIN).select(x, klass.eq(_HI).select(lead, middle))
     written = (klass & (_HI | _LO)) | ((klass >> 3) & 1)  # hi 1, lo 2, prefix 0, plain 1
-    return (first, value & 0xFF, in_span.select(written, 0), bad.ne(0).bits(), seen, klass,
-            value)
+    return (first, value & 0xFF, in_span.select(written, 0), (bad | left_open).ne(0).bits(),
+            seen, klass, value)
 
 
 @intrinsic
-def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
-    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the span) into out[o:]; ``carried`` as ``_decode_lanes`` takes it. Returns (ids written,
-    malformed bits, what to carry to the next step). Reads ids[p : p + 16], writes
+def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
+    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the chunk) into out[o:];
+    ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it. Returns
+    (ids written, malformed bits, what to carry to the next step, kept bits: 2k and
+    2k + 1 for the two ids position p + k may write). Reads ids[p : p + 16], writes
     out[o : o + 32]. Where a bit of "malformed" is set what was written is not the
     decoding (the caller redoes those positions)."""
     def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, layout_v, base_v, carried_v, out_v, o_v = args
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
         lanes = LaneBuilder(builder)
         layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[3]))]
+                        for k in range(len(signature.args[4]))]
         carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
         x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
         first, last, written, malformed, seen, klass, value = _decode_lanes(
-            lanes, x, layout_words, lanes.splat(n_in_span_v), lanes.splat(base_v), carried)
-        out_data = _array_data(context, builder, signature.args[6], out_v)
+            lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
+            carried)
+        out_data = _array_data(context, builder, signature.args[7], out_v)
         second_of_pair = lanes.constants([0, 1] * (LANES // 2))
-        counts = []
+        counts, kept = [], []
         for half in (0, 1):  # positions 0-7, then 8-15: first and second ids in turn
             keep = second_of_pair.lt(lanes.interleaved(written, written, half))
             at = builder.add(o_v, counts[0]) if counts else o_v
             lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
             counts.append(lanes.count(keep))
+            kept.append(keep.bits())
         seen_last = builder.zext(seen.last(), ir.IntType(64))
         prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
                                       builder.extract_value(carried_v, 0), seen_last)
         carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
         return context.make_tuple(builder, signature.return_type, [
             builder.add(*counts), malformed,
-            context.make_tuple(builder, signature.return_type[2], carry)])
+            context.make_tuple(builder, signature.return_type[2], carry),
+            builder.or_(kept[0], builder.shl(kept[1], _i64(LANES)))])
     carried_type = types.UniTuple(types.int64, 3)
-    return_type = types.Tuple((types.int64, types.int64, carried_type))
-    return return_type(ids, p, n_in_span, layout, base, carried, out, o), codegen
-
-
-@njit(inline="always", cache=True)
-def _decode_span(ids, start, stop, sequence_stop, decode_table, layout, base, out, o,
-                 scratch):
-    """Decode ids[start:stop] of one sequence into out[o:]; return (next output position,
-    malformed units, first one or -1). Steps with a malformed unit are redone one unit
-    at a time by ``_decode_units``; writes up to 2 * LANES ids past its output."""
-    p, carried = start, (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
-    n_bad, first_bad = 0, -1
-    while p < stop:
-        n_in_span = min(stop - p, LANES)
-        if _needs_edge_copy(p, ids.size, DECODE_REACH):
-            _edge_copy(ids, p, scratch)
-            written, malformed, carry = _decode_step(scratch, EDGE, n_in_span, layout, base,
-                                                     carried, out, o)
-        else:
-            written, malformed, carry = _decode_step(ids, p, n_in_span, layout, base,
-                                                     carried, out, o)
-        if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
-            p, o, carried = p + LANES, o + written, carry
-            continue
-        p, o, carried, run_bad, run_first_bad = _redo_units(
-            ids, p, min(p + LANES, stop), sequence_stop, decode_table, base, out, o, carried)
-        n_bad += run_bad
-        if first_bad < 0:
-            first_bad = run_first_bad
-    return o, n_bad, first_bad
+    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
+    return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
 
 
 @njit(inline="always", cache=True)
@@ -826,15 +809,28 @@ def _leaves_unit_open(carried):
 
 
 @njit(cache=True)
-def _redo_units(ids, p, stop, sequence_stop, decode_table, base, out, o, carried):
-    """Decode the units starting in [p, stop) one at a time, from the unit the step before
-    left open, if any; return what ``_decode_span`` keeps (p, o, carried, malformed
-    units, first one or -1)."""
+def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, carried, chunk,
+                sequence_out, sequence_chunk):
+    """Decode the units starting in [p, stop) one at a time, sequence by sequence, from
+    the unit the step before left open, if any; record the sequences entered. Returns
+    what ``_decode_chunk`` keeps (p, o, carried, sequence, malformed units, first one
+    or -1)."""
     if _leaves_unit_open(carried):  # ids[p - 1]: a hi id wrote its lead byte, a prefix nothing
         p, o = p - 1, o - (1 if carried[1] == _HI else 0)
-    p, o, prefix, n_bad, first_bad = _decode_units(ids, p, stop, sequence_stop, decode_table,
-                                                   base, out, o, carried[0])
-    return p, o, (prefix, np.int64(_PLAIN), np.int64(0)), n_bad, first_bad
+    prefix = carried[0]
+    n_bad, first_bad = 0, -1
+    while p < stop:
+        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out,
+                                   sequence_chunk)
+        if entered != sequence:
+            sequence, prefix = entered, np.int64(_NONE)
+        sequence_stop = offsets[sequence + 1]
+        p, o, prefix, run_bad, run_first_bad = _decode_units(
+            ids, p, min(stop, sequence_stop), sequence_stop, decode_table, base, out, o, prefix)
+        n_bad += run_bad
+        if first_bad < 0:
+            first_bad = run_first_bad
+    return p, o, (prefix, np.int64(_PLAIN), np.int64(0)), sequence, n_bad, first_bad
 
 
 @njit(cache=True)
@@ -906,25 +902,37 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 
 @njit(cache=True)
-def _decode_chunk(ids, offsets, chunk, bounds, source, decode_table, layout, base, out,
+def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, out,
                   sequence_out, sequence_chunk):
-    """Decode chunk ``chunk`` into out[source:]; record where its sequences begin."""
+    """Decode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
+    record where its sequences begin. Steps with a malformed unit are redone one unit at
+    a time (``_redo_units``). Writes up to 2 * LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i, o = start, source
+    p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
+    carried = (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
-        sequence_stop = offsets[sequence + 1]
-        span_stop = min(stop, sequence_stop)
-        o, span_bad, span_first = _decode_span(ids, i, span_stop, sequence_stop, decode_table,
-                                               layout, base, out, o, scratch)
-        i = span_stop
-        n_bad += span_bad
+    while p < stop:
+        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        if _needs_edge_copy(p, ids.size, DECODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, malformed, carry, kept = _decode_step(scratch, EDGE, n_in_span, cut, layout,
+                                                           base, carried, out, o)
+        else:
+            written, malformed, carry, kept = _decode_step(ids, p, n_in_span, cut, layout, base,
+                                                           carried, out, o)
+        if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
+            sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 2, p,
+                                               chunk, sequence_out, sequence_chunk)
+            p, o, carried = p + LANES, o + written, carry
+            continue
+        p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
+            ids, offsets, sequence, p, min(p + LANES, stop), decode_table, base, out, o,
+            carried, chunk, sequence_out, sequence_chunk)
+        n_bad += run_bad
         if first_bad < 0:
-            first_bad = span_first
+            first_bad = run_first_bad
     return o - source, n_bad, first_bad
 
 
@@ -958,8 +966,9 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
-        result = _decode_chunk(ids, offsets, c, bounds, sources[c], decode_table, layout,
+        result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
                                base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
