@@ -294,11 +294,12 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk each sequence is taken 16 positions at a time by one vector step
-# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``): every
-# lane works out what its position writes from the ids around it, and the kept
-# lanes are stored packed. Positions are given to a step relative to its first
-# lane, plus EDGE, so that every bound is a small unsigned number.
+# Within a chunk the positions are taken 16 at a time by one vector step
+# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``), across
+# sequence ends: every lane works out what its position writes from the ids around it
+# and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
+# kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
+# starting inside it gets its output offset from a popcount.
 
 
 @njit(cache=True)
@@ -1278,3 +1279,27 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   0.17-0.19 (A/B/A/B runs of bitlevel_bench --corpus real). What is left per
 #   document is the partial last step; steps that run across document ends, with
 #   per-lane bounds, are the next thing to try.
+#
+# Steps across sequence ends (2026-11-23 13:15-13:30 UTC, same VM, load 5-12; process
+# CPU time, 20M ids, one thread; bench/RESULTS.md):
+# - A chunk is one run of steps; the sequence starts reach a step as bits of
+#   ``_cut_map`` (a uint64 bit map built once per call, n / 8 bytes), turned into lane
+#   masks by a move to a mask register (``flags_of_bits``; as a vector shift and
+#   test they cost 3 vector instructions each). Encoding: a character may not cross a
+#   start, and a prefix is not repeated across one. Decoding: a start is an event of
+#   the "last prefix seen" scan with no prefix, and a hi or prefix id right before it
+#   is malformed. Each step returns the bits of the lanes it kept; a sequence starting
+#   inside it takes its output offset from a popcount of them.
+# - Encoding also works out character starts at p + lane and p + lane - 3 only, and
+#   shuffles the starts one and two positions back out of the two (``shifted_up`` with
+#   ``fill_from``): two of the four start computations gone.
+# - Real zh+ja, old -> new, interleaved in one process: encode 0.21-0.24 -> 0.29-0.30
+#   of np.copy (mixed 0.23-0.28 -> 0.29-0.33), decode 0.19-0.22 -> 0.19-0.20 (mixed
+#   0.25-0.27 -> 0.23-0.26): decoding lost its per-document restart and gained about
+#   as much work per step (the start checks, the kept bits).
+# - Where the time goes now (20M real ids, output buffer pre-faulted vs not): encode
+#   20-22 ms of compute + ~8 ms of page faults, decode 25-27 + ~9; np.copy 7.5-8.7 ms
+#   in all. A 16-lane step is ~100 AVX-512 instructions, and this Zen 4 core runs a
+#   512-bit instruction as two 256-bit halves: ~1 ns per id of compute, where 0.5x of
+#   np.copy would allow ~0.4 after the faults. Reaching it needs a step with far fewer
+#   instructions per id (e.g. 16-bit lanes where the ids allow), not less overhead.
