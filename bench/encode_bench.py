@@ -312,7 +312,7 @@ def decode_rows(megabytes: float, repeats: int) -> None:
     batch = tok.encode_arrays(docs, num_threads=1)
     encoding = to_tiktoken(tok._vocab)
     id_lists = batch.tolist()
-    flat, table = batch.ids.astype(np.int64), tok._byte_table()
+    flat, table = batch.ids, tok._byte_table()  # uint32, as decode_batch passes them
     n_bytes = sum(len(d.encode()) for d in docs)
     if tok.decode_batch(batch) != docs or \
             [encoding.decode_bytes(ids) for ids in id_lists[:100]] != [d.encode() for d in docs[:100]]:
