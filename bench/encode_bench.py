@@ -293,7 +293,12 @@ def decode_rows(megabytes: float, repeats: int) -> None:
     """Decoding ~2 KB documents on one core: the byte gather alone
     (``gather_token_bytes_cpu``), ``decode_batch`` (the gather plus one Python str per
     document) and tiktoken's ``decode_bytes`` per document on the same ids, same vocabulary.
-    Output MB/s; medians of ``repeats`` interleaved runs, CPU time of the process."""
+    Output MB/s; medians of ``repeats`` interleaved runs, CPU time of the process.
+
+    Two more rows weigh the str step (issue 18): CPython decoding each document's bytes,
+    and the alternative of one strict decode of the whole gathered buffer sliced at
+    code-point offsets (valid when every document starts on a character boundary); its
+    offsets are computed outside the timing, as if a kernel gave them for free."""
     import numpy as np
 
     import gpubpe
@@ -307,7 +312,7 @@ def decode_rows(megabytes: float, repeats: int) -> None:
     batch = tok.encode_arrays(docs, num_threads=1)
     encoding = to_tiktoken(tok._vocab)
     id_lists = batch.tolist()
-    flat, table = batch.ids.astype(np.int64), tok._byte_table()
+    flat, table = batch.ids, tok._byte_table()  # uint32, as decode_batch passes them
     n_bytes = sum(len(d.encode()) for d in docs)
     if tok.decode_batch(batch) != docs or \
             [encoding.decode_bytes(ids) for ids in id_lists[:100]] != [d.encode() for d in docs[:100]]:
@@ -317,6 +322,22 @@ def decode_rows(megabytes: float, repeats: int) -> None:
              "gpubpe decode_batch (list of str)": lambda: tok.decode_batch(batch),
              "tiktoken decode_bytes per document": lambda: [encoding.decode_bytes(ids)
                                                             for ids in id_lists]}
+    gathered, byte_bounds = gather_token_bytes_cpu(flat, batch.offsets, *table)
+    text_bytes, byte_bounds = gathered.tobytes(), byte_bounds.tolist()
+    char_bounds = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).tolist()
+
+    def whole_then_slices():
+        out, _ = gather_token_bytes_cpu(flat, batch.offsets, *table)
+        return _slices(str(memoryview(out), "utf-8"), char_bounds)
+
+    if whole_then_slices() != docs:
+        sys.exit("decode: whole-buffer slices differ")
+    calls.update({
+        "str step alone: bytes.decode per document": lambda: [
+            text_bytes[a:b].decode("utf-8") for a, b in zip(byte_bounds, byte_bounds[1:])],
+        "str step alone: one whole decode + slices": lambda: _slices(
+            str(text_bytes, "utf-8"), char_bounds),
+        "gather + one whole decode + slices (not used)": whole_then_slices})
     times = {name: [] for name in calls}
     for _ in range(repeats + 1):
         for name, call in calls.items():
@@ -335,6 +356,10 @@ def decode_rows(megabytes: float, repeats: int) -> None:
               f"{tiktoken_seconds / np.median(seconds[1:]):.2f}x |")
 
 
+def _slices(text: str, bounds: list[int]) -> list[str]:
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=8.0)
@@ -344,7 +369,10 @@ def main() -> None:
     parser.add_argument("--jit-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sweep", action="store_true",
                         help="only the thread sweep of count_words / encode_arrays on lines")
+    parser.add_argument("--decode", action="store_true", help="only the decoding rows")
     args = parser.parse_args()
+    if args.decode:
+        return decode_rows(args.megabytes, args.repeats)
     if args.sweep:
         thread_sweep(args.megabytes, args.repeats)
         return decode_rows(args.megabytes, args.repeats)

@@ -561,11 +561,12 @@ class Tokenizer:
         return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
 
     def _gather_bytes(self, flat: np.ndarray, doc_offsets) -> tuple[np.ndarray, np.ndarray]:
-        """The bytes of valid int64 ids and each document's byte offsets, on the backend."""
+        """The bytes of valid uint32 ids and each document's byte offsets, on the backend."""
         table_bytes, table_offsets = self._byte_table()
         doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
         if self._device is not None and flat.size >= max(self._device_min_work, 1):
-            return self._device.gather_bytes(flat, doc_offsets, table_bytes, table_offsets)
+            return self._device.gather_bytes(flat.astype(np.int64), doc_offsets, table_bytes,
+                                             table_offsets)
         return gather_token_bytes_cpu(flat, doc_offsets, table_bytes, table_offsets)
 
     def _flatten_batch(self, batch) -> tuple[np.ndarray, np.ndarray]:
@@ -595,12 +596,14 @@ class Tokenizer:
         return self._decode_table
 
     def _id_array(self, ids, document: int | None = None) -> np.ndarray:
-        """Ids as int64, checked: TypeError for non-ints, ValueError naming the first bad id."""
+        """Ids as uint32 (every id of a vocabulary fits), checked: TypeError for non-ints,
+        ValueError naming the first bad id. A uint32 array comes back as it is: the CPU
+        gather runs 1.3x faster on uint32 ids than on int64 (bench/RESULTS.md)."""
         if not isinstance(ids, np.ndarray):
             ids = list(ids)
         array = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
         if array.size == 0:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.uint32)
         of_doc = "" if document is None else f" of document {document}"
         if array.ndim != 1 or array.dtype.kind not in "iu":
             flat = ids if isinstance(ids, list) else array.ravel().tolist()
@@ -625,7 +628,7 @@ class Tokenizer:
                 f"position {position}{of_doc} is out of range: this tokenizer has ids "
                 f"0..{self.n_vocab - 1}; were the ids made by another vocabulary?"
             )
-        return array.astype(np.int64, copy=False)
+        return array.astype(np.uint32, copy=False)
 
     def _check_ids(self, ids) -> None:
         self._id_array(list(ids))

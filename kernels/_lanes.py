@@ -87,9 +87,13 @@ class Lanes(_Vector):
         word = word if isinstance(word, Lanes) else self.lanes.const(word)
         return ((word >> self) & 1).ne(0)
 
-    def shifted_up(self, fill, distance: int) -> Lanes:
-        """Lane k takes lane k - distance; the first ``distance`` lanes take ``fill``."""
-        order = [k - distance if k >= distance else LANES + k for k in range(LANES)]
+    def shifted_up(self, fill, distance: int, fill_from: int | None = None) -> Lanes:
+        """Lane k takes lane k - distance; the first ``distance`` lanes take ``fill`` (an
+        int), or, with ``fill_from``, lanes ``fill_from - distance ..`` of ``fill`` (Lanes
+        of the positions ``fill_from`` before these: the lanes are then those of the
+        positions ``distance`` before)."""
+        back = 0 if fill_from is None else distance - fill_from
+        order = [k - distance if k >= distance else LANES + k - back for k in range(LANES)]
         builder = self.lanes.builder
         return Lanes(self.lanes, builder.shuffle_vector(self.value, self._operand(fill),
                                                         ir.Constant(_VALUES, order)))
@@ -163,6 +167,14 @@ class LaneBuilder:
                               [values.value, keep.value, ir.Constant(_VALUES, ir.Undefined)])
         address = builder.bitcast(builder.gep(data, [index]), _VALUES.as_pointer())
         builder.store(packed, address, align=4)
+
+    def flags_of_bits(self, word, first_bit: int) -> Flags:
+        """Flags from bits ``first_bit`` .. ``first_bit`` + 15 of an integer IR value (lane k
+        is bit first_bit + k): a move to a mask register, no vector work."""
+        builder = self.builder
+        bits = builder.trunc(builder.lshr(word, ir.Constant(word.type, first_bit)),
+                             ir.IntType(LANES))
+        return Flags(self, builder.bitcast(bits, _FLAGS))
 
     def count(self, flags: Flags):
         """How many of the 16 flags are set, as an i64 IR value."""

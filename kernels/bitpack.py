@@ -294,11 +294,12 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk each sequence is taken 16 positions at a time by one vector step
-# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``): every
-# lane works out what its position writes from the ids around it, and the kept
-# lanes are stored packed. Positions are given to a step relative to its first
-# lane, plus EDGE, so that every bound is a small unsigned number.
+# Within a chunk the positions are taken 16 at a time by one vector step
+# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``), across
+# sequence ends: every lane works out what its position writes from the ids around it
+# and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
+# kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
+# starting inside it gets its output offset from a popcount.
 
 
 @njit(cache=True)
@@ -395,17 +396,44 @@ def _trailing_zeros(typingctx, word):
     return types.uint64(types.uint64), codegen
 
 
+@intrinsic
+def _popcount(typingctx, word):
+    """The number of set bits of a uint64 (LLVM ctpop: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+    return types.uint64(types.uint64), codegen
+
+
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
+_CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
+
+
+@njit(cache=True)
+def _cut_map(offsets, n):
+    """uint64 bit map of the sequence starts: bit q + _CUT_MARGIN set where a sequence
+    starts at q (0 < q < n). A step reads its sequence boundaries from it as data
+    (``_cut_window``) instead of restarting at each one: real documents hold ~60 ids, and
+    a restart per document cost about as much as the steps themselves."""
+    cuts = np.zeros((n + 2 * _CUT_MARGIN + LANES) // 64 + 2, dtype=np.uint64)
+    for k in range(offsets.size):
+        q = offsets[k]
+        if 0 < q < n:
+            bit = q + _CUT_MARGIN
+            cuts[bit >> 6] |= np.uint64(1) << np.uint64(bit & 63)
+    return cuts
 
 
 @njit(inline="always", cache=True)
-def _relative_bounds(p, start, stop):
-    """(start, stop) of the span relative to position p, plus EDGE, clamped to what a
-    step can see: both small non-negative numbers."""
-    return max(start - p + EDGE, 0), min(stop - p + EDGE, EDGE + ENCODE_REACH[1])
+def _cut_window(cuts, p):
+    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 32 - EDGE."""
+    bit = p - EDGE + _CUT_MARGIN
+    word, shift = bit >> 6, np.uint64(bit & 63)
+    low = cuts[word] >> shift
+    high = (cuts[word + 1] << np.uint64(1)) << (np.uint64(63) - shift)
+    return (low | high) & np.uint64(0xFFFFFFFF)
 
 
 @njit(inline="always", cache=True)
@@ -422,6 +450,21 @@ def _edge_copy(ids, p, scratch):
     for k in range(scratch.size):
         source = p - EDGE + k
         scratch[k] = ids[source] if 0 <= source < ids.size else 0
+
+
+@njit(inline="always", cache=True)
+def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_position, p,
+                            chunk, sequence_out, sequence_chunk):
+    """Enter every sequence that starts before ``stop``; the one starting at p + k begins
+    at output position o + (the kept bits below bit k * lanes_per_position). Returns
+    the sequence holding stop - 1."""
+    while offsets[sequence + 1] < stop:
+        sequence += 1
+        below = (offsets[sequence] - p) * lanes_per_position
+        mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
+        sequence_out[sequence] = o + _popcount(np.uint64(kept_bits) & mask)
+        sequence_chunk[sequence] = chunk
+    return sequence
 
 
 def _array_data(context, builder, array_type, array):
@@ -487,43 +530,50 @@ def _select_of(lanes, word, entries):
     return picked
 
 
-def _encode_lanes(lanes, ids_at, layout, start, stop, base):
-    """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16]):
-    (coded ids, which of them are kept, which positions hold a bad id)."""
-    position = lanes.lane_numbers() + EDGE
+def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
+    """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
+    bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
+    (coded ids, which of them are kept, which positions hold a bad id).
 
-    def starts_at(d):  # a character starts at p + lane + d
-        b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
-        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
-        continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
-        inside = (position + d).ge(start) & (position + d + 2).lt(stop)
-        return is_lead & continues & inside
+    Character starts are worked out twice, at p + lane and at p + lane - 3; those one and
+    two positions back are shuffled from the two (a quarter of the step's work each).
+    """
+    builder = lanes.builder
+    # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
+    blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
     def prefix_ids(b1):
         return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
 
-    here, back1, back2, back3 = starts_at(0), starts_at(-1), starts_at(-2), starts_at(-3)
+    def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
+        b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
+        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
+        continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
+        inside = ~lanes.flags_of_bits(blocked, EDGE + d)
+        return (is_lead & continues & inside).select(prefix_ids(b1), 0)
+
+    here, back3 = char_prefix(0), char_prefix(-3)
+    back1, back2 = here.shifted_up(back3, 1, 3), here.shifted_up(back3, 2, 3)
     before, x = ids_at(-1), ids_at(0)
     hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) + ((x >> 1) & 31)
     lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
-    prefix = prefix_ids(x)
-    prefix_in_force = back3.select(prefix_ids(ids_at(-3)), 0)
-    coded = here.select(prefix, back1.select(hi_ids, back2.select(lo_ids, x)))
-    in_span = position.lt(stop)
-    keep = in_span & (~here | prefix.ne(prefix_in_force))
-    bad = in_span & ~(here | back1 | back2) & x.ge(base)
+    starts = here.ne(0)
+    coded = starts.select(here, back1.ne(0).select(hi_ids, back2.ne(0).select(lo_ids, x)))
+    repeats_prefix = starts & here.eq(back3) & ~lanes.flags_of_bits(cut, EDGE)
+    in_span = lanes.lane_numbers().lt(n_in_span)
+    keep = in_span & ~repeats_prefix
+    bad = in_span & (here | back1 | back2).eq(0) & x.ge(base)
     return coded, keep, bad
 
 
 @intrinsic
-def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
-    """Encode positions p .. p + 15 into out[o:]; return (ids written, bad-id bits).
-
-    ``start`` and ``stop`` bound the span relative to p (``_relative_bounds``); reads
-    ids[p - 3 : p + 18] and writes out[o : o + 16].
+def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+    """Encode positions p .. p + 15 (the first ``n_in_span`` are in the chunk) into
+    out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits, kept
+    bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
     """
     def codegen(context, builder, signature, args):
-        ids_v, p_v, start_v, stop_v, layout_v, base_v, out_v, o_v = args
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
         lanes = LaneBuilder(builder)
         ids_data = _array_data(context, builder, signature.args[0], ids_v)
         layout_words = [lanes.splat(builder.extract_value(layout_v, k))
@@ -532,52 +582,38 @@ def _encode_step(typingctx, ids, p, start, stop, layout, base, out, o):
         def ids_at(k):
             return lanes.load(ids_data, builder.add(p_v, _i64(k)))
 
-        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(start_v),
-                                         lanes.splat(stop_v), lanes.splat(base_v))
+        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
+                                         cut_v, lanes.splat(base_v))
         lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
                          o_v)
-        return context.make_tuple(builder, signature.return_type, [lanes.count(keep),
-                                                                   bad.bits()])
-    return types.UniTuple(types.int64, 2)(ids, p, start, stop, layout, base, out, o), codegen
-
-
-@njit(inline="always", cache=True)
-def _encode_span(ids, start, stop, layout, base, out, o, scratch):
-    """Encode ids[start:stop], all of one sequence, into out[o:]; return (next output
-    position, first bad position or -1). Writes up to LANES ids past its output."""
-    first_bad = -1
-    for p in range(start, stop, LANES):
-        relative_start, relative_stop = _relative_bounds(p, start, stop)
-        if _needs_edge_copy(p, ids.size, ENCODE_REACH):
-            _edge_copy(ids, p, scratch)
-            written, bad = _encode_step(scratch, EDGE, relative_start, relative_stop, layout,
-                                        base, out, o)
-        else:
-            written, bad = _encode_step(ids, p, relative_start, relative_stop, layout, base,
-                                        out, o)
-        if bad != 0 and first_bad < 0:
-            first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-        o += written
-    return o, first_bad
+        return context.make_tuple(builder, signature.return_type,
+                                  [lanes.count(keep), bad.bits(), keep.bits()])
+    return_type = types.UniTuple(types.int64, 3)
+    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
 
 
 @njit(cache=True)
-def _encode_chunk(ids, offsets, chunk, bounds, source, layout, base, out, sequence_out,
+def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, out, sequence_out,
                   sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:]; record where its sequences begin."""
+    """Encode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
+    record where its sequences begin. Writes up to LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i, o = start, source
+    o = source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
-        span_stop = min(stop, offsets[sequence + 1])
-        o, bad = _encode_span(ids, i, span_stop, layout, base, out, o, scratch)
-        i = span_stop
-        if first_bad < 0:
-            first_bad = bad
+    for p in range(start, stop, LANES):
+        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        if _needs_edge_copy(p, ids.size, ENCODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out, o)
+        else:
+            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+        sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
+                                           chunk, sequence_out, sequence_chunk)
+        if bad != 0 and first_bad < 0:
+            first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
+        o += written
     return o - source, first_bad
 
 
@@ -611,9 +647,10 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
-        result = _encode_chunk(ids, offsets, c, bounds, sources[c], layout, base_vocab_size,
-                               out, sequence_out, sequence_chunk)
+        result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
+                               base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
     return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
@@ -686,13 +723,15 @@ def _last_prefix_seen(is_event, event_prefix):
     return seen
 
 
-def _decode_lanes(lanes, x, layout, n_in_span, base, carried):
+def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
     """What ids x = ids[p : p + 16] decode to: (first id, second id, how many of the two
     each position writes, malformed bits, last prefix seen, classes, 9-bit values).
 
     A base id writes itself, a hi id the lead byte, a lo id the middle and last bytes
     (the middle one from the hi value before it); a prefix id writes nothing.
-    Positions from ``n_in_span`` on are outside the span and taken as base ids.
+    Positions from ``n_in_span`` on are outside the chunk and taken as base ids; bit
+    EDGE + k of ``cut`` (an i64 IR value) is set where a sequence starts at p + k: no prefix is in force
+    there and no unit may be open before it.
     ``carried`` = (prefix in force before p, class and value of ids[p - 1]): a unit that
     starts at p + 15 is finished, and checked, by the next step. Each check looks at a
     position and the one before it, on one-bit classes, so all of them are a few
@@ -700,88 +739,68 @@ def _decode_lanes(lanes, x, layout, n_in_span, base, carried):
     """
     prefix_before, class_before, value_before = carried
     in_span = lanes.lane_numbers().lt(n_in_span)
+    starts_sequence = lanes.flags_of_bits(cut, EDGE)
     klass, value, index = _classes(x, layout, base)
     klass = in_span.select(klass, _PLAIN)
-    before = klass.shifted_up(class_before, 1)
+    before_in_sequence = klass.shifted_up(class_before, 1)
+    before = starts_sequence.select(_PLAIN, before_in_sequence)
     payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
     event_prefix = (klass & _PREFIX).ne(0).select(payload, _NONE)
-    seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0), event_prefix)
+    seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0) | starts_sequence, event_prefix)
     prefix = seen.eq(_UNSEEN).select(prefix_before, seen)
     bad = (
         ((klass >> 1) ^ before)  # a lo id right after each hi id, and only there
         | (klass & ~(prefix >> 3))  # a prefix in force at a hi id (0x38-0x3B; _NONE is 1)
         | ((before >> 2) & ~klass)  # a hi id right after each prefix id
     ) & 1 | (klass >> 4)  # no id past the codec's
+    left_open = starts_sequence.select(before_in_sequence & (_HI | _PREFIX), 0)  # at its end
     hi_value = value.shifted_up(value_before, 1)
     lead = (prefix << 2) | (value >> 7)
     middle = ((hi_value & 0x7F) << 1) | (value >> 8)
     first = klass.eq(_PLAIN).select(x, klass.eq(_HI).select(lead, middle))
     written = (klass & (_HI | _LO)) | ((klass >> 3) & 1)  # hi 1, lo 2, prefix 0, plain 1
-    return (first, value & 0xFF, in_span.select(written, 0), bad.ne(0).bits(), seen, klass,
-            value)
+    return (first, value & 0xFF, in_span.select(written, 0), (bad | left_open).ne(0).bits(),
+            seen, klass, value)
 
 
 @intrinsic
-def _decode_step(typingctx, ids, p, n_in_span, layout, base, carried, out, o):
-    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the span) into out[o:]; ``carried`` as ``_decode_lanes`` takes it. Returns (ids written,
-    malformed bits, what to carry to the next step). Reads ids[p : p + 16], writes
+def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
+    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the chunk) into out[o:];
+    ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it. Returns
+    (ids written, malformed bits, what to carry to the next step, kept bits: 2k and
+    2k + 1 for the two ids position p + k may write). Reads ids[p : p + 16], writes
     out[o : o + 32]. Where a bit of "malformed" is set what was written is not the
     decoding (the caller redoes those positions)."""
     def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, layout_v, base_v, carried_v, out_v, o_v = args
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
         lanes = LaneBuilder(builder)
         layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[3]))]
+                        for k in range(len(signature.args[4]))]
         carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
         x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
         first, last, written, malformed, seen, klass, value = _decode_lanes(
-            lanes, x, layout_words, lanes.splat(n_in_span_v), lanes.splat(base_v), carried)
-        out_data = _array_data(context, builder, signature.args[6], out_v)
+            lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
+            carried)
+        out_data = _array_data(context, builder, signature.args[7], out_v)
         second_of_pair = lanes.constants([0, 1] * (LANES // 2))
-        counts = []
+        counts, kept = [], []
         for half in (0, 1):  # positions 0-7, then 8-15: first and second ids in turn
             keep = second_of_pair.lt(lanes.interleaved(written, written, half))
             at = builder.add(o_v, counts[0]) if counts else o_v
             lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
             counts.append(lanes.count(keep))
+            kept.append(keep.bits())
         seen_last = builder.zext(seen.last(), ir.IntType(64))
         prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
                                       builder.extract_value(carried_v, 0), seen_last)
         carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
         return context.make_tuple(builder, signature.return_type, [
             builder.add(*counts), malformed,
-            context.make_tuple(builder, signature.return_type[2], carry)])
+            context.make_tuple(builder, signature.return_type[2], carry),
+            builder.or_(kept[0], builder.shl(kept[1], _i64(LANES)))])
     carried_type = types.UniTuple(types.int64, 3)
-    return_type = types.Tuple((types.int64, types.int64, carried_type))
-    return return_type(ids, p, n_in_span, layout, base, carried, out, o), codegen
-
-
-@njit(inline="always", cache=True)
-def _decode_span(ids, start, stop, sequence_stop, decode_table, layout, base, out, o,
-                 scratch):
-    """Decode ids[start:stop] of one sequence into out[o:]; return (next output position,
-    malformed units, first one or -1). Steps with a malformed unit are redone one unit
-    at a time by ``_decode_units``; writes up to 2 * LANES ids past its output."""
-    p, carried = start, (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
-    n_bad, first_bad = 0, -1
-    while p < stop:
-        n_in_span = min(stop - p, LANES)
-        if _needs_edge_copy(p, ids.size, DECODE_REACH):
-            _edge_copy(ids, p, scratch)
-            written, malformed, carry = _decode_step(scratch, EDGE, n_in_span, layout, base,
-                                                     carried, out, o)
-        else:
-            written, malformed, carry = _decode_step(ids, p, n_in_span, layout, base,
-                                                     carried, out, o)
-        if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
-            p, o, carried = p + LANES, o + written, carry
-            continue
-        p, o, carried, run_bad, run_first_bad = _redo_units(
-            ids, p, min(p + LANES, stop), sequence_stop, decode_table, base, out, o, carried)
-        n_bad += run_bad
-        if first_bad < 0:
-            first_bad = run_first_bad
-    return o, n_bad, first_bad
+    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
+    return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
 
 
 @njit(inline="always", cache=True)
@@ -791,15 +810,28 @@ def _leaves_unit_open(carried):
 
 
 @njit(cache=True)
-def _redo_units(ids, p, stop, sequence_stop, decode_table, base, out, o, carried):
-    """Decode the units starting in [p, stop) one at a time, from the unit the step before
-    left open, if any; return what ``_decode_span`` keeps (p, o, carried, malformed
-    units, first one or -1)."""
+def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, carried, chunk,
+                sequence_out, sequence_chunk):
+    """Decode the units starting in [p, stop) one at a time, sequence by sequence, from
+    the unit the step before left open, if any; record the sequences entered. Returns
+    what ``_decode_chunk`` keeps (p, o, carried, sequence, malformed units, first one
+    or -1)."""
     if _leaves_unit_open(carried):  # ids[p - 1]: a hi id wrote its lead byte, a prefix nothing
         p, o = p - 1, o - (1 if carried[1] == _HI else 0)
-    p, o, prefix, n_bad, first_bad = _decode_units(ids, p, stop, sequence_stop, decode_table,
-                                                   base, out, o, carried[0])
-    return p, o, (prefix, np.int64(_PLAIN), np.int64(0)), n_bad, first_bad
+    prefix = carried[0]
+    n_bad, first_bad = 0, -1
+    while p < stop:
+        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out,
+                                   sequence_chunk)
+        if entered != sequence:
+            sequence, prefix = entered, np.int64(_NONE)
+        sequence_stop = offsets[sequence + 1]
+        p, o, prefix, run_bad, run_first_bad = _decode_units(
+            ids, p, min(stop, sequence_stop), sequence_stop, decode_table, base, out, o, prefix)
+        n_bad += run_bad
+        if first_bad < 0:
+            first_bad = run_first_bad
+    return p, o, (prefix, np.int64(_PLAIN), np.int64(0)), sequence, n_bad, first_bad
 
 
 @njit(cache=True)
@@ -871,25 +903,37 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 
 @njit(cache=True)
-def _decode_chunk(ids, offsets, chunk, bounds, source, decode_table, layout, base, out,
+def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, out,
                   sequence_out, sequence_chunk):
-    """Decode chunk ``chunk`` into out[source:]; record where its sequences begin."""
+    """Decode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
+    record where its sequences begin. Steps with a malformed unit are redone one unit at
+    a time (``_redo_units``). Writes up to 2 * LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    i, o = start, source
+    p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
+    carried = (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
-        sequence_stop = offsets[sequence + 1]
-        span_stop = min(stop, sequence_stop)
-        o, span_bad, span_first = _decode_span(ids, i, span_stop, sequence_stop, decode_table,
-                                               layout, base, out, o, scratch)
-        i = span_stop
-        n_bad += span_bad
+    while p < stop:
+        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        if _needs_edge_copy(p, ids.size, DECODE_REACH):
+            _edge_copy(ids, p, scratch)
+            written, malformed, carry, kept = _decode_step(scratch, EDGE, n_in_span, cut, layout,
+                                                           base, carried, out, o)
+        else:
+            written, malformed, carry, kept = _decode_step(ids, p, n_in_span, cut, layout, base,
+                                                           carried, out, o)
+        if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
+            sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 2, p,
+                                               chunk, sequence_out, sequence_chunk)
+            p, o, carried = p + LANES, o + written, carry
+            continue
+        p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
+            ids, offsets, sequence, p, min(p + LANES, stop), decode_table, base, out, o,
+            carried, chunk, sequence_out, sequence_chunk)
+        n_bad += run_bad
         if first_bad < 0:
-            first_bad = span_first
+            first_bad = run_first_bad
     return o - source, n_bad, first_bad
 
 
@@ -923,8 +967,9 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size, -1, dtype=np.int64)
     sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
-        result = _decode_chunk(ids, offsets, c, bounds, sources[c], decode_table, layout,
+        result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
                                base_vocab_size, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
@@ -1234,3 +1279,27 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   0.17-0.19 (A/B/A/B runs of bitlevel_bench --corpus real). What is left per
 #   document is the partial last step; steps that run across document ends, with
 #   per-lane bounds, are the next thing to try.
+#
+# Steps across sequence ends (2026-11-23 13:15-13:30 UTC, same VM, load 5-12; process
+# CPU time, 20M ids, one thread; bench/RESULTS.md):
+# - A chunk is one run of steps; the sequence starts reach a step as bits of
+#   ``_cut_map`` (a uint64 bit map built once per call, n / 8 bytes), turned into lane
+#   masks by a move to a mask register (``flags_of_bits``; as a vector shift and
+#   test they cost 3 vector instructions each). Encoding: a character may not cross a
+#   start, and a prefix is not repeated across one. Decoding: a start is an event of
+#   the "last prefix seen" scan with no prefix, and a hi or prefix id right before it
+#   is malformed. Each step returns the bits of the lanes it kept; a sequence starting
+#   inside it takes its output offset from a popcount of them.
+# - Encoding also works out character starts at p + lane and p + lane - 3 only, and
+#   shuffles the starts one and two positions back out of the two (``shifted_up`` with
+#   ``fill_from``): two of the four start computations gone.
+# - Real zh+ja, old -> new, interleaved in one process: encode 0.21-0.24 -> 0.29-0.30
+#   of np.copy (mixed 0.23-0.28 -> 0.29-0.33), decode 0.19-0.22 -> 0.19-0.20 (mixed
+#   0.25-0.27 -> 0.23-0.26): decoding lost its per-document restart and gained about
+#   as much work per step (the start checks, the kept bits).
+# - Where the time goes now (20M real ids, output buffer pre-faulted vs not): encode
+#   20-22 ms of compute + ~8 ms of page faults, decode 25-27 + ~9; np.copy 7.5-8.7 ms
+#   in all. A 16-lane step is ~100 AVX-512 instructions, and this Zen 4 core runs a
+#   512-bit instruction as two 256-bit halves: ~1 ns per id of compute, where 0.5x of
+#   np.copy would allow ~0.4 after the faults. Reaching it needs a step with far fewer
+#   instructions per id (e.g. 16-bit lanes where the ids allow), not less overhead.

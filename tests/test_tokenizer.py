@@ -116,3 +116,29 @@ def test_corrupt_files_give_clear_errors(tok, tmp_path):
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ModelFormatError, match="not UTF-8"):
         gpubpe.load(binary)
+
+
+@pytest.mark.parametrize("form", ["uint32 batch", "int64 batch", "lists"])
+@pytest.mark.parametrize("errors", ["replace", "surrogateescape"])
+def test_decode_batch_equals_per_document_decoding_of_any_ids(tok, form, errors):
+    """Random ids (invalid UTF-8 among them) cut into documents at random places, so that
+    characters are split between documents: each document decodes as tiktoken's bytes of
+    its ids, decoded by Python with the same errors; uint32, int64 and list input alike."""
+    import numpy as np
+
+    from gpubpe.interop import to_tiktoken
+    from gpubpe.tokenizer import RaggedBatch
+
+    encoding = to_tiktoken(tok._vocab)
+    rng = np.random.default_rng(len(form) + len(errors))
+    text_ids = tok.encode("中文字符 😀 the lazy dog " * 5)
+    ids = np.concatenate([text_ids, rng.integers(0, tok.vocab_size, 400), text_ids])
+    documents = np.split(ids, np.sort(rng.integers(0, ids.size, 60)))  # some empty
+    expected = [encoding.decode_bytes(d.tolist()).decode("utf-8", errors) for d in documents]
+    stand_ins = {"\ufffd"} | {chr(c) for c in range(0xDC80, 0xDD00)}
+    assert any(stand_ins & set(e) for e in expected)  # invalid UTF-8 was met
+    offsets = np.cumsum([0] + [d.size for d in documents])
+    batch = {"uint32 batch": RaggedBatch(ids.astype(np.uint32), offsets),
+             "int64 batch": RaggedBatch(ids.astype(np.int64), offsets),
+             "lists": [d.tolist() for d in documents]}[form]
+    assert tok.decode_batch(batch, errors=errors) == expected
