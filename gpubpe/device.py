@@ -34,14 +34,27 @@ documents finished before the failure (see there).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
 from .backend import Backend
 from .errors import ConfigError, DeviceError
-from .kernels._cuda import kernel_view, to_device, to_host
+from .kernels._cuda import (
+    SimulatedDeviceArray,
+    device_empty,
+    device_full,
+    device_zeros,
+    exclusive_scan,
+    kernel_view,
+    launch,
+    read_scalar,
+    to_device,
+    to_host,
+)
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
@@ -53,7 +66,14 @@ from .kernels.encode import (
     join_word_lists,
     pack_words_cpu,
 )
+from .kernels.encode import batch_cuda as batch
 
+# The pre-tokenizer that marks word starts on the device; one name, so the device kernel
+# (``kernels.encode.pretok_cuda.word_start_flags_cuda``) replaces the stand-in here alone.
+word_start_flags = batch.word_start_flags_standin
+# The device word cache: at most this many words, and this many bytes (and as many ids).
+DEVICE_CACHE_WORDS = 1 << 18
+DEVICE_CACHE_POOL_BYTES = 16 * DEVICE_CACHE_WORDS
 # Longer words are encoded on the CPU (see the module docstring).
 DEVICE_MAX_WORD_BYTES = 64
 # Share of the free device memory one chunk may take (the rest: CuPy's pool, other work).
@@ -161,6 +181,64 @@ def _check_fits(largest: int, budget: int) -> None:
                           f"{DEVICE_BYTES_VARIABLE}, or use backend='cpu'")
 
 
+def is_device_array(array) -> bool:
+    """Whether ``array`` lives on the device: a CuPy array, or the simulator's guarded one."""
+    return isinstance(array, SimulatedDeviceArray) or type(array).__module__.split(".")[0] == "cupy"
+
+
+@dataclass
+class DeviceWordCache:
+    """Encoded words kept on the device across batches: ``WordCache``'s layout, device arrays.
+
+    Bounded: ``max_words`` words, ``pool_bytes`` bytes and as many ids. A batch
+    whose new words do not fit empties it first (a restart), and its words enter
+    only if they fit an empty cache. The counts are kept on the host, so
+    deciding costs no read.
+    """
+
+    table: object  # uint64, 2 per cell: word key, slot
+    byte_offsets: object  # int64, max_words + 1
+    id_offsets: object  # int64, max_words + 1
+    pool_bytes: object  # uint8
+    pool_ids: object  # uint32
+    words: int = 0
+    bytes_used: int = 0
+    ids_used: int = 0
+    restarts: int = 0
+
+    @classmethod
+    def empty(cls, xp, max_words: int, pool_bytes: int) -> DeviceWordCache:
+        n_cells = 1 << (2 * max_words - 1).bit_length()
+        return cls(device_full(xp, 2 * n_cells, batch.EMPTY_KEY, xp.uint64),
+                   device_zeros(xp, max_words + 1, xp.int64),
+                   device_zeros(xp, max_words + 1, xp.int64),
+                   device_empty(xp, pool_bytes, xp.uint8), device_empty(xp, pool_bytes, xp.uint32))
+
+    @property
+    def max_words(self) -> int:
+        return self.byte_offsets.size - 1
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory the cache holds (its size, for reports)."""
+        return sum(int(a.nbytes) for a in (self.table, self.byte_offsets, self.id_offsets,
+                                           self.pool_bytes, self.pool_ids))
+
+    def fits(self, n_words: int, n_bytes: int, n_ids: int) -> bool:
+        return (self.words + n_words <= self.max_words
+                and self.bytes_used + n_bytes <= self.pool_bytes.size
+                and self.ids_used + n_ids <= self.pool_ids.size)
+
+    def clear(self) -> None:
+        self.table.fill(batch.EMPTY_KEY)  # on the device: no read
+        self.words = self.bytes_used = self.ids_used = 0
+
+    def stats(self) -> dict[str, int]:
+        return {"words": self.words, "bytes": self.bytes_used, "ids": self.ids_used,
+                "max_words": self.max_words, "restarts": self.restarts,
+                "device_bytes": self.device_bytes}
+
+
 class DeviceCodec:
     """The device half of one tokenizer: its tables on the device, and the chunked steps."""
 
@@ -169,6 +247,220 @@ class DeviceCodec:
         self._host_rules = rules
         self._rules: RuleTable | None = None
         self._byte_table = None
+        self._scanner_tables: dict[int, object] = {}
+        self._cache: DeviceWordCache | None = None
+        self._lock = threading.Lock()
+        self.cache_words = DEVICE_CACHE_WORDS
+        self.cache_pool_bytes = DEVICE_CACHE_POOL_BYTES
+
+    # ------------------------------------------------------------ whole batches
+    def encode_pieces(self, data, pieces, doc_first_piece: np.ndarray, scanner: int,
+                      table: np.ndarray, dtype, on_device: bool):
+        """Ids of a batch on the device end to end: ``(ids, document offsets)``, or None.
+
+        ``data``: the batch's bytes as a device uint8 array; ``pieces``: host int64
+        ``(piece_start, piece_end, piece_special)``; ``scanner``/``table``: the named
+        pre-tokenizer. Ids come back as device arrays when ``on_device``, else host
+        arrays. None: a long word's key matched another word's (a 56-bit hash
+        collision, about 1e-5 per million distinct long words); the caller takes the
+        host path for this batch.
+        """
+        n_docs = doc_first_piece.size - 1
+        with self._lock, reporting_device_errors(f"encoding {n_docs:,} documents "
+                                                 f"({int(data.size):,} bytes)"):
+            parts = []
+            for lo, hi in self._document_chunks(pieces, doc_first_piece):
+                part = self._encode_chunk(data, pieces, doc_first_piece[lo:hi + 1], scanner,
+                                          table, dtype)
+                if part is None:
+                    return None
+                parts.append(part)
+            ids, offsets = self._joined(parts, dtype, n_docs)
+        if on_device:
+            return ids, offsets
+        return to_host(ids, "batch ids"), to_host(offsets, "batch offsets")  # sync x2
+
+    def upload(self, array):
+        """A host array copied to the device (counted)."""
+        return to_device(self.backend.xp, array)
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            if self._cache is not None:
+                self._cache.clear()
+
+    def cache_stats(self) -> dict[str, int]:
+        """The device word cache's words, bytes, ids, bound, restarts and device bytes."""
+        with self._lock:
+            return {} if self._cache is None else self._cache.stats()
+
+    def _document_chunks(self, pieces, doc_first_piece) -> list[tuple[int, int]]:
+        """Contiguous document ranges whose device plan fits the free memory."""
+        piece_start, piece_end, _ = pieces
+        n_docs = doc_first_piece.size - 1
+        if n_docs == 0:
+            return [(0, 0)]
+        piece_bytes = (piece_end - piece_start) * batch.BATCH_DEVICE_BYTES_PER_BYTE \
+            + batch.BATCH_DEVICE_BYTES_PER_PIECE
+        cumulative = np.concatenate([[0], np.cumsum(piece_bytes)])
+        costs = cumulative[doc_first_piece[1:]] - cumulative[doc_first_piece[:-1]]
+        return chunk_bounds(costs, self._budget())
+
+    def _joined(self, parts, dtype, n_docs: int):
+        """The chunks' (ids, offsets, n_ids) as one ragged batch on the device."""
+        xp = self.backend.xp
+        if len(parts) == 1:
+            return parts[0][:2]
+        shifts = np.cumsum([0] + [n_ids for _, _, n_ids in parts[:-1]])
+        ids = xp.concatenate([part_ids for part_ids, _, _ in parts])
+        offsets = xp.concatenate([parts[0][1][:1]] + [offsets[1:] + int(shift)
+                                                     for (_, offsets, _), shift in
+                                                     zip(parts, shifts)])
+        return ids, offsets
+
+    def _encode_chunk(self, data, pieces, doc_first_piece, scanner, table, dtype):
+        """One chunk of documents: (ids, document offsets, number of ids), or None."""
+        xp = self.backend.xp
+        p_lo, p_hi = int(doc_first_piece[0]), int(doc_first_piece[-1])
+        piece_start, piece_end, piece_special = (part[p_lo:p_hi] for part in pieces)
+        b_lo = int(piece_start[0]) if p_hi > p_lo else 0
+        b_hi = int(piece_end[-1]) if p_hi > p_lo else 0
+        chunk = data[b_lo:b_hi]
+        piece_start, piece_end = piece_start - b_lo, piece_end - b_lo
+        doc_first = to_device(xp, doc_first_piece - p_lo)
+        flags = self._word_start_flags(chunk, piece_start, piece_end, piece_special, scanner,
+                                       table)
+        device_pieces = [to_device(xp, part) for part in (piece_start, piece_end, piece_special)]
+        launch(batch.mark_special_starts_kernel, p_hi - p_lo, device_pieces[0],
+               device_pieces[2], flags)
+        item_index = exclusive_scan(xp, flags)
+        n_items = read_scalar(item_index, -1, "batch items")  # sync
+        if n_items == 0:
+            return device_empty(xp, 0, dtype), device_zeros(xp, doc_first.size, xp.int64), 0
+        items = self._items(chunk, flags, item_index, n_items, device_pieces)
+        found = self._new_words(chunk, items, n_items)
+        if found is None:
+            return None
+        ids, piece_out, n_ids = self._scatter(items, found, n_items, device_pieces, dtype)
+        return ids, piece_out[doc_first], n_ids
+
+    def _word_start_flags(self, chunk, piece_start, piece_end, piece_special, scanner, table):
+        """Device flags: 1 where a word starts in an ordinary piece (the pre-tokenizer)."""
+        xp = self.backend.xp
+        if scanner not in self._scanner_tables:
+            self._scanner_tables[scanner] = to_device(xp, table)
+        text = (piece_special < 0) & (piece_end > piece_start)
+        return word_start_flags(chunk, to_device(xp, piece_start[text]),
+                                to_device(xp, piece_end[text]), scanner,
+                                self._scanner_tables[scanner], xp)
+
+    def _items(self, chunk, flags, item_index, n_items: int, device_pieces) -> dict:
+        """Steps 1-3 of ``kernels.encode.batch_cuda``: items, their spans, keys, cache slots."""
+        xp = self.backend.xp
+        items = {"start": device_empty(xp, n_items, xp.int64)}
+        launch(batch.item_starts_kernel, flags.size, flags, item_index, items["start"])
+        items["len"] = device_empty(xp, n_items, xp.int64)
+        items["special"] = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_spans_kernel, n_items, items["start"], device_pieces[1],
+               device_pieces[2], items["len"], items["special"])
+        cache = self._word_cache()
+        items["key"] = device_empty(xp, n_items, xp.uint64)
+        items["slot"] = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_lookup_kernel, n_items, chunk, items["start"], items["len"],
+               items["special"], cache.table, cache.byte_offsets, cache.pool_bytes, items["key"],
+               items["slot"])
+        return items
+
+    def _new_words(self, chunk, items, n_items: int) -> dict | None:
+        """Steps 4-5: the cache misses deduplicated, packed and encoded (None: a collision)."""
+        xp = self.backend.xp
+        n_cells = 1 << (2 * n_items - 1).bit_length()
+        new_keys = device_full(xp, n_cells, batch.EMPTY_KEY, xp.uint64)
+        new_rep = device_full(xp, n_cells, batch.NO_ITEM, xp.int64)
+        item_cell = device_empty(xp, n_items, xp.int64)
+        launch(batch.claim_new_words_kernel, n_items, items["key"], items["slot"],
+               items["special"], new_keys, new_rep, item_cell)
+        collisions = device_zeros(xp, 1, xp.int64)
+        launch(batch.check_new_words_kernel, n_items, chunk, items["start"], items["len"],
+               item_cell, new_rep, collisions)
+        distinct_index = exclusive_scan(xp, new_keys != batch.EMPTY_KEY)
+        word_rep = device_empty(xp, n_items, xp.int64)
+        word_len = device_zeros(xp, n_items, xp.int64)
+        word_key = device_empty(xp, n_items, xp.uint64)
+        cell_word = device_empty(xp, n_cells, xp.int64)
+        launch(batch.list_new_words_kernel, n_cells, new_keys, new_rep, distinct_index,
+               items["len"], word_rep, word_len, word_key, cell_word)
+        word_start = exclusive_scan(xp, word_len)
+        n_long = (word_len > DEVICE_MAX_WORD_BYTES).sum(dtype=xp.int64).reshape(1)
+        n_new, n_bytes, n_collisions, n_long = to_host(xp.concatenate(
+            (distinct_index[-1:], word_start[-1:], collisions, n_long)),
+            "batch new words").tolist()  # sync
+        if n_collisions:
+            return None
+        word_start = word_start[:n_new + 1]
+        packed = device_empty(xp, n_bytes, xp.uint8)
+        launch(batch.pack_new_words_kernel, n_new, chunk, items["start"], word_rep, word_start,
+               packed)
+        ids, offsets = self._encode_packed(packed, word_start, n_long)
+        return {"item_cell": item_cell, "cell_word": cell_word, "ids": ids, "offsets": offsets,
+                "packed": packed, "word_start": word_start, "key": word_key[:n_new],
+                "n_words": n_new, "n_bytes": n_bytes}
+
+    def _encode_packed(self, packed, word_start, n_long: int):
+        """BPE of the packed new words on the device; with long words among them, the
+        words go through ``encode_words`` instead (long ones take the CPU's heap)."""
+        xp = self.backend.xp
+        if n_long == 0:
+            return encode_word_list_cuda(packed, word_start, self._device_rules(), xp)
+        host_bytes = to_host(packed, "long new words: bytes")  # sync
+        host_start = to_host(word_start, "long new words: starts")  # sync
+        ids, offsets = self.encode_words(host_bytes, host_start[:-1], np.diff(host_start))
+        return to_device(xp, ids), to_device(xp, offsets)
+
+    def _scatter(self, items, found, n_items: int, device_pieces, dtype):
+        """Step 6: every item's ids at its offset, each piece's first id; then step 7."""
+        xp = self.backend.xp
+        cache = self._word_cache()
+        per_item = (items["special"], items["slot"], found["item_cell"], found["cell_word"],
+                    cache.id_offsets)
+        item_n_ids = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_id_counts_kernel, n_items, *per_item, found["offsets"], item_n_ids)
+        item_out = exclusive_scan(xp, item_n_ids)
+        n_ids, n_new_ids = to_host(xp.concatenate((item_out[-1:], found["offsets"][-1:])),
+                                   "batch id count").tolist()  # sync
+        out = device_empty(xp, n_ids, dtype)
+        launch(batch.write_item_ids_kernel, n_items, *per_item, cache.pool_ids, found["offsets"],
+               found["ids"], item_out, out)
+        piece_out = device_empty(xp, device_pieces[0].size + 1, xp.int64)
+        launch(batch.piece_offsets_kernel, device_pieces[0].size + 1, items["start"],
+               device_pieces[0], item_out, piece_out)
+        self._admit(found, n_new_ids)
+        return out, piece_out, n_ids
+
+    def _admit(self, found, n_new_ids: int) -> None:
+        """Step 7: the batch's new words into the device cache (restarting it when full)."""
+        cache = self._word_cache()
+        n_words, n_bytes = found["n_words"], found["n_bytes"]
+        if n_words == 0:
+            return
+        if not cache.fits(n_words, n_bytes, n_new_ids):
+            cache.clear()
+            cache.restarts += 1
+            if not cache.fits(n_words, n_bytes, n_new_ids):
+                return
+        launch(batch.cache_admit_kernel, n_words, found["packed"], found["word_start"],
+               found["key"], found["ids"], found["offsets"], np.int64(cache.words),
+               np.int64(cache.bytes_used), np.int64(cache.ids_used), cache.table,
+               cache.byte_offsets, cache.id_offsets, cache.pool_bytes, cache.pool_ids)
+        cache.words += n_words
+        cache.bytes_used += n_bytes
+        cache.ids_used += n_new_ids
+
+    def _word_cache(self) -> DeviceWordCache:
+        if self._cache is None:
+            self._cache = DeviceWordCache.empty(self.backend.xp, self.cache_words,
+                                                self.cache_pool_bytes)
+        return self._cache
 
     def _budget(self) -> int:
         """Device bytes one chunk may plan for now (see DEVICE_CHUNK_RESERVE)."""

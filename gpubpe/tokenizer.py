@@ -42,8 +42,9 @@ import regex
 from . import interop
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
-from .device import DeviceCodec
+from .device import DeviceCodec, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
+from .kernels._cuda import to_host
 from .kernels.encode import (
     build_pieces_cpu,
     cache_admit_cpu,
@@ -82,6 +83,8 @@ _MIN_CUT_BYTES = 1 << 16
 _AUTO_DEVICE_MIN_WORK = 1 << 20
 
 Specials = Literal["all"] | Collection[str]
+# Id types ``encode_arrays(dtype=...)`` writes.
+_ID_DTYPES = (np.dtype(np.uint32), np.dtype(np.int32), np.dtype(np.int64))
 
 
 class RaggedBatch:
@@ -360,22 +363,36 @@ class Tokenizer:
 
     def encode_arrays(self, texts: Sequence[str] | Sequence[bytes], *,
                       num_threads: int | None = None, allowed_special: Specials = (),
-                      disallowed_special: Specials = "all") -> RaggedBatch:
-        """Encode many documents into one :class:`RaggedBatch` (no Python list per id)."""
+                      disallowed_special: Specials = "all", device: bool = False,
+                      dtype=np.uint32) -> RaggedBatch:
+        """Encode many documents into one :class:`RaggedBatch` (no Python list per id).
+
+        ``dtype``: the ids' type, uint32 (default), int32 or int64 (PyTorch's
+        embedding lookups want a signed type). ``device=True`` leaves ids and
+        offsets on the device (CuPy arrays; ``torch.from_dlpack`` takes them
+        without a copy); it needs ``backend="cuda"``.
+        """
         data, starts, ends = _batch_as_bytes(texts)
         return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
-                                      num_threads)
+                                      num_threads, device=device, dtype=dtype)
 
-    def encode_buffer(self, data: bytes, doc_start, doc_end, *, num_threads: int | None = None,
-                      allowed_special: Specials = (), disallowed_special: Specials = ()
-                      ) -> RaggedBatch:
+    def encode_buffer(self, data, doc_start, doc_end, *, num_threads: int | None = None,
+                      allowed_special: Specials = (), disallowed_special: Specials = (),
+                      device: bool | None = None, dtype=np.uint32) -> RaggedBatch:
         """Encode documents given as byte ranges ``data[doc_start[d]:doc_end[d]]`` of one buffer.
 
         For readers that already hold UTF-8 bytes (``gpubpe.encode_files``):
         no Python object per document. Special-token text is ordinary text by default.
+        ``data`` may be text already on the device (a CuPy uint8 array; the ranges
+        host or device int64 arrays): with ``backend="cuda"`` and no special
+        tokens in play it never comes back to the host; special tokens, a custom
+        pattern or an NFC vocabulary copy it to the host once. ``device``: where
+        the ids go (default: where ``data`` is); ``dtype`` as in :meth:`encode_arrays`.
         """
+        if device is None:
+            device = is_device_array(data)
         return self._encode_documents(data, doc_start, doc_end, allowed_special,
-                                      disallowed_special, num_threads)
+                                      disallowed_special, num_threads, device=device, dtype=dtype)
 
     def encode_words(self, words: list[bytes]) -> list[list[int]]:
         """BPE-encode pre-tokenized words (no splitting), one id list per word."""
@@ -391,28 +408,96 @@ class Tokenizer:
         with self._cache_lock:
             if self._cache is not None and not self._cache_readers:
                 clear_word_cache(self._cache)
+        if self._device is not None:
+            self._device.clear_cache()
 
     # ------------------------------------------------------------ the pipeline
-    def _encode_documents(self, data: bytes, doc_start, doc_end, allowed_special,
-                          disallowed_special, num_threads) -> RaggedBatch:
+    def _encode_documents(self, data, doc_start, doc_end, allowed_special, disallowed_special,
+                          num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
+        out_dtype = self._output_placement(device, dtype)
+        allowed = self._special_set(allowed_special)
+        disallowed = self._special_set(disallowed_special) - allowed
+        if is_device_array(data):
+            found = self._encode_device_text(data, doc_start, doc_end, allowed | disallowed,
+                                             out_dtype, device)
+            if found is not None:
+                return found
+            data, doc_start, doc_end = self._text_to_host(data, doc_start, doc_end)
         array = _readonly_bytes(data)
         doc_start, doc_end = _document_ranges(doc_start, doc_end, array.size)
         layout = self._vocab.layout
         if layout is not None and layout.normalizer == "NFC":
             array, doc_start, doc_end = _nfc_documents(array, doc_start, doc_end)
-        allowed = self._special_set(allowed_special)
-        disallowed = self._special_set(disallowed_special) - allowed
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
         threads = _thread_count(num_threads, array.size)
-        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, threads)
+        on_device = self._device_batches(array.size)
+        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed,
+                                               1 if on_device else threads)
         if layout is not None and layout.prefix_space:
             array, pieces = _with_prefix_spaces(array, pieces)
+        if on_device:
+            found = self._device.encode_pieces(self._device.upload(array), pieces,
+                                               doc_first_piece, *self._scan_args(), out_dtype,
+                                               device)
+            if found is not None:  # None: a hash collision among long words; the host does it
+                return RaggedBatch(*found)
         words = self._words_of(array, pieces)
         with self._reading_cache() as cache:
             ids, piece_offsets, new_words = _encode_pieces(array, pieces, words, cache,
                                                            self._word_encoder(threads), threads)
         self._admit(array, new_words)
-        return RaggedBatch(ids, piece_offsets[doc_first_piece])
+        return self._placed(ids, piece_offsets[doc_first_piece], out_dtype, device)
+
+    def _device_batches(self, n_bytes: int) -> bool:
+        """Whether the device runs the whole batch (a named pattern, enough work for auto)."""
+        return (self._device is not None and self._scanner is not None
+                and n_bytes >= self._device_min_work)
+
+    def _output_placement(self, device: bool, dtype) -> np.dtype:
+        """The checked output dtype; ConfigError when ids should stay on a device there is not."""
+        try:
+            out_dtype = np.dtype(dtype)
+        except TypeError:
+            out_dtype = None
+        if out_dtype not in _ID_DTYPES:
+            raise ConfigError(f"dtype={dtype!r} is not an id type; use one of numpy's uint32 "
+                              "(the default), int32 or int64")
+        if device and self._device is None:
+            raise ConfigError(f"device=True keeps ids on a CUDA device, but this tokenizer's "
+                              f"backend is {self.backend!r}; use backend='cuda', or device=False")
+        return out_dtype
+
+    def _placed(self, ids, offsets, dtype, device: bool) -> RaggedBatch:
+        """Host results in the asked dtype, on the device when asked."""
+        ids = ids.astype(dtype, copy=False)
+        if device:
+            return RaggedBatch(self._device.upload(ids), self._device.upload(offsets))
+        return RaggedBatch(ids, offsets)
+
+    def _encode_device_text(self, data, doc_start, doc_end, specials: set[str], dtype,
+                            device: bool) -> RaggedBatch | None:
+        """Text already on the device, encoded there; None when the host must see it (special
+        tokens in play, a custom pattern, NFC or a prefix space, or a hash collision)."""
+        if data.dtype != np.uint8 or data.ndim != 1:
+            raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
+                                 f"{data.ndim}-D {data.dtype}")
+        layout = self._vocab.layout
+        if (specials or not self._device_batches(data.size) or layout is not None
+                and (layout.normalizer == "NFC" or layout.prefix_space)):
+            return None
+        doc_start, doc_end = (to_host(r, "document ranges") if is_device_array(r) else r
+                              for r in (doc_start, doc_end))  # sync (device ranges only)
+        doc_start, doc_end = _document_ranges(doc_start, doc_end, data.size)
+        pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
+        found = self._device.encode_pieces(data, pieces, np.arange(doc_start.size + 1),
+                                           *self._scan_args(), dtype, device)
+        return None if found is None else RaggedBatch(*found)
+
+    @staticmethod
+    def _text_to_host(data, doc_start, doc_end):
+        """Device text and ranges copied to the host (the host path's input)."""
+        return tuple(to_host(a, "device text to the host") if is_device_array(a) else a
+                     for a in (data, doc_start, doc_end))  # sync each
 
     def _word_encoder(self, threads: int) -> _WordEncoder:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
