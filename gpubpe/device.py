@@ -1,33 +1,61 @@
-"""Encoding and decoding on a CUDA device: what goes there, in what chunks, what a failure means.
+"""Encoding and decoding on a CUDA device: what runs where, in what chunks, what a failure means.
 
-A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands two steps to a
-:class:`DeviceCodec`:
+A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands whole batches to a
+:class:`DeviceCodec` (``encode_pieces``; ``kernels/encode/batch_cuda.py`` lists
+the steps). What runs where, per batch:
 
-- BPE on the batch's distinct new words (``kernels.encode.encode_word_list_cuda``,
-  a thread per word). Words longer than ``DEVICE_MAX_WORD_BYTES`` take the CPU
-  path (a thread would scan them quadratically; the CPU uses a heap), and the
-  two results are put back in word order. Splitting text into words, the word
-  cache and writing ids per document stay on the host: they are byte scans and
-  lookups that the CPU kernels do near memory speed.
-- Decoding: ids to bytes (``kernels.encode.gather_token_bytes_cuda``).
+- Host: special tokens (``find_specials_cpu``) and cutting documents into
+  pieces, when special tokens are in play; NFC and HF's prefix space (imported
+  vocabularies that ask for them); custom ``regex`` patterns (they never reach
+  the device).
+- Device: word starts (``word_start_flags``: today a stand-in that scans on the
+  host and copies the flags up, see below), the words' spans and keys, lookups
+  in the device word cache, dedupe of the misses (atomicCAS hash table), BPE of
+  the distinct new words (``encode_word_list_cuda``, a thread per word; a word
+  that is a whole token first becomes it, as on the CPU), every occurrence's ids
+  written at its offset (count, exclusive scan, write), the documents' offsets,
+  and the new words entering the cache.
+- Words longer than ``DEVICE_MAX_WORD_BYTES`` keep today's rule: when a batch
+  has such new words, the packed new words come down and go through
+  ``encode_words`` (short ones back to the device, long ones the CPU's heap; a
+  thread would scan them quadratically), and the ids go back up.
+- A long word's 56-bit key that matches a different word (a hash collision) is
+  detected on the device; the batch then takes the host path, exact as always.
 
-Both run in chunks sized from the device's free memory at the time (never a
-constant), so a batch larger than device memory still goes through.
-``GPUBPE_DEVICE_BYTES`` caps the device memory gpubpe plans for, on a GPU
-(enforced there with CuPy's memory-pool limit) and in the simulator alike, so
-chunking can be exercised anywhere. The rule and byte tables are copied to the
-device once per tokenizer.
+Syncs per batch (``gpubpe.device_stats()``), the same for 3 or 60 documents or
+any number of words: the item count, the new words' sizes, the id count
+(three reads of a few int64 each), then ids and offsets when they go to the
+host (none with ``device=True``). A batch with long new words adds two reads.
+The stand-in pre-tokenizer adds its own (the bytes, the segments) until
+``kernels.encode.pretok_cuda.word_start_flags_cuda`` replaces it at
+``word_start_flags``. ``tests/test_device_stats.py`` holds the counts.
 
-Host round trips, counted by ``gpubpe.device_stats()``: encoding makes two
-syncs per chunk (the output offsets, then the ids they size) and copies the
-chunk's words and starts to the device; decoding makes three per chunk (the
-output size, the bytes, the positions). A batch that fits in one chunk pays
-exactly that; ``tests/test_device_stats.py`` holds the counts.
+The device word cache (``DeviceWordCache``) is kept between batches: at most
+``DEVICE_CACHE_WORDS`` words and ``DEVICE_CACHE_POOL_BYTES`` bytes (as many
+ids), about 34 MB of device memory; a batch whose new words do not fit
+restarts it (emptied, then the batch's words admitted). ``cache_stats()``
+reports its size and restarts.
+
+Text already on the device (``encode_buffer`` with a CuPy uint8 array) is
+encoded without coming to the host when no special tokens are in play; the
+document ranges come down once (two small reads). With special tokens, a
+custom pattern or NFC it is copied to the host once. Decoding device ids
+(``gather_device_bytes``) checks the ids and sizes its output in one read.
+The word-list steps (``encode_words``; ``gather_bytes`` for host ids) remain
+as before: a chunk's offsets then its ids, three reads per decode chunk.
+
+Everything runs in chunks sized from the device's free memory at the time
+(never a constant): a batch plans ``BATCH_DEVICE_BYTES_PER_BYTE`` per input
+byte, chunks are whole documents, so a batch larger than device memory still
+goes through. ``GPUBPE_DEVICE_BYTES`` caps the device memory gpubpe plans for,
+on a GPU (enforced there with CuPy's memory-pool limit) and in the simulator
+alike, so chunking can be exercised anywhere. The rule, byte and class tables
+are copied to the device once per tokenizer.
 
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;
 nothing of the call's output is kept, and the tokenizer stays usable (its word
-cache only ever holds finished words). ``gpubpe.encode_files`` keeps the
+caches only ever hold finished words). ``gpubpe.encode_files`` keeps the
 documents finished before the failure (see there).
 """
 
@@ -67,6 +95,7 @@ from .kernels.encode import (
     pack_words_cpu,
 )
 from .kernels.encode import batch_cuda as batch
+from .kernels.encode.cuda import copy_token_bytes_kernel
 
 # The pre-tokenizer that marks word starts on the device; one name, so the device kernel
 # (``kernels.encode.pretok_cuda.word_start_flags_cuda``) replaces the stand-in here alone.
@@ -248,6 +277,7 @@ class DeviceCodec:
         self._rules: RuleTable | None = None
         self._byte_table = None
         self._scanner_tables: dict[int, object] = {}
+        self._gaps = None
         self._cache: DeviceWordCache | None = None
         self._lock = threading.Lock()
         self.cache_words = DEVICE_CACHE_WORDS
@@ -503,6 +533,42 @@ class DeviceCodec:
         return self._rules
 
     # ------------------------------------------------------------ decoding
+    def gather_device_bytes(self, ids, doc_offsets, table_bytes, table_offsets, gaps):
+        """The bytes of device ids and each document's byte offsets, as device arrays.
+
+        ``ids``: any integer dtype; ``doc_offsets``: int64, host or device. One read (the
+        first bad id's position and the output size together); a bad id (out of range,
+        or a gap of an imported layout) raises ValueError naming it and its position.
+        """
+        xp = self.backend.xp
+        with self._lock, reporting_device_errors(f"decoding {int(ids.size):,} device ids"):
+            device_bytes, device_offsets = self._device_byte_table(table_bytes, table_offsets)
+            if self._gaps is None:
+                self._gaps = to_device(xp, gaps)
+            safe, first_bad = _first_bad_id(xp, ids, self._gaps)
+            lengths = device_offsets[safe + 1] - device_offsets[safe]
+            positions = exclusive_scan(xp, lengths)
+            first, total = to_host(xp.concatenate((first_bad, positions[-1:])),
+                                   "device decode size").tolist()  # sync
+            if first < ids.size:
+                bad = read_scalar(ids, first, "bad id")  # sync (errors only)
+                raise ValueError(f"id {bad} at position {first} is no token of this tokenizer: "
+                                 f"its ids are 0..{gaps.size - 1} (less any gaps of an imported "
+                                 "layout); were the ids made by another vocabulary?")
+            out = device_empty(xp, total, xp.uint8)
+            launch(copy_token_bytes_kernel, safe.size, safe, device_bytes, device_offsets,
+                   positions, out)
+            if not is_device_array(doc_offsets):
+                doc_offsets = to_device(xp, np.asarray(doc_offsets, dtype=np.int64))
+            return out, positions[doc_offsets]
+
+    def _device_byte_table(self, table_bytes, table_offsets):
+        if self._byte_table is None:
+            xp = self.backend.xp
+            self._byte_table = (kernel_view(to_device(xp, table_bytes)),
+                                to_device(xp, table_offsets))
+        return self._byte_table
+
     def gather_bytes(self, ids: np.ndarray, doc_offsets: np.ndarray, table_bytes: np.ndarray,
                      table_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bytes of valid int64 ids, and each document's byte offsets (host arrays)."""
@@ -511,10 +577,7 @@ class DeviceCodec:
             longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
             bounds = even_chunk_bounds(ids.size, DECODE_DEVICE_BYTES_PER_ID + longest,
                                        self._budget())
-            if self._byte_table is None:
-                self._byte_table = (kernel_view(to_device(xp, table_bytes)),
-                                    to_device(xp, table_offsets))
-            device_bytes, device_offsets = self._byte_table
+            device_bytes, device_offsets = self._device_byte_table(table_bytes, table_offsets)
             pieces, positions = [], [np.zeros(1, dtype=np.int64)]
             for lo, hi in bounds:
                 out, chunk_positions = gather_token_bytes_cuda(
@@ -525,6 +588,17 @@ class DeviceCodec:
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]
+
+
+def _first_bad_id(xp, ids, gaps):
+    """(ids as safe int64 gather indices, 1-element device array: first bad position or n)."""
+    ids = ids.astype(xp.int64)
+    bad = (ids < 0) | (ids >= gaps.size)
+    safe = xp.where(bad, 0, ids)
+    bad |= gaps[safe]
+    positions = xp.arange(ids.size, dtype=xp.int64)
+    first = xp.where(bad, positions, ids.size).min() if ids.size else xp.zeros((), xp.int64)
+    return safe, first.reshape(1)
 
 
 def _interleaved(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:

@@ -90,6 +90,9 @@ _ID_DTYPES = (np.dtype(np.uint32), np.dtype(np.int32), np.dtype(np.int64))
 class RaggedBatch:
     """Token ids of a batch of documents: ``ids`` (uint32) and ``offsets`` (int64, B+1).
 
+    ``encode_arrays(dtype=..., device=True)`` gives int32/int64 ids, and CuPy arrays
+    (the methods below read host arrays: copy device ones down first).
+
     Document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``, also ``batch[i]``.
 
     >>> batch = RaggedBatch(np.array([5, 6, 7], np.uint32), np.array([0, 2, 2, 3]))
@@ -103,8 +106,10 @@ class RaggedBatch:
     __slots__ = ("ids", "offsets")
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray):
-        self.ids = np.asarray(ids, dtype=np.uint32)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
+        # Device arrays stay on the device, and int32/int64 ids (``dtype=``) keep their type.
+        kept = is_device_array(ids) or isinstance(ids, np.ndarray) and ids.dtype in _ID_DTYPES
+        self.ids = ids if kept else np.asarray(ids, dtype=np.uint32)
+        self.offsets = offsets if is_device_array(offsets) else np.asarray(offsets, np.int64)
 
     def __len__(self) -> int:
         return self.offsets.size - 1
@@ -633,9 +638,37 @@ class Tokenizer:
         """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'."""
         return self.decode_bytes(ids).decode("utf-8", errors)
 
+    def decode_arrays(self, ids, offsets=None):
+        """The bytes of a ragged batch of ids: ``(bytes uint8, byte offsets int64, B+1)``.
+
+        Device ids (CuPy; any integer dtype) with ``backend="cuda"`` give device
+        arrays, gathered there with one read (the size); host ids give host arrays.
+        ``offsets``: the batch's int64 offsets (default: one sequence).
+        """
+        if offsets is None:
+            offsets = np.array([0, ids.size], dtype=np.int64)
+        if is_device_array(ids) and self._device is not None:
+            table_bytes, table_offsets = self._byte_table()
+            return self._device.gather_device_bytes(ids, offsets, table_bytes, table_offsets,
+                                                    self._id_gap_table())
+        ids, offsets = (to_host(a, "ids to the host") if is_device_array(a) else a
+                        for a in (ids, offsets))  # sync each (device ids, host backend)
+        return self._gather_bytes(self._id_array(ids), offsets)
+
+    def _id_gap_table(self) -> np.ndarray:
+        """bool per id: True where no token has it (gaps of imported layouts)."""
+        self._byte_table()
+        return self._id_gaps
+
     def decode_batch(self, batch: Iterable[Iterable[int]] | RaggedBatch,
                      errors: str = "replace") -> list[str]:
-        """Decode many id sequences (or a RaggedBatch) with one gather."""
+        """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device)
+        with one gather."""
+        if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
+            out, bounds = self.decode_arrays(batch.ids, batch.offsets)
+            text = to_host(out, "decoded bytes").tobytes()  # sync
+            bounds = to_host(bounds, "decoded byte offsets").tolist()  # sync
+            return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._id_array(batch.ids), batch.offsets
         else:
@@ -1150,10 +1183,13 @@ class BitLevelTokenizer(Tokenizer):
                              "sequence instead")
         return super().token_bytes(token_id)
 
-    def _encode_documents(self, *args, **kwargs) -> RaggedBatch:
-        batch = super()._encode_documents(*args, **kwargs)
+    def _encode_documents(self, *args, dtype=np.uint32, **kwargs) -> RaggedBatch:
+        batch = super()._encode_documents(*args, dtype=np.uint32, **kwargs)
         ids, offsets = self.codec.encode_batch(batch.ids, batch.offsets)
-        return RaggedBatch(np.asarray(ids, dtype=np.uint32), np.asarray(offsets, dtype=np.int64))
+        out_dtype = self._output_placement(False, dtype)
+        if is_device_array(ids):  # device in, device out
+            return RaggedBatch(ids.astype(out_dtype, copy=False), offsets)
+        return RaggedBatch(np.asarray(ids, dtype=out_dtype), np.asarray(offsets, dtype=np.int64))
 
     def decode_bytes(self, ids: Iterable[int], errors: str = "strict") -> bytes:
         """The bytes of coded ids; a malformed coded unit raises, or is U+FFFD unless strict."""
@@ -1163,6 +1199,10 @@ class BitLevelTokenizer(Tokenizer):
         return self.decode_bytes(ids, errors).decode("utf-8", errors)
 
     def decode_batch(self, batch, errors: str = "replace") -> list[str]:
+        if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
+            ids, offsets = self.codec.decode_batch(batch.ids.astype(np.uint32), batch.offsets,
+                                                   _codec_errors(errors))
+            return super().decode_batch(RaggedBatch(ids, offsets), errors)
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:

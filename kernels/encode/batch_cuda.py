@@ -184,7 +184,9 @@ def item_lookup_kernel(data, item_start, item_len, item_special, cache_table, ca
         item_key[k] = EMPTY_KEY
         if item_special[k] >= 0:
             continue
-        key = word_key_on_device(data, item_start[k], item_len[k])
+        # np.uint64: under the simulator the helper returns a Python int, which would
+        # type the lookup's key as int64 (another hash); on a GPU it is a no-op.
+        key = np.uint64(word_key_on_device(data, item_start[k], item_len[k]))
         item_key[k] = key
         item_slot[k] = interleaved_find_on_device(data, item_start[k], item_len[k], key,
                                                   cache_table, cache_pool_bytes,
