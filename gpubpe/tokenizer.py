@@ -392,10 +392,11 @@ class Tokenizer:
         host or device int64 arrays): with ``backend="cuda"`` and no special
         tokens in play it never comes back to the host; special tokens, a custom
         pattern or an NFC vocabulary copy it to the host once. ``device``: where
-        the ids go (default: where ``data`` is); ``dtype`` as in :meth:`encode_arrays`.
+        the ids go (default: where ``data`` is, when the backend has a device);
+        ``dtype`` as in :meth:`encode_arrays`.
         """
-        if device is None:
-            device = is_device_array(data)
+        if device is None:  # where the text is (the host, for a backend without a device)
+            device = is_device_array(data) and self._device is not None
         return self._encode_documents(data, doc_start, doc_end, allowed_special,
                                       disallowed_special, num_threads, device=device, dtype=dtype)
 

@@ -295,6 +295,50 @@ def test_device_batches_equal_tiktoken_and_the_cpu(tiktoken_pair):
     assert gpu_tok.decode_batch(got) == DOCS
 
 
+def test_device_chunks_equal_tiktoken(tiktoken_pair, cap_device_bytes):
+    from gpubpe.kernels.encode import batch_cuda
+
+    encoding, gpu_tok = tiktoken_pair
+    gpu_tok.encode("warm up")
+    cap_device_bytes(cap_for_budget(40 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE))
+    before = launches("item_lookup_kernel")
+    got = gpu_tok.encode_arrays(DOCS, allowed_special="all")
+    assert launches("item_lookup_kernel") - before >= 3  # documents in several chunks
+    assert got.tolist() == encoding.encode_batch(DOCS, allowed_special="all")
+
+
+def test_a_long_word_key_collision_sends_the_batch_to_the_host(cpu_tok, monkeypatch):
+    from numba import cuda
+
+    from gpubpe.kernels.encode import batch_cuda
+
+    @cuda.jit
+    def always_collides(data, item_start, item_len, item_cell, new_rep, collisions):
+        if cuda.grid(1) == 0:
+            collisions[0] = 1
+
+    texts = ["a collision is astronomically rare", "but handled exactly"]
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    monkeypatch.setattr(batch_cuda, "check_new_words_kernel", always_collides)
+    assert gpu_tok.encode_batch(texts) == cpu_tok.encode_batch(texts)
+    assert gpu_tok._device.cache_stats()["words"] == 0  # the device batch was dropped
+
+
+def test_collision_check_compares_long_words_bytes():
+    from gpubpe.kernels.encode import batch_cuda
+
+    data = to_device(np, np.frombuffer(b"abcdefgh abcdefgh abcdefgX", np.uint8))
+    item_start = to_device(np, np.array([0, 9, 18], np.int64))
+    item_len = to_device(np, np.array([8, 8, 8], np.int64))
+    item_cell = to_device(np, np.array([0, 0, 0], np.int64))  # all in one cell, as equal keys
+    new_rep = to_device(np, np.array([0], np.int64))  # item 0 represents it
+    collisions = _cuda.device_zeros(np, 1, np.int64)
+    _cuda.launch(batch_cuda.check_new_words_kernel, 3, data, item_start, item_len, item_cell,
+                 new_rep, collisions)
+    assert to_host(collisions).tolist() == [1]  # item 2 differs in its last byte; item 1 not
+
+
 def test_invalid_utf8_on_the_device_equals_the_cpu(tiktoken_pair):
     _, gpu_tok = tiktoken_pair
     docs = [b"ok \xff\xfe bytes", b"\xe4\xb8", b"", b"\x80abc \xc3\x28 end\xe2\x82"]
