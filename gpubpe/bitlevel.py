@@ -200,7 +200,8 @@ class BitLevelCodec:
 
     def _on_device(self, ids, offsets) -> bool:
         """Device arrays in, with a device backend: the result stays on the device."""
-        return self.backend == "cuda" and is_device_array(ids) and is_device_array(offsets)
+        return self._device_tables is not self._tables and is_device_array(ids) \
+            and is_device_array(offsets)
 
     def _run_on_device(self, operation, ids, offsets, errors: str = "strict"):
         """encode_batch / decode_batch over device arrays: device (ids, offsets) out.

@@ -484,3 +484,14 @@ def test_random_bytes_and_specials_on_the_device_equal_the_cpu(cpu_tok, docs):
         got = gpu_tok.encode_arrays(docs, allowed_special=allowed, disallowed_special=())
         assert got.ids.tolist() == expected.ids.tolist()
         assert got.offsets.tolist() == expected.offsets.tolist()
+
+
+def test_bitlevel_tokenizer_keeps_ids_on_the_device(cpu_tok):
+    texts = ["\u4e2d\u6587 and text \u4e2d", "plain", ""]
+    coded = cpu_tok.with_backend("cuda").with_bitlevel()
+    got = coded.encode_arrays(texts, device=True, dtype=np.int64)
+    assert isinstance(got.ids, _cuda.SimulatedDeviceArray) and got.ids.dtype == np.int64
+    expected = cpu_tok.with_bitlevel().encode_arrays(texts)
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    assert coded.decode_batch(got) == texts
