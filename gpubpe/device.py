@@ -305,10 +305,10 @@ class DeviceCodec:
                 if part is None:
                     return None
                 parts.append(part)
-            ids, offsets = self._joined(parts, dtype, n_docs)
-        if on_device:
-            return ids, offsets
-        return to_host(ids, "batch ids"), to_host(offsets, "batch offsets")  # sync x2
+            ids, offsets = self._joined(parts)
+            if on_device:
+                return ids, offsets
+            return to_host(ids, "batch ids"), to_host(offsets, "batch offsets")  # sync x2
 
     def upload(self, array):
         """A host array copied to the device (counted)."""
@@ -336,7 +336,7 @@ class DeviceCodec:
         costs = cumulative[doc_first_piece[1:]] - cumulative[doc_first_piece[:-1]]
         return chunk_bounds(costs, self._budget())
 
-    def _joined(self, parts, dtype, n_docs: int):
+    def _joined(self, parts):
         """The chunks' (ids, offsets, n_ids) as one ragged batch on the device."""
         xp = self.backend.xp
         if len(parts) == 1:
