@@ -310,6 +310,32 @@ class DeviceCodec:
                 return ids, offsets
             return to_host(ids, "batch ids"), to_host(offsets, "batch offsets")  # sync x2
 
+    def find_specials(self, data, doc_start, doc_end, token_bytes, token_offsets, first_byte
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Special-token matches in device text, as ``find_specials_cpu`` finds them.
+
+        Host ``(match_at, match_token)``: leftmost, longest first, not overlapping,
+        inside the documents (host int64 ranges). A thread per byte marks candidates;
+        one read counts them, one more brings them down (none when there are none).
+        """
+        xp = self.backend.xp
+        with self._lock, reporting_device_errors("finding special tokens"):
+            tables = [to_device(xp, a) for a in (doc_start, doc_end, token_bytes, token_offsets,
+                                                 first_byte.astype(np.uint8))]
+            match_token = device_empty(xp, data.size, xp.int64)
+            launch(batch.special_candidates_kernel, data.size, data, *tables, match_token)
+            match_index = exclusive_scan(xp, match_token >= 0)
+            n = read_scalar(match_index, -1, "special-token candidates")  # sync
+            if n == 0:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            match_at = device_empty(xp, n, xp.int64)
+            match_which = device_empty(xp, n, xp.int64)
+            launch(batch.list_candidates_kernel, data.size, match_token, match_index, match_at,
+                   match_which)
+            found = to_host(xp.concatenate((match_at, match_which)),
+                            "special-token matches")  # sync
+        return _leftmost_matches(found[:n], found[n:], np.diff(token_offsets))
+
     def upload(self, array):
         """A host array copied to the device (counted)."""
         return to_device(self.backend.xp, array)
@@ -588,6 +614,19 @@ class DeviceCodec:
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]
+
+
+def _leftmost_matches(match_at, match_token, token_length):
+    """The candidates a left-to-right scan keeps: each one that starts past the last kept."""
+    ends = match_at + token_length[match_token]
+    if (match_at[1:] >= ends[:-1]).all():  # nothing overlaps (the usual case)
+        return match_at, match_token
+    keep, last_end = [], -1
+    for k, (at, end) in enumerate(zip(match_at.tolist(), ends.tolist())):
+        if at >= last_end:
+            keep.append(k)
+            last_end = end
+    return match_at[keep], match_token[keep]
 
 
 def _first_bad_id(xp, ids, gaps):

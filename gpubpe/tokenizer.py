@@ -424,7 +424,7 @@ class Tokenizer:
         allowed = self._special_set(allowed_special)
         disallowed = self._special_set(disallowed_special) - allowed
         if is_device_array(data):
-            found = self._encode_device_text(data, doc_start, doc_end, allowed | disallowed,
+            found = self._encode_device_text(data, doc_start, doc_end, allowed, disallowed,
                                              out_dtype, device)
             if found is not None:
                 return found
@@ -480,24 +480,41 @@ class Tokenizer:
             return RaggedBatch(self._device.upload(ids), self._device.upload(offsets))
         return RaggedBatch(ids, offsets)
 
-    def _encode_device_text(self, data, doc_start, doc_end, specials: set[str], dtype,
-                            device: bool) -> RaggedBatch | None:
-        """Text already on the device, encoded there; None when the host must see it (special
-        tokens in play, a custom pattern, NFC or a prefix space, or a hash collision)."""
+    def _encode_device_text(self, data, doc_start, doc_end, allowed: set[str],
+                            disallowed: set[str], dtype, device: bool) -> RaggedBatch | None:
+        """Text already on the device, encoded there; None when the host must see it (a custom
+        pattern, NFC, a prefix space, HF special-token flags, a disallowed special token
+        found: the host path raises, or a hash collision)."""
         if data.dtype != np.uint8 or data.ndim != 1:
             raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
                                  f"{data.ndim}-D {data.dtype}")
         layout = self._vocab.layout
-        if (specials or not self._device_batches(data.size) or layout is not None
-                and (layout.normalizer == "NFC" or layout.prefix_space)):
+        if (not self._device_batches(data.size) or layout is not None and (
+                layout.normalizer == "NFC" or layout.prefix_space
+                or (allowed or disallowed) and layout.special_flags)):
             return None
         doc_start, doc_end = (to_host(r, "document ranges") if is_device_array(r) else r
                               for r in (doc_start, doc_end))  # sync (device ranges only)
         doc_start, doc_end = _document_ranges(doc_start, doc_end, data.size)
-        pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
-        found = self._device.encode_pieces(data, pieces, np.arange(doc_start.size + 1),
-                                           *self._scan_args(), dtype, device)
+        if disallowed and self._device.find_specials(
+                data, doc_start, doc_end, *self._special_table(disallowed)[:3])[0].size:
+            return None
+        pieces, doc_first_piece = self._device_text_pieces(data, doc_start, doc_end, allowed)
+        found = self._device.encode_pieces(data, pieces, doc_first_piece, *self._scan_args(),
+                                           dtype, device)
         return None if found is None else RaggedBatch(*found)
+
+    def _device_text_pieces(self, data, doc_start, doc_end, allowed: set[str]):
+        """Host pieces of device text: the documents cut at allowed special tokens found
+        on the device (``DeviceCodec.find_specials``)."""
+        no_special = np.full(doc_start.size, -1, dtype=np.int64)
+        if not allowed:
+            return (doc_start, doc_end, no_special), np.arange(doc_start.size + 1)
+        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+        match_at, match_token = self._device.find_specials(data, doc_start, doc_end,
+                                                           token_bytes, token_offsets, first_byte)
+        return _pieces_around(doc_start, doc_end, match_at,
+                              np.diff(token_offsets)[match_token], token_ids[match_token])
 
     @staticmethod
     def _text_to_host(data, doc_start, doc_end):
@@ -761,6 +778,29 @@ def _rule_table_of(vocab: Vocabulary):
         return rule_table(vocab.rules, ids, offsets)
     return rule_table(vocab.rules, ids, offsets, rank_by_token=layout.rank_by_token,
                       whole_tokens=vocab.token_bytes if layout.whole_tokens else None)
+
+
+def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
+    """Documents cut at special-token matches (sorted, inside documents, not overlapping):
+    ``(piece_start, piece_end, piece_special), doc_first_piece``. A document with k
+    matches gives 2k + 1 pieces: text, special, text, ..., text (text may be empty)."""
+    match_doc = np.searchsorted(doc_end, match_at, side="right")
+    per_doc = np.bincount(match_doc, minlength=doc_start.size).astype(np.int64)
+    doc_first_piece = np.zeros(doc_start.size + 1, dtype=np.int64)
+    np.cumsum(2 * per_doc + 1, out=doc_first_piece[1:])
+    first_match = np.concatenate([[0], np.cumsum(per_doc)[:-1]]).astype(np.int64)
+    rank_in_doc = np.arange(match_at.size) - first_match[match_doc]
+    special_at = doc_first_piece[match_doc] + 2 * rank_in_doc + 1  # after its text piece
+    piece_start = np.empty(doc_first_piece[-1], dtype=np.int64)
+    piece_end = np.empty(doc_first_piece[-1], dtype=np.int64)
+    piece_special = np.full(doc_first_piece[-1], -1, dtype=np.int64)
+    piece_start[doc_first_piece[:-1]] = doc_start
+    piece_end[doc_first_piece[1:] - 1] = doc_end
+    piece_start[special_at], piece_end[special_at] = match_at, match_at + match_len
+    piece_special[special_at] = match_id
+    piece_end[special_at - 1] = match_at
+    piece_start[special_at + 1] = match_at + match_len
+    return (piece_start, piece_end, piece_special), doc_first_piece
 
 
 def _nfc_documents(array, doc_start, doc_end):

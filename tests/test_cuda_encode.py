@@ -437,7 +437,29 @@ def test_text_already_on_the_device_stays_there(cpu_tok, lines):
     assert isinstance(text, _cuda.SimulatedDeviceArray)
     assert to_host(text).tobytes() == data and to_host(byte_offsets).tolist() == [0, *ends]
     with_specials = gpu_tok.encode_buffer(device_data, *device_ranges, allowed_special="all")
-    assert to_host(with_specials.ids).tolist() == expected.ids.tolist()  # the host found none
+    assert to_host(with_specials.ids).tolist() == expected.ids.tolist()  # the device found none
+
+
+def test_special_tokens_in_device_text_are_found_on_the_device(cpu_tok):
+    from gpubpe.errors import SpecialTokenError
+
+    texts = [SPECIAL + "a" + SPECIAL + SPECIAL, "", "no special", "x<|endoftext|", SPECIAL,
+             "<|endoftext|><|endoftext|>>"]
+    data = "".join(texts).encode()
+    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    device_data = to_device(np, np.frombuffer(data, np.uint8))
+    expected = cpu_tok.encode_buffer(data, ends - lengths, ends, allowed_special="all")
+    before = launches("special_candidates_kernel")
+    with gpubpe.device_stats() as stats:
+        got = gpu_tok.encode_buffer(device_data, ends - lengths, ends, allowed_special="all")
+    assert launches("special_candidates_kernel") == before + 1
+    assert "device text to the host" not in stats.sync_sites  # the text stayed there
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    with pytest.raises(SpecialTokenError, match="document 0 holds the special token"):
+        gpu_tok.encode_buffer(device_data, ends - lengths, ends, disallowed_special="all")
 
 
 def test_bitlevel_codec_keeps_device_arrays_on_the_device():
@@ -495,3 +517,11 @@ def test_bitlevel_tokenizer_keeps_ids_on_the_device(cpu_tok):
     assert to_host(got.ids).tolist() == expected.ids.tolist()
     assert to_host(got.offsets).tolist() == expected.offsets.tolist()
     assert coded.decode_batch(got) == texts
+
+
+def test_overlapping_special_candidates_keep_the_leftmost():
+    # Token 0 "aa" (2 bytes) found at 0, 1, 2 and 5 of "aaaa_aa": a scan keeps 0, 2 and 5.
+    at = np.array([0, 1, 2, 5], np.int64)
+    kept_at, kept_token = device._leftmost_matches(at, np.zeros(4, np.int64),
+                                                   np.array([2], np.int64))
+    assert kept_at.tolist() == [0, 2, 5] and kept_token.tolist() == [0, 0, 0]

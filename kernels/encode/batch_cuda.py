@@ -313,6 +313,42 @@ def piece_offsets_kernel(item_start, piece_start, item_out, piece_out):
             piece_out[p] = item_out[_lower_bound_on_device(item_start, piece_start[p])]
 
 
+# ---------------------------------------------------------------- 0: special tokens in device text
+
+
+@cuda.jit
+def special_candidates_kernel(data, doc_start, doc_end, token_bytes, token_offsets, first_byte,
+                              match_token):
+    """match_token[i] = the first token (the caller orders them longest first) spelled at byte
+    i inside its document, or -1. Launch: a thread per byte; a binary search in ``doc_end``.
+
+    Candidates may overlap; the caller keeps the leftmost non-overlapping ones, as
+    ``pieces.find_specials_cpu`` does.
+    """
+    for i in range(cuda.grid(1), data.size, cuda.gridsize(1)):
+        match_token[i] = -1
+        if first_byte[data[i]] == 0:
+            continue
+        d = _upper_bound_on_device(doc_end, i)
+        if d >= doc_end.size or doc_start[d] > i:
+            continue
+        for t in range(token_offsets.size - 1):
+            length = token_offsets[t + 1] - token_offsets[t]
+            if i + length <= doc_end[d] and _same_bytes_on_device(data, i, token_bytes,
+                                                                  token_offsets[t], length):
+                match_token[i] = t
+                break
+
+
+@cuda.jit
+def list_candidates_kernel(match_token, match_index, match_at, match_which):
+    """The candidates in byte order: position and token. A thread per byte."""
+    for i in range(cuda.grid(1), match_token.size, cuda.gridsize(1)):
+        if match_token[i] >= 0:
+            match_at[match_index[i]] = i
+            match_which[match_index[i]] = match_token[i]
+
+
 # ---------------------------------------------------------------- 7: the device word cache
 
 
@@ -358,6 +394,9 @@ BATCH_CUDA_SIGNATURES = {
     write_item_ids_kernel: f"void({_I64}, {_I64}, {_I64}, {_I64}, {_I64}, uint32[::1], {_I64}, "
                            f"uint32[::1], {_I64}, uint32[::1])",
     piece_offsets_kernel: f"void({_I64}, {_I64}, {_I64}, {_I64})",
+    special_candidates_kernel: f"void(uint8[::1], {_I64}, {_I64}, uint8[::1], {_I64}, "
+                               f"uint8[::1], {_I64})",
+    list_candidates_kernel: f"void({_I64}, {_I64}, {_I64}, {_I64})",
     cache_admit_kernel: f"void(uint8[::1], {_I64}, uint64[::1], uint32[::1], {_I64}, int64, "
                         f"int64, int64, uint64[::1], {_I64}, {_I64}, uint8[::1], uint32[::1])",
 }
