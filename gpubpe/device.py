@@ -4,8 +4,8 @@ A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands whole batches to a
 :class:`DeviceCodec` (``encode_pieces``; ``kernels/encode/batch_cuda.py`` lists
 the steps). What runs where, per batch:
 
-- Host: special tokens (``find_specials_cpu``) and cutting documents into
-  pieces, when special tokens are in play; NFC and HF's prefix space (imported
+- Host: special tokens in host text (``find_specials_cpu``) and cutting
+  documents into pieces, when special tokens are in play; NFC and HF's prefix space (imported
   vocabularies that ask for them); custom ``regex`` patterns (they never reach
   the device).
 - Device: word starts (``word_start_flags``: today a stand-in that scans on the
@@ -37,9 +37,13 @@ restarts it (emptied, then the batch's words admitted). ``cache_stats()``
 reports its size and restarts.
 
 Text already on the device (``encode_buffer`` with a CuPy uint8 array) is
-encoded without coming to the host when no special tokens are in play; the
-document ranges come down once (two small reads). With special tokens, a
-custom pattern or NFC it is copied to the host once. Decoding device ids
+encoded without coming to the host; device document ranges come down once
+(two small reads). Special tokens in it are found on the device
+(``find_specials``: a thread per byte marks candidates, one read counts them,
+one more brings them down when there are any; the leftmost non-overlapping are
+kept, as ``find_specials_cpu`` keeps them). A custom pattern, NFC, HF's prefix
+space or special-token flags, or a disallowed special token found (the host
+path raises with its message) copy the text to the host once. Decoding device ids
 (``gather_device_bytes``) checks the ids and sizes its output in one read.
 The word-list steps (``encode_words``; ``gather_bytes`` for host ids) remain
 as before: a chunk's offsets then its ids, three reads per decode chunk.

@@ -389,9 +389,9 @@ class Tokenizer:
         For readers that already hold UTF-8 bytes (``gpubpe.encode_files``):
         no Python object per document. Special-token text is ordinary text by default.
         ``data`` may be text already on the device (a CuPy uint8 array; the ranges
-        host or device int64 arrays): with ``backend="cuda"`` and no special
-        tokens in play it never comes back to the host; special tokens, a custom
-        pattern or an NFC vocabulary copy it to the host once. ``device``: where
+        host or device int64 arrays): with ``backend="cuda"`` it never comes back
+        to the host (special tokens are found on the device too); a custom
+        pattern, an NFC or prefix-space vocabulary copy it to the host once. ``device``: where
         the ids go (default: where ``data`` is, when the backend has a device);
         ``dtype`` as in :meth:`encode_arrays`.
         """
