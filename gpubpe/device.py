@@ -33,8 +33,9 @@ The stand-in pre-tokenizer adds its own (the bytes, the segments) until
 The device word cache (``DeviceWordCache``) is kept between batches: at most
 ``DEVICE_CACHE_WORDS`` words and ``DEVICE_CACHE_POOL_BYTES`` bytes (as many
 ids), about 34 MB of device memory; a batch whose new words do not fit
-restarts it (emptied, then the batch's words admitted). ``cache_stats()``
-reports its size and restarts.
+restarts it (emptied, then the batch's words admitted) unless the cache
+answered at least half of the batch's words (then it stays as it is, as the
+host cache does). ``cache_stats()`` reports its size and restarts.
 
 Text already on the device (``encode_buffer`` with a CuPy uint8 array) is
 encoded without coming to the host; device document ranges come down once
@@ -107,6 +108,9 @@ word_start_flags = batch.word_start_flags_standin
 # The device word cache: at most this many words, and this many bytes (and as many ids).
 DEVICE_CACHE_WORDS = 1 << 18
 DEVICE_CACHE_POOL_BYTES = 16 * DEVICE_CACHE_WORDS
+# A full device cache restarts for a batch's new words only when it answered fewer than
+# this share of the batch's words (the host cache's rule: else it keeps serving well).
+DEVICE_CACHE_MIN_HIT_RATE = 0.5
 # Longer words are encoded on the CPU (see the module docstring).
 DEVICE_MAX_WORD_BYTES = 64
 # Share of the free device memory one chunk may take (the rest: CuPy's pool, other work).
@@ -223,10 +227,11 @@ def is_device_array(array) -> bool:
 class DeviceWordCache:
     """Encoded words kept on the device across batches: ``WordCache``'s layout, device arrays.
 
-    Bounded: ``max_words`` words, ``pool_bytes`` bytes and as many ids. A batch
-    whose new words do not fit empties it first (a restart), and its words enter
-    only if they fit an empty cache. The counts are kept on the host, so
-    deciding costs no read.
+    Bounded: ``max_words`` words, ``pool_bytes`` bytes and as many ids. When a
+    batch's new words do not fit, the cache is kept as it is if it answered at
+    least ``DEVICE_CACHE_MIN_HIT_RATE`` of the batch's words, else emptied (a
+    restart) and the words enter if they fit an empty cache. The counts are kept
+    on the host (the hit rate comes with a read the batch makes anyway).
     """
 
     table: object  # uint64, 2 per cell: word key, slot
@@ -452,8 +457,10 @@ class DeviceCodec:
                items["len"], word_rep, word_len, word_key, cell_word)
         word_start = exclusive_scan(xp, word_len)
         n_long = (word_len > DEVICE_MAX_WORD_BYTES).sum(dtype=xp.int64).reshape(1)
-        n_new, n_bytes, n_collisions, n_long = to_host(xp.concatenate(
-            (distinct_index[-1:], word_start[-1:], collisions, n_long)),
+        n_hits = (items["slot"] >= 0).sum(dtype=xp.int64).reshape(1)
+        n_words = (items["special"] < 0).sum(dtype=xp.int64).reshape(1)
+        n_new, n_bytes, n_collisions, n_long, n_hits, n_words = to_host(xp.concatenate(
+            (distinct_index[-1:], word_start[-1:], collisions, n_long, n_hits, n_words)),
             "batch new words").tolist()  # sync
         if n_collisions:
             return None
@@ -464,7 +471,8 @@ class DeviceCodec:
         ids, offsets = self._encode_packed(packed, word_start, n_long)
         return {"item_cell": item_cell, "cell_word": cell_word, "ids": ids, "offsets": offsets,
                 "packed": packed, "word_start": word_start, "key": word_key[:n_new],
-                "n_words": n_new, "n_bytes": n_bytes}
+                "n_words": n_new, "n_bytes": n_bytes,
+                "hit_rate": n_hits / n_words if n_words else 1.0}
 
     def _encode_packed(self, packed, word_start, n_long: int):
         """BPE of the packed new words on the device; with long words among them, the
@@ -504,6 +512,8 @@ class DeviceCodec:
         if n_words == 0:
             return
         if not cache.fits(n_words, n_bytes, n_new_ids):
+            if found["hit_rate"] >= DEVICE_CACHE_MIN_HIT_RATE:
+                return  # full, but still answering most words: keep it as it is
             cache.clear()
             cache.restarts += 1
             if not cache.fits(n_words, n_bytes, n_new_ids):

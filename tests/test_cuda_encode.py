@@ -525,3 +525,16 @@ def test_overlapping_special_candidates_keep_the_leftmost():
     kept_at, kept_token = device._leftmost_matches(at, np.zeros(4, np.int64),
                                                    np.array([2], np.int64))
     assert kept_at.tolist() == [0, 2, 5] and kept_token.tolist() == [0, 0, 0]
+
+
+def test_a_full_device_cache_is_kept_while_it_answers_most_words(cpu_tok):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok._device.cache_words = 3
+    batches = (["aa bb cc"], ["aa bb cc dd"], ["ww xx yy zz"])  # "aa", " bb", " cc": 3 words
+    seen = []
+    for texts in batches:
+        assert gpu_tok.encode_batch(texts) == cpu_tok.encode_batch(texts)
+        stats = gpu_tok._device.cache_stats()
+        seen.append((stats["words"], stats["restarts"]))
+    # Full after the first; the second answers 3 of 4 words: kept; the third none: restarted.
+    assert seen == [(3, 0), (3, 0), (0, 1)]
