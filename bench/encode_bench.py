@@ -15,6 +15,7 @@ calls; "cold" rows clear it before every timed call, "warm" rows do not.
 
     python bench/encode_bench.py [--megabytes 8] [--threads 1 2] [--repeats 5]
     python bench/encode_bench.py --sweep [--megabytes 8]   # thread sweep only (offline)
+    python bench/encode_bench.py --cuda [--megabytes 154]  # CUDA rows (simulator: counts)
 """
 
 from __future__ import annotations
@@ -360,6 +361,78 @@ def _slices(text: str, bounds: list[int]) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
+def cuda_rows(megabytes: float, repeats: int) -> None:
+    """The device rows (#17): a list of str in, host ids out; device bytes in, device ids
+    out; cold and warm device word cache; decode of device ids. Ids are checked equal to the
+    CPU path first. On a GPU: MB/s, the device synchronised before each clock stops. Under
+    the simulator (``NUMBA_ENABLE_CUDASIM=1``): counts only (launches, syncs, bytes each
+    way per batch), on a few KB, since simulated time says nothing about a GPU."""
+    import numba
+    import numpy as np
+
+    import gpubpe
+    from gpubpe.kernels._cuda import synchronize, to_device, to_host
+
+    simulated = bool(numba.config.ENABLE_CUDASIM)
+    text = MULTISCRIPT.read_text(encoding="utf-8")
+    size = int(4e3 if simulated else megabytes * 1e6)
+    docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
+    docs = (docs * (size // len(text.encode()) + 1))[:max(size // 2000, 2)]
+    if not SWEEP_VOCAB.exists():
+        SWEEP_VOCAB.parent.mkdir(exist_ok=True)
+        gpubpe.train(text.splitlines(keepends=True), 4096, progress=False).save(SWEEP_VOCAB)
+    cpu_tok = gpubpe.load(SWEEP_VOCAB, backend="cpu")
+    tok = cpu_tok.with_backend("cuda")
+    xp = tok._device.backend.xp
+    data = "".join(docs).encode()
+    lengths = np.array([len(d.encode()) for d in docs], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    device_text = to_device(xp, np.frombuffer(data, np.uint8))
+    device_ranges = to_device(xp, ends - lengths), to_device(xp, ends)
+    expected = cpu_tok.encode_arrays(docs)
+    got = tok.encode_arrays(docs)
+    on_device = tok.encode_buffer(device_text, *device_ranges)
+    if got.ids.tolist() != expected.ids.tolist() or \
+            to_host(on_device.ids).tolist() != expected.ids.tolist():
+        sys.exit("cuda: ids differ from the CPU path")
+    calls = {
+        "encode_arrays, list of str in, host ids out (cold cache)":
+            lambda: (tok.clear_cache(), tok.encode_arrays(docs)),
+        "encode_arrays, list of str in, host ids out (warm cache)": lambda: tok.encode_arrays(docs),
+        "encode_buffer, device bytes in, device ids out (cold cache)":
+            lambda: (tok.clear_cache(), tok.encode_buffer(device_text, *device_ranges)),
+        "encode_buffer, device bytes in, device ids out (warm cache)":
+            lambda: tok.encode_buffer(device_text, *device_ranges),
+        "decode_arrays, device ids in, device bytes out":
+            lambda: tok.decode_arrays(on_device.ids, on_device.offsets),
+    }
+    print(f"\n### CUDA rows: {len(data) / 1e6:.3f} MB in {len(docs):,} documents of ~2 KB "
+          f"(tests/data/multiscript.txt, a 4,096-id vocabulary); "
+          f"{'simulator: counts only' if simulated else 'MB/s, best of ' + str(repeats)}\n")
+    print("| call | MB/s | launches | syncs | bytes to device | "
+          "bytes to host |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, call in calls.items():
+        call()  # warm-up (JIT, tables on the device)
+        with gpubpe.device_stats() as stats:
+            call()
+        best = float("nan")
+        if not simulated:
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                call()
+                synchronize(xp, "bench clock")
+                times.append(time.perf_counter() - start)
+            best = len(data) / min(times) / 1e6
+        print(f"| {name} | {'-' if simulated else f'{best:.0f}'} | {stats.n_launches} | "
+              f"{stats.syncs} | {stats.bytes_to_device:,} | "
+              f"{stats.bytes_to_host:,} |")
+    print("\nSync sites of the last call of each kind are in gpubpe.device_stats(); a batch "
+          "with new words over DEVICE_MAX_WORD_BYTES adds the long-word reads.")
+    print(f"\nDevice word cache: {tok._device.cache_stats()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=8.0)
@@ -370,9 +443,13 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="only the thread sweep of count_words / encode_arrays on lines")
     parser.add_argument("--decode", action="store_true", help="only the decoding rows")
+    parser.add_argument("--cuda", action="store_true",
+                        help="only the CUDA rows (under NUMBA_ENABLE_CUDASIM=1: counts only)")
     args = parser.parse_args()
     if args.decode:
         return decode_rows(args.megabytes, args.repeats)
+    if args.cuda:
+        return cuda_rows(args.megabytes, args.repeats)
     if args.sweep:
         thread_sweep(args.megabytes, args.repeats)
         return decode_rows(args.megabytes, args.repeats)

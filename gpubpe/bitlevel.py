@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import resolve_backend
+from .device import is_device_array
 from .errors import ConfigError, GpubpeError
 from .kernels import bitpack
 from .kernels._cuda import kernel_view, to_device, to_host
@@ -165,7 +166,11 @@ class BitLevelCodec:
         """Re-encode a ragged batch (flat ids, int64 offsets of length B+1): new (ids, offsets).
 
         A character never spans two sequences, and each sequence starts with no prefix in force.
+        With ``backend="cuda"``, device arrays in (CuPy; uint32 ids, int64 offsets) give
+        device arrays out, with no copy to the host (one read: the output size).
         """
+        if self._on_device(ids, offsets):
+            return self._run_on_device("encode", ids, offsets)
         ids, _ = _as_ids(ids)
         offsets = _as_offsets(offsets, ids.size)
         out, out_offsets, first_bad = self._run("encode", ids, offsets, "lead_prefix_ids",
@@ -181,6 +186,8 @@ class BitLevelCodec:
         """Invert :meth:`encode_batch`: new (ids, offsets). Malformed units raise or give U+FFFD."""
         if errors not in ERROR_MODES:
             raise ConfigError(f"errors={errors!r} is not one of {ERROR_MODES}")
+        if self._on_device(ids, offsets):
+            return self._run_on_device("decode", ids, offsets, errors)
         ids, _ = _as_ids(ids)
         offsets = _as_offsets(offsets, ids.size)
         out, out_offsets, n_bad, first_bad = self._run("decode", ids, offsets, "decode_table")
@@ -190,6 +197,37 @@ class BitLevelCodec:
                 f"{self._malformed_cause(ids, offsets, first_bad)} ({n_bad} malformed unit(s) in "
                 "all); decode with errors='replace' to write U+FFFD (EF BF BD) for each instead")
         return out, out_offsets
+
+    def _on_device(self, ids, offsets) -> bool:
+        """Device arrays in, with a device backend: the result stays on the device."""
+        return self._device_tables is not self._tables and is_device_array(ids) \
+            and is_device_array(offsets)
+
+    def _run_on_device(self, operation, ids, offsets, errors: str = "strict"):
+        """encode_batch / decode_batch over device arrays: device (ids, offsets) out.
+
+        The dtypes are checked (uint32 ids, int64 offsets; ConfigError otherwise); the
+        offsets' values are the caller's to keep valid, as for any device array. A bad
+        id or malformed input raises as on the host, after copying the ids down then.
+        """
+        if ids.dtype != np.uint32 or offsets.dtype != np.int64 or ids.ndim != 1:
+            raise ConfigError(f"device input must be 1-D uint32 ids and int64 offsets, not "
+                              f"{ids.dtype} and {offsets.dtype}; convert with .astype() first")
+        names = ("lead_prefix_ids", "value_ids") if operation == "encode" else ("decode_table",)
+        kernel = getattr(bitpack, f"bitlevel_{operation}_cuda")
+        results = kernel(ids, offsets, *(self._device_tables[n] for n in names),
+                         self.base_vocab_size, xp=self._xp)
+        if operation == "encode":
+            failed = results[2] >= 0
+        else:
+            failed = results[2] > 0 and errors == "strict"
+        if failed:  # the host path names the bad id: it raises
+            host = (to_host(ids, "bit-level input ids"), to_host(offsets, "bit-level offsets"))
+            if operation == "encode":
+                self.encode_batch(*host)
+            else:
+                self.decode_batch(*host, errors)
+        return results[0], results[1]
 
     def _run(self, operation, ids, offsets, *table_names):
         """Run the backend's kernel; CUDA inputs go to the device and results come back."""

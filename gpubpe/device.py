@@ -1,47 +1,91 @@
-"""Encoding and decoding on a CUDA device: what goes there, in what chunks, what a failure means.
+"""Encoding and decoding on a CUDA device: what runs where, in what chunks, what a failure means.
 
-A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands two steps to a
-:class:`DeviceCodec`:
+A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands whole batches to a
+:class:`DeviceCodec` (``encode_pieces``; ``kernels/encode/batch_cuda.py`` lists
+the steps). What runs where, per batch:
 
-- BPE on the batch's distinct new words (``kernels.encode.encode_word_list_cuda``,
-  a thread per word). Words longer than ``DEVICE_MAX_WORD_BYTES`` take the CPU
-  path (a thread would scan them quadratically; the CPU uses a heap), and the
-  two results are put back in word order. Splitting text into words, the word
-  cache and writing ids per document stay on the host: they are byte scans and
-  lookups that the CPU kernels do near memory speed.
-- Decoding: ids to bytes (``kernels.encode.gather_token_bytes_cuda``).
+- Host: special tokens in host text (``find_specials_cpu``) and cutting
+  documents into pieces, when special tokens are in play; NFC and HF's prefix space (imported
+  vocabularies that ask for them); custom ``regex`` patterns (they never reach
+  the device).
+- Device: word starts (``kernels.encode.pretok_cuda.word_start_flags_cuda``: safe
+  cuts, then a thread per cut-out chunk runs the CPU's exact scanner), the words' spans and keys, lookups
+  in the device word cache, dedupe of the misses (atomicCAS hash table), BPE of
+  the distinct new words (``encode_word_list_cuda``, a thread per word; a word
+  that is a whole token first becomes it, as on the CPU), every occurrence's ids
+  written at its offset (count, exclusive scan, write), the documents' offsets,
+  and the new words entering the cache.
+- Words longer than ``DEVICE_MAX_WORD_BYTES`` keep today's rule: when a batch
+  has such new words, the packed new words come down and go through
+  ``encode_words`` (short ones back to the device, long ones the CPU's heap; a
+  thread would scan them quadratically), and the ids go back up.
+- A long word's 56-bit key that matches a different word (a hash collision) is
+  detected on the device; the batch then takes the host path, exact as always.
 
-Both run in chunks sized from the device's free memory at the time (never a
-constant), so a batch larger than device memory still goes through.
-``GPUBPE_DEVICE_BYTES`` caps the device memory gpubpe plans for, on a GPU
-(enforced there with CuPy's memory-pool limit) and in the simulator alike, so
-chunking can be exercised anywhere. The rule and byte tables are copied to the
-device once per tokenizer.
+Syncs per batch (``gpubpe.device_stats()``), the same for 3 or 60 documents or
+any number of words: the item count, the new words' sizes, the id count
+(three reads of a few int64 each), then ids and offsets when they go to the
+host (none with ``device=True``). A batch with long new words adds two reads.
+The pre-tokenizer reads nothing. ``tests/test_device_stats.py`` holds the counts.
 
-Host round trips, counted by ``gpubpe.device_stats()``: encoding makes two
-syncs per chunk (the output offsets, then the ids they size) and copies the
-chunk's words and starts to the device; decoding makes three per chunk (the
-output size, the bytes, the positions). A batch that fits in one chunk pays
-exactly that; ``tests/test_device_stats.py`` holds the counts.
+The device word cache (``DeviceWordCache``) is kept between batches: at most
+``DEVICE_CACHE_WORDS`` words and ``DEVICE_CACHE_POOL_BYTES`` bytes (as many
+ids), about 34 MB of device memory; a batch whose new words do not fit
+restarts it (emptied, then the batch's words admitted) unless the cache
+answered at least half of the batch's words (then it stays as it is, as the
+host cache does). ``cache_stats()`` reports its size and restarts.
+
+Text already on the device (``encode_buffer`` with a CuPy uint8 array) is
+encoded without coming to the host; device document ranges come down once
+(two small reads). Special tokens in it are found on the device
+(``find_specials``: a thread per byte marks candidates, one read counts them,
+one more brings them down when there are any; the leftmost non-overlapping are
+kept, as ``find_specials_cpu`` keeps them). A custom pattern, NFC, HF's prefix
+space or special-token flags, or a disallowed special token found (the host
+path raises with its message) copy the text to the host once. Decoding device ids
+(``gather_device_bytes``) checks the ids and sizes its output in one read.
+The word-list steps (``encode_words``; ``gather_bytes`` for host ids) remain
+as before: a chunk's offsets then its ids, three reads per decode chunk.
+
+Everything runs in chunks sized from the device's free memory at the time
+(never a constant): a batch plans ``BATCH_DEVICE_BYTES_PER_BYTE`` per input
+byte, chunks are whole documents, so a batch larger than device memory still
+goes through. ``GPUBPE_DEVICE_BYTES`` caps the device memory gpubpe plans for,
+on a GPU (enforced there with CuPy's memory-pool limit) and in the simulator
+alike, so chunking can be exercised anywhere. The rule, byte and class tables
+are copied to the device once per tokenizer.
 
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;
 nothing of the call's output is kept, and the tokenizer stays usable (its word
-cache only ever holds finished words). ``gpubpe.encode_files`` keeps the
+caches only ever hold finished words). ``gpubpe.encode_files`` keeps the
 documents finished before the failure (see there).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
 from .backend import Backend
 from .errors import ConfigError, DeviceError
-from .kernels._cuda import kernel_view, to_device, to_host
+from .kernels._cuda import (
+    SimulatedDeviceArray,
+    device_empty,
+    device_full,
+    device_zeros,
+    exclusive_scan,
+    kernel_view,
+    launch,
+    read_scalar,
+    to_device,
+    to_host,
+)
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
@@ -53,7 +97,16 @@ from .kernels.encode import (
     join_word_lists,
     pack_words_cpu,
 )
+from .kernels.encode import batch_cuda as batch
+from .kernels.encode.cuda import copy_token_bytes_kernel
+from .kernels.encode.pretok_cuda import word_start_flags_cuda
 
+# The device word cache: at most this many words, and this many bytes (and as many ids).
+DEVICE_CACHE_WORDS = 1 << 18
+DEVICE_CACHE_POOL_BYTES = 16 * DEVICE_CACHE_WORDS
+# A full device cache restarts for a batch's new words only when it answered fewer than
+# this share of the batch's words (the host cache's rule: else it keeps serving well).
+DEVICE_CACHE_MIN_HIT_RATE = 0.5
 # Longer words are encoded on the CPU (see the module docstring).
 DEVICE_MAX_WORD_BYTES = 64
 # Share of the free device memory one chunk may take (the rest: CuPy's pool, other work).
@@ -161,6 +214,65 @@ def _check_fits(largest: int, budget: int) -> None:
                           f"{DEVICE_BYTES_VARIABLE}, or use backend='cpu'")
 
 
+def is_device_array(array) -> bool:
+    """Whether ``array`` lives on the device: a CuPy array, or the simulator's guarded one."""
+    return isinstance(array, SimulatedDeviceArray) or type(array).__module__.split(".")[0] == "cupy"
+
+
+@dataclass
+class DeviceWordCache:
+    """Encoded words kept on the device across batches: ``WordCache``'s layout, device arrays.
+
+    Bounded: ``max_words`` words, ``pool_bytes`` bytes and as many ids. When a
+    batch's new words do not fit, the cache is kept as it is if it answered at
+    least ``DEVICE_CACHE_MIN_HIT_RATE`` of the batch's words, else emptied (a
+    restart) and the words enter if they fit an empty cache. The counts are kept
+    on the host (the hit rate comes with a read the batch makes anyway).
+    """
+
+    table: object  # uint64, 2 per cell: word key, slot
+    byte_offsets: object  # int64, max_words + 1
+    id_offsets: object  # int64, max_words + 1
+    pool_bytes: object  # uint8
+    pool_ids: object  # uint32
+    words: int = 0
+    bytes_used: int = 0
+    ids_used: int = 0
+    restarts: int = 0
+
+    @classmethod
+    def empty(cls, xp, max_words: int, pool_bytes: int) -> DeviceWordCache:
+        n_cells = 1 << (2 * max_words - 1).bit_length()
+        return cls(device_full(xp, 2 * n_cells, batch.EMPTY_KEY, xp.uint64),
+                   device_zeros(xp, max_words + 1, xp.int64),
+                   device_zeros(xp, max_words + 1, xp.int64),
+                   device_empty(xp, pool_bytes, xp.uint8), device_empty(xp, pool_bytes, xp.uint32))
+
+    @property
+    def max_words(self) -> int:
+        return self.byte_offsets.size - 1
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory the cache holds (its size, for reports)."""
+        return sum(int(a.nbytes) for a in (self.table, self.byte_offsets, self.id_offsets,
+                                           self.pool_bytes, self.pool_ids))
+
+    def fits(self, n_words: int, n_bytes: int, n_ids: int) -> bool:
+        return (self.words + n_words <= self.max_words
+                and self.bytes_used + n_bytes <= self.pool_bytes.size
+                and self.ids_used + n_ids <= self.pool_ids.size)
+
+    def clear(self) -> None:
+        self.table.fill(batch.EMPTY_KEY)  # on the device: no read
+        self.words = self.bytes_used = self.ids_used = 0
+
+    def stats(self) -> dict[str, int]:
+        return {"words": self.words, "bytes": self.bytes_used, "ids": self.ids_used,
+                "max_words": self.max_words, "restarts": self.restarts,
+                "device_bytes": self.device_bytes}
+
+
 class DeviceCodec:
     """The device half of one tokenizer: its tables on the device, and the chunked steps."""
 
@@ -169,6 +281,252 @@ class DeviceCodec:
         self._host_rules = rules
         self._rules: RuleTable | None = None
         self._byte_table = None
+        self._scanner_tables: dict[int, object] = {}
+        self._gaps = None
+        self._cache: DeviceWordCache | None = None
+        self._lock = threading.Lock()
+        self.cache_words = DEVICE_CACHE_WORDS
+        self.cache_pool_bytes = DEVICE_CACHE_POOL_BYTES
+
+    # ------------------------------------------------------------ whole batches
+    def encode_pieces(self, data, pieces, doc_first_piece: np.ndarray, scanner: int,
+                      table: np.ndarray, dtype, on_device: bool):
+        """Ids of a batch on the device end to end: ``(ids, document offsets)``, or None.
+
+        ``data``: the batch's bytes as a device uint8 array; ``pieces``: host int64
+        ``(piece_start, piece_end, piece_special)``; ``scanner``/``table``: the named
+        pre-tokenizer. Ids come back as device arrays when ``on_device``, else host
+        arrays. None: a long word's key matched another word's (a 56-bit hash
+        collision, about 1e-5 per million distinct long words); the caller takes the
+        host path for this batch.
+        """
+        n_docs = doc_first_piece.size - 1
+        with self._lock, reporting_device_errors(f"encoding {n_docs:,} documents "
+                                                 f"({int(data.size):,} bytes)"):
+            parts = []
+            for lo, hi in self._document_chunks(pieces, doc_first_piece):
+                part = self._encode_chunk(data, pieces, doc_first_piece[lo:hi + 1], scanner,
+                                          table, dtype)
+                if part is None:
+                    return None
+                parts.append(part)
+            ids, offsets = self._joined(parts)
+            if on_device:
+                return ids, offsets
+            return to_host(ids, "batch ids"), to_host(offsets, "batch offsets")  # sync x2
+
+    def find_specials(self, data, doc_start, doc_end, token_bytes, token_offsets, first_byte
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Special-token matches in device text, as ``find_specials_cpu`` finds them.
+
+        Host ``(match_at, match_token)``: leftmost, longest first, not overlapping,
+        inside the documents (host int64 ranges). A thread per byte marks candidates;
+        one read counts them, one more brings them down (none when there are none).
+        """
+        xp = self.backend.xp
+        with self._lock, reporting_device_errors("finding special tokens"):
+            tables = [to_device(xp, a) for a in (doc_start, doc_end, token_bytes, token_offsets,
+                                                 first_byte.astype(np.uint8))]
+            match_token = device_empty(xp, data.size, xp.int64)
+            launch(batch.special_candidates_kernel, data.size, data, *tables, match_token)
+            match_index = exclusive_scan(xp, match_token >= 0)
+            n = read_scalar(match_index, -1, "special-token candidates")  # sync
+            if n == 0:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            match_at = device_empty(xp, n, xp.int64)
+            match_which = device_empty(xp, n, xp.int64)
+            launch(batch.list_candidates_kernel, data.size, match_token, match_index, match_at,
+                   match_which)
+            found = to_host(xp.concatenate((match_at, match_which)),
+                            "special-token matches")  # sync
+        return _leftmost_matches(found[:n], found[n:], np.diff(token_offsets))
+
+    def upload(self, array):
+        """A host array copied to the device (counted)."""
+        return to_device(self.backend.xp, array)
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            if self._cache is not None:
+                self._cache.clear()
+
+    def cache_stats(self) -> dict[str, int]:
+        """The device word cache's words, bytes, ids, bound, restarts and device bytes."""
+        with self._lock:
+            return {} if self._cache is None else self._cache.stats()
+
+    def _document_chunks(self, pieces, doc_first_piece) -> list[tuple[int, int]]:
+        """Contiguous document ranges whose device plan fits the free memory."""
+        piece_start, piece_end, _ = pieces
+        n_docs = doc_first_piece.size - 1
+        if n_docs == 0:
+            return [(0, 0)]
+        piece_bytes = (piece_end - piece_start) * batch.BATCH_DEVICE_BYTES_PER_BYTE \
+            + batch.BATCH_DEVICE_BYTES_PER_PIECE
+        cumulative = np.concatenate([[0], np.cumsum(piece_bytes)])
+        costs = cumulative[doc_first_piece[1:]] - cumulative[doc_first_piece[:-1]]
+        return chunk_bounds(costs, self._budget())
+
+    def _joined(self, parts):
+        """The chunks' (ids, offsets, n_ids) as one ragged batch on the device."""
+        xp = self.backend.xp
+        if len(parts) == 1:
+            return parts[0][:2]
+        shifts = np.cumsum([0] + [n_ids for _, _, n_ids in parts[:-1]])
+        ids = xp.concatenate([part_ids for part_ids, _, _ in parts])
+        offsets = xp.concatenate([parts[0][1][:1]] + [offsets[1:] + int(shift)
+                                                     for (_, offsets, _), shift in
+                                                     zip(parts, shifts)])
+        return ids, offsets
+
+    def _encode_chunk(self, data, pieces, doc_first_piece, scanner, table, dtype):
+        """One chunk of documents: (ids, document offsets, number of ids), or None."""
+        xp = self.backend.xp
+        p_lo, p_hi = int(doc_first_piece[0]), int(doc_first_piece[-1])
+        piece_start, piece_end, piece_special = (part[p_lo:p_hi] for part in pieces)
+        b_lo = int(piece_start[0]) if p_hi > p_lo else 0
+        b_hi = int(piece_end[-1]) if p_hi > p_lo else 0
+        chunk = data[b_lo:b_hi]
+        piece_start, piece_end = piece_start - b_lo, piece_end - b_lo
+        doc_first = to_device(xp, doc_first_piece - p_lo)
+        flags = self._word_start_flags(chunk, piece_start, piece_end, piece_special, scanner,
+                                       table)
+        device_pieces = [to_device(xp, part) for part in (piece_start, piece_end, piece_special)]
+        launch(batch.mark_special_starts_kernel, p_hi - p_lo, device_pieces[0],
+               device_pieces[2], flags)
+        item_index = exclusive_scan(xp, flags)
+        n_items = read_scalar(item_index, -1, "batch items")  # sync
+        if n_items == 0:
+            return device_empty(xp, 0, dtype), device_zeros(xp, doc_first.size, xp.int64), 0
+        items = self._items(chunk, flags, item_index, n_items, device_pieces)
+        found = self._new_words(chunk, items, n_items)
+        if found is None:
+            return None
+        ids, piece_out, n_ids = self._scatter(items, found, n_items, device_pieces, dtype)
+        return ids, piece_out[doc_first], n_ids
+
+    def _word_start_flags(self, chunk, piece_start, piece_end, piece_special, scanner, table):
+        """Device flags: 1 where a word starts in an ordinary piece (the pre-tokenizer)."""
+        xp = self.backend.xp
+        if scanner not in self._scanner_tables:
+            self._scanner_tables[scanner] = to_device(xp, table)
+        text = (piece_special < 0) & (piece_end > piece_start)
+        return word_start_flags_cuda(chunk, to_device(xp, piece_start[text]),
+                                to_device(xp, piece_end[text]), scanner,
+                                self._scanner_tables[scanner], xp)
+
+    def _items(self, chunk, flags, item_index, n_items: int, device_pieces) -> dict:
+        """Steps 1-3 of ``kernels.encode.batch_cuda``: items, their spans, keys, cache slots."""
+        xp = self.backend.xp
+        items = {"start": device_empty(xp, n_items, xp.int64)}
+        launch(batch.item_starts_kernel, flags.size, flags, item_index, items["start"])
+        items["len"] = device_empty(xp, n_items, xp.int64)
+        items["special"] = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_spans_kernel, n_items, items["start"], device_pieces[1],
+               device_pieces[2], items["len"], items["special"])
+        cache = self._word_cache()
+        items["key"] = device_empty(xp, n_items, xp.uint64)
+        items["slot"] = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_lookup_kernel, n_items, chunk, items["start"], items["len"],
+               items["special"], cache.table, cache.byte_offsets, cache.pool_bytes, items["key"],
+               items["slot"])
+        return items
+
+    def _new_words(self, chunk, items, n_items: int) -> dict | None:
+        """Steps 4-5: the cache misses deduplicated, packed and encoded (None: a collision)."""
+        xp = self.backend.xp
+        n_cells = 1 << (2 * n_items - 1).bit_length()
+        new_keys = device_full(xp, n_cells, batch.EMPTY_KEY, xp.uint64)
+        new_rep = device_full(xp, n_cells, batch.NO_ITEM, xp.int64)
+        item_cell = device_empty(xp, n_items, xp.int64)
+        launch(batch.claim_new_words_kernel, n_items, items["key"], items["slot"],
+               items["special"], new_keys, new_rep, item_cell)
+        collisions = device_zeros(xp, 1, xp.int64)
+        launch(batch.check_new_words_kernel, n_items, chunk, items["start"], items["len"],
+               item_cell, new_rep, collisions)
+        distinct_index = exclusive_scan(xp, new_keys != batch.EMPTY_KEY)
+        word_rep = device_empty(xp, n_items, xp.int64)
+        word_len = device_zeros(xp, n_items, xp.int64)
+        word_key = device_empty(xp, n_items, xp.uint64)
+        cell_word = device_empty(xp, n_cells, xp.int64)
+        launch(batch.list_new_words_kernel, n_cells, new_keys, new_rep, distinct_index,
+               items["len"], word_rep, word_len, word_key, cell_word)
+        word_start = exclusive_scan(xp, word_len)
+        n_long = (word_len > DEVICE_MAX_WORD_BYTES).sum(dtype=xp.int64).reshape(1)
+        n_hits = (items["slot"] >= 0).sum(dtype=xp.int64).reshape(1)
+        n_words = (items["special"] < 0).sum(dtype=xp.int64).reshape(1)
+        n_new, n_bytes, n_collisions, n_long, n_hits, n_words = to_host(xp.concatenate(
+            (distinct_index[-1:], word_start[-1:], collisions, n_long, n_hits, n_words)),
+            "batch new words").tolist()  # sync
+        if n_collisions:
+            return None
+        word_start = word_start[:n_new + 1]
+        packed = device_empty(xp, n_bytes, xp.uint8)
+        launch(batch.pack_new_words_kernel, n_new, chunk, items["start"], word_rep, word_start,
+               packed)
+        ids, offsets = self._encode_packed(packed, word_start, n_long)
+        return {"item_cell": item_cell, "cell_word": cell_word, "ids": ids, "offsets": offsets,
+                "packed": packed, "word_start": word_start, "key": word_key[:n_new],
+                "n_words": n_new, "n_bytes": n_bytes,
+                "hit_rate": n_hits / n_words if n_words else 1.0}
+
+    def _encode_packed(self, packed, word_start, n_long: int):
+        """BPE of the packed new words on the device; with long words among them, the
+        words go through ``encode_words`` instead (long ones take the CPU's heap)."""
+        xp = self.backend.xp
+        if n_long == 0:
+            return encode_word_list_cuda(packed, word_start, self._device_rules(), xp)
+        host_bytes = to_host(packed, "long new words: bytes")  # sync
+        host_start = to_host(word_start, "long new words: starts")  # sync
+        ids, offsets = self.encode_words(host_bytes, host_start[:-1], np.diff(host_start))
+        return to_device(xp, ids), to_device(xp, offsets)
+
+    def _scatter(self, items, found, n_items: int, device_pieces, dtype):
+        """Step 6: every item's ids at its offset, each piece's first id; then step 7."""
+        xp = self.backend.xp
+        cache = self._word_cache()
+        per_item = (items["special"], items["slot"], found["item_cell"], found["cell_word"],
+                    cache.id_offsets)
+        item_n_ids = device_empty(xp, n_items, xp.int64)
+        launch(batch.item_id_counts_kernel, n_items, *per_item, found["offsets"], item_n_ids)
+        item_out = exclusive_scan(xp, item_n_ids)
+        n_ids, n_new_ids = to_host(xp.concatenate((item_out[-1:], found["offsets"][-1:])),
+                                   "batch id count").tolist()  # sync
+        out = device_empty(xp, n_ids, dtype)
+        launch(batch.write_item_ids_kernel, n_items, *per_item, cache.pool_ids, found["offsets"],
+               found["ids"], item_out, out)
+        piece_out = device_empty(xp, device_pieces[0].size + 1, xp.int64)
+        launch(batch.piece_offsets_kernel, device_pieces[0].size + 1, items["start"],
+               device_pieces[0], item_out, piece_out)
+        self._admit(found, n_new_ids)
+        return out, piece_out, n_ids
+
+    def _admit(self, found, n_new_ids: int) -> None:
+        """Step 7: the batch's new words into the device cache (restarting it when full)."""
+        cache = self._word_cache()
+        n_words, n_bytes = found["n_words"], found["n_bytes"]
+        if n_words == 0:
+            return
+        if not cache.fits(n_words, n_bytes, n_new_ids):
+            if found["hit_rate"] >= DEVICE_CACHE_MIN_HIT_RATE:
+                return  # full, but still answering most words: keep it as it is
+            cache.clear()
+            cache.restarts += 1
+            if not cache.fits(n_words, n_bytes, n_new_ids):
+                return
+        launch(batch.cache_admit_kernel, n_words, found["packed"], found["word_start"],
+               found["key"], found["ids"], found["offsets"], np.int64(cache.words),
+               np.int64(cache.bytes_used), np.int64(cache.ids_used), cache.table,
+               cache.byte_offsets, cache.id_offsets, cache.pool_bytes, cache.pool_ids)
+        cache.words += n_words
+        cache.bytes_used += n_bytes
+        cache.ids_used += n_new_ids
+
+    def _word_cache(self) -> DeviceWordCache:
+        if self._cache is None:
+            self._cache = DeviceWordCache.empty(self.backend.xp, self.cache_words,
+                                                self.cache_pool_bytes)
+        return self._cache
 
     def _budget(self) -> int:
         """Device bytes one chunk may plan for now (see DEVICE_CHUNK_RESERVE)."""
@@ -211,6 +569,42 @@ class DeviceCodec:
         return self._rules
 
     # ------------------------------------------------------------ decoding
+    def gather_device_bytes(self, ids, doc_offsets, table_bytes, table_offsets, gaps):
+        """The bytes of device ids and each document's byte offsets, as device arrays.
+
+        ``ids``: any integer dtype; ``doc_offsets``: int64, host or device. One read (the
+        first bad id's position and the output size together); a bad id (out of range,
+        or a gap of an imported layout) raises ValueError naming it and its position.
+        """
+        xp = self.backend.xp
+        with self._lock, reporting_device_errors(f"decoding {int(ids.size):,} device ids"):
+            device_bytes, device_offsets = self._device_byte_table(table_bytes, table_offsets)
+            if self._gaps is None:
+                self._gaps = to_device(xp, gaps)
+            safe, first_bad = _first_bad_id(xp, ids, self._gaps)
+            lengths = device_offsets[safe + 1] - device_offsets[safe]
+            positions = exclusive_scan(xp, lengths)
+            first, total = to_host(xp.concatenate((first_bad, positions[-1:])),
+                                   "device decode size").tolist()  # sync
+            if first < ids.size:
+                bad = read_scalar(ids, first, "bad id")  # sync (errors only)
+                raise ValueError(f"id {bad} at position {first} is no token of this tokenizer: "
+                                 f"its ids are 0..{gaps.size - 1} (less any gaps of an imported "
+                                 "layout); were the ids made by another vocabulary?")
+            out = device_empty(xp, total, xp.uint8)
+            launch(copy_token_bytes_kernel, safe.size, safe, device_bytes, device_offsets,
+                   positions, out)
+            if not is_device_array(doc_offsets):
+                doc_offsets = to_device(xp, np.asarray(doc_offsets, dtype=np.int64))
+            return out, positions[doc_offsets]
+
+    def _device_byte_table(self, table_bytes, table_offsets):
+        if self._byte_table is None:
+            xp = self.backend.xp
+            self._byte_table = (kernel_view(to_device(xp, table_bytes)),
+                                to_device(xp, table_offsets))
+        return self._byte_table
+
     def gather_bytes(self, ids: np.ndarray, doc_offsets: np.ndarray, table_bytes: np.ndarray,
                      table_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bytes of valid int64 ids, and each document's byte offsets (host arrays)."""
@@ -219,10 +613,7 @@ class DeviceCodec:
             longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
             bounds = even_chunk_bounds(ids.size, DECODE_DEVICE_BYTES_PER_ID + longest,
                                        self._budget())
-            if self._byte_table is None:
-                self._byte_table = (kernel_view(to_device(xp, table_bytes)),
-                                    to_device(xp, table_offsets))
-            device_bytes, device_offsets = self._byte_table
+            device_bytes, device_offsets = self._device_byte_table(table_bytes, table_offsets)
             pieces, positions = [], [np.zeros(1, dtype=np.int64)]
             for lo, hi in bounds:
                 out, chunk_positions = gather_token_bytes_cuda(
@@ -233,6 +624,30 @@ class DeviceCodec:
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]
+
+
+def _leftmost_matches(match_at, match_token, token_length):
+    """The candidates a left-to-right scan keeps: each one that starts past the last kept."""
+    ends = match_at + token_length[match_token]
+    if (match_at[1:] >= ends[:-1]).all():  # nothing overlaps (the usual case)
+        return match_at, match_token
+    keep, last_end = [], -1
+    for k, (at, end) in enumerate(zip(match_at.tolist(), ends.tolist())):
+        if at >= last_end:
+            keep.append(k)
+            last_end = end
+    return match_at[keep], match_token[keep]
+
+
+def _first_bad_id(xp, ids, gaps):
+    """(ids as safe int64 gather indices, 1-element device array: first bad position or n)."""
+    ids = ids.astype(xp.int64)
+    bad = (ids < 0) | (ids >= gaps.size)
+    safe = xp.where(bad, 0, ids)
+    bad |= gaps[safe]
+    positions = xp.arange(ids.size, dtype=xp.int64)
+    first = xp.where(bad, positions, ids.size).min() if ids.size else xp.zeros((), xp.int64)
+    return safe, first.reshape(1)
 
 
 def _interleaved(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:

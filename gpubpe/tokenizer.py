@@ -42,8 +42,9 @@ import regex
 from . import interop
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
-from .device import DeviceCodec
+from .device import DeviceCodec, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
+from .kernels._cuda import to_host
 from .kernels.encode import (
     build_pieces_cpu,
     cache_admit_cpu,
@@ -82,10 +83,15 @@ _MIN_CUT_BYTES = 1 << 16
 _AUTO_DEVICE_MIN_WORK = 1 << 20
 
 Specials = Literal["all"] | Collection[str]
+# Id types ``encode_arrays(dtype=...)`` writes.
+_ID_DTYPES = (np.dtype(np.uint32), np.dtype(np.int32), np.dtype(np.int64))
 
 
 class RaggedBatch:
     """Token ids of a batch of documents: ``ids`` (uint32) and ``offsets`` (int64, B+1).
+
+    ``encode_arrays(dtype=..., device=True)`` gives int32/int64 ids, and CuPy arrays
+    (the methods below read host arrays: copy device ones down first).
 
     Document ``i`` is ``ids[offsets[i]:offsets[i + 1]]``, also ``batch[i]``.
 
@@ -100,8 +106,10 @@ class RaggedBatch:
     __slots__ = ("ids", "offsets")
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray):
-        self.ids = np.asarray(ids, dtype=np.uint32)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
+        # Device arrays stay on the device, and int32/int64 ids (``dtype=``) keep their type.
+        kept = is_device_array(ids) or isinstance(ids, np.ndarray) and ids.dtype in _ID_DTYPES
+        self.ids = ids if kept else np.asarray(ids, dtype=np.uint32)
+        self.offsets = offsets if is_device_array(offsets) else np.asarray(offsets, np.int64)
 
     def __len__(self) -> int:
         return self.offsets.size - 1
@@ -360,22 +368,37 @@ class Tokenizer:
 
     def encode_arrays(self, texts: Sequence[str] | Sequence[bytes], *,
                       num_threads: int | None = None, allowed_special: Specials = (),
-                      disallowed_special: Specials = "all") -> RaggedBatch:
-        """Encode many documents into one :class:`RaggedBatch` (no Python list per id)."""
+                      disallowed_special: Specials = "all", device: bool = False,
+                      dtype=np.uint32) -> RaggedBatch:
+        """Encode many documents into one :class:`RaggedBatch` (no Python list per id).
+
+        ``dtype``: the ids' type, uint32 (default), int32 or int64 (PyTorch's
+        embedding lookups want a signed type). ``device=True`` leaves ids and
+        offsets on the device (CuPy arrays; ``torch.from_dlpack`` takes them
+        without a copy); it needs ``backend="cuda"``.
+        """
         data, starts, ends = _batch_as_bytes(texts)
         return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
-                                      num_threads)
+                                      num_threads, device=device, dtype=dtype)
 
-    def encode_buffer(self, data: bytes, doc_start, doc_end, *, num_threads: int | None = None,
-                      allowed_special: Specials = (), disallowed_special: Specials = ()
-                      ) -> RaggedBatch:
+    def encode_buffer(self, data, doc_start, doc_end, *, num_threads: int | None = None,
+                      allowed_special: Specials = (), disallowed_special: Specials = (),
+                      device: bool | None = None, dtype=np.uint32) -> RaggedBatch:
         """Encode documents given as byte ranges ``data[doc_start[d]:doc_end[d]]`` of one buffer.
 
         For readers that already hold UTF-8 bytes (``gpubpe.encode_files``):
         no Python object per document. Special-token text is ordinary text by default.
+        ``data`` may be text already on the device (a CuPy uint8 array; the ranges
+        host or device int64 arrays): with ``backend="cuda"`` it never comes back
+        to the host (special tokens are found on the device too); a custom
+        pattern, an NFC or prefix-space vocabulary copy it to the host once. ``device``: where
+        the ids go (default: where ``data`` is, when the backend has a device);
+        ``dtype`` as in :meth:`encode_arrays`.
         """
+        if device is None:  # where the text is (the host, for a backend without a device)
+            device = is_device_array(data) and self._device is not None
         return self._encode_documents(data, doc_start, doc_end, allowed_special,
-                                      disallowed_special, num_threads)
+                                      disallowed_special, num_threads, device=device, dtype=dtype)
 
     def encode_words(self, words: list[bytes]) -> list[list[int]]:
         """BPE-encode pre-tokenized words (no splitting), one id list per word."""
@@ -391,28 +414,113 @@ class Tokenizer:
         with self._cache_lock:
             if self._cache is not None and not self._cache_readers:
                 clear_word_cache(self._cache)
+        if self._device is not None:
+            self._device.clear_cache()
 
     # ------------------------------------------------------------ the pipeline
-    def _encode_documents(self, data: bytes, doc_start, doc_end, allowed_special,
-                          disallowed_special, num_threads) -> RaggedBatch:
+    def _encode_documents(self, data, doc_start, doc_end, allowed_special, disallowed_special,
+                          num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
+        out_dtype = self._output_placement(device, dtype)
+        allowed = self._special_set(allowed_special)
+        disallowed = self._special_set(disallowed_special) - allowed
+        if is_device_array(data):
+            found = self._encode_device_text(data, doc_start, doc_end, allowed, disallowed,
+                                             out_dtype, device)
+            if found is not None:
+                return found
+            data, doc_start, doc_end = self._text_to_host(data, doc_start, doc_end)
         array = _readonly_bytes(data)
         doc_start, doc_end = _document_ranges(doc_start, doc_end, array.size)
         layout = self._vocab.layout
         if layout is not None and layout.normalizer == "NFC":
             array, doc_start, doc_end = _nfc_documents(array, doc_start, doc_end)
-        allowed = self._special_set(allowed_special)
-        disallowed = self._special_set(disallowed_special) - allowed
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
         threads = _thread_count(num_threads, array.size)
-        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, threads)
+        on_device = self._device_batches(array.size)
+        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed,
+                                               1 if on_device else threads)
         if layout is not None and layout.prefix_space:
             array, pieces = _with_prefix_spaces(array, pieces)
+        if on_device:
+            found = self._device.encode_pieces(self._device.upload(array), pieces,
+                                               doc_first_piece, *self._scan_args(), out_dtype,
+                                               device)
+            if found is not None:  # None: a hash collision among long words; the host does it
+                return RaggedBatch(*found)
         words = self._words_of(array, pieces)
         with self._reading_cache() as cache:
             ids, piece_offsets, new_words = _encode_pieces(array, pieces, words, cache,
                                                            self._word_encoder(threads), threads)
         self._admit(array, new_words)
-        return RaggedBatch(ids, piece_offsets[doc_first_piece])
+        return self._placed(ids, piece_offsets[doc_first_piece], out_dtype, device)
+
+    def _device_batches(self, n_bytes: int) -> bool:
+        """Whether the device runs the whole batch (a named pattern, enough work for auto)."""
+        return (self._device is not None and self._scanner is not None
+                and n_bytes >= self._device_min_work)
+
+    def _output_placement(self, device: bool, dtype) -> np.dtype:
+        """The checked output dtype; ConfigError when ids should stay on a device there is not."""
+        try:
+            out_dtype = np.dtype(dtype)
+        except TypeError:
+            out_dtype = None
+        if out_dtype not in _ID_DTYPES:
+            raise ConfigError(f"dtype={dtype!r} is not an id type; use one of numpy's uint32 "
+                              "(the default), int32 or int64")
+        if device and self._device is None:
+            raise ConfigError(f"device=True keeps ids on a CUDA device, but this tokenizer's "
+                              f"backend is {self.backend!r}; use backend='cuda', or device=False")
+        return out_dtype
+
+    def _placed(self, ids, offsets, dtype, device: bool) -> RaggedBatch:
+        """Host results in the asked dtype, on the device when asked."""
+        ids = ids.astype(dtype, copy=False)
+        if device:
+            return RaggedBatch(self._device.upload(ids), self._device.upload(offsets))
+        return RaggedBatch(ids, offsets)
+
+    def _encode_device_text(self, data, doc_start, doc_end, allowed: set[str],
+                            disallowed: set[str], dtype, device: bool) -> RaggedBatch | None:
+        """Text already on the device, encoded there; None when the host must see it (a custom
+        pattern, NFC, a prefix space, HF special-token flags, a disallowed special token
+        found: the host path raises, or a hash collision)."""
+        if data.dtype != np.uint8 or data.ndim != 1:
+            raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
+                                 f"{data.ndim}-D {data.dtype}")
+        layout = self._vocab.layout
+        if (not self._device_batches(data.size) or layout is not None and (
+                layout.normalizer == "NFC" or layout.prefix_space
+                or (allowed or disallowed) and layout.special_flags)):
+            return None
+        doc_start, doc_end = (to_host(r, "document ranges") if is_device_array(r) else r
+                              for r in (doc_start, doc_end))  # sync (device ranges only)
+        doc_start, doc_end = _document_ranges(doc_start, doc_end, data.size)
+        if disallowed and self._device.find_specials(
+                data, doc_start, doc_end, *self._special_table(disallowed)[:3])[0].size:
+            return None
+        pieces, doc_first_piece = self._device_text_pieces(data, doc_start, doc_end, allowed)
+        found = self._device.encode_pieces(data, pieces, doc_first_piece, *self._scan_args(),
+                                           dtype, device)
+        return None if found is None else RaggedBatch(*found)
+
+    def _device_text_pieces(self, data, doc_start, doc_end, allowed: set[str]):
+        """Host pieces of device text: the documents cut at allowed special tokens found
+        on the device (``DeviceCodec.find_specials``)."""
+        no_special = np.full(doc_start.size, -1, dtype=np.int64)
+        if not allowed:
+            return (doc_start, doc_end, no_special), np.arange(doc_start.size + 1)
+        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+        match_at, match_token = self._device.find_specials(data, doc_start, doc_end,
+                                                           token_bytes, token_offsets, first_byte)
+        return _pieces_around(doc_start, doc_end, match_at,
+                              np.diff(token_offsets)[match_token], token_ids[match_token])
+
+    @staticmethod
+    def _text_to_host(data, doc_start, doc_end):
+        """Device text and ranges copied to the host (the host path's input)."""
+        return tuple(to_host(a, "device text to the host") if is_device_array(a) else a
+                     for a in (data, doc_start, doc_end))  # sync each
 
     def _word_encoder(self, threads: int) -> _WordEncoder:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
@@ -548,9 +656,37 @@ class Tokenizer:
         """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'."""
         return self.decode_bytes(ids).decode("utf-8", errors)
 
+    def decode_arrays(self, ids, offsets=None):
+        """The bytes of a ragged batch of ids: ``(bytes uint8, byte offsets int64, B+1)``.
+
+        Device ids (CuPy; any integer dtype) with ``backend="cuda"`` give device
+        arrays, gathered there with one read (the size); host ids give host arrays.
+        ``offsets``: the batch's int64 offsets (default: one sequence).
+        """
+        if offsets is None:
+            offsets = np.array([0, ids.size], dtype=np.int64)
+        if is_device_array(ids) and self._device is not None:
+            table_bytes, table_offsets = self._byte_table()
+            return self._device.gather_device_bytes(ids, offsets, table_bytes, table_offsets,
+                                                    self._id_gap_table())
+        ids, offsets = (to_host(a, "ids to the host") if is_device_array(a) else a
+                        for a in (ids, offsets))  # sync each (device ids, host backend)
+        return self._gather_bytes(self._id_array(ids), offsets)
+
+    def _id_gap_table(self) -> np.ndarray:
+        """bool per id: True where no token has it (gaps of imported layouts)."""
+        self._byte_table()
+        return self._id_gaps
+
     def decode_batch(self, batch: Iterable[Iterable[int]] | RaggedBatch,
                      errors: str = "replace") -> list[str]:
-        """Decode many id sequences (or a RaggedBatch) with one gather."""
+        """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device)
+        with one gather."""
+        if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
+            out, bounds = self.decode_arrays(batch.ids, batch.offsets)
+            text = to_host(out, "decoded bytes").tobytes()  # sync
+            bounds = to_host(bounds, "decoded byte offsets").tolist()  # sync
+            return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._id_array(batch.ids), batch.offsets
         else:
@@ -645,6 +781,29 @@ def _rule_table_of(vocab: Vocabulary):
         return rule_table(vocab.rules, ids, offsets)
     return rule_table(vocab.rules, ids, offsets, rank_by_token=layout.rank_by_token,
                       whole_tokens=vocab.token_bytes if layout.whole_tokens else None)
+
+
+def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
+    """Documents cut at special-token matches (sorted, inside documents, not overlapping):
+    ``(piece_start, piece_end, piece_special), doc_first_piece``. A document with k
+    matches gives 2k + 1 pieces: text, special, text, ..., text (text may be empty)."""
+    match_doc = np.searchsorted(doc_end, match_at, side="right")
+    per_doc = np.bincount(match_doc, minlength=doc_start.size).astype(np.int64)
+    doc_first_piece = np.zeros(doc_start.size + 1, dtype=np.int64)
+    np.cumsum(2 * per_doc + 1, out=doc_first_piece[1:])
+    first_match = np.concatenate([[0], np.cumsum(per_doc)[:-1]]).astype(np.int64)
+    rank_in_doc = np.arange(match_at.size) - first_match[match_doc]
+    special_at = doc_first_piece[match_doc] + 2 * rank_in_doc + 1  # after its text piece
+    piece_start = np.empty(doc_first_piece[-1], dtype=np.int64)
+    piece_end = np.empty(doc_first_piece[-1], dtype=np.int64)
+    piece_special = np.full(doc_first_piece[-1], -1, dtype=np.int64)
+    piece_start[doc_first_piece[:-1]] = doc_start
+    piece_end[doc_first_piece[1:] - 1] = doc_end
+    piece_start[special_at], piece_end[special_at] = match_at, match_at + match_len
+    piece_special[special_at] = match_id
+    piece_end[special_at - 1] = match_at
+    piece_start[special_at + 1] = match_at + match_len
+    return (piece_start, piece_end, piece_special), doc_first_piece
 
 
 def _nfc_documents(array, doc_start, doc_end):
@@ -1068,10 +1227,13 @@ class BitLevelTokenizer(Tokenizer):
                              "sequence instead")
         return super().token_bytes(token_id)
 
-    def _encode_documents(self, *args, **kwargs) -> RaggedBatch:
-        batch = super()._encode_documents(*args, **kwargs)
+    def _encode_documents(self, *args, dtype=np.uint32, **kwargs) -> RaggedBatch:
+        batch = super()._encode_documents(*args, dtype=np.uint32, **kwargs)
         ids, offsets = self.codec.encode_batch(batch.ids, batch.offsets)
-        return RaggedBatch(np.asarray(ids, dtype=np.uint32), np.asarray(offsets, dtype=np.int64))
+        out_dtype = self._output_placement(False, dtype)
+        if is_device_array(ids):  # device in, device out
+            return RaggedBatch(ids.astype(out_dtype, copy=False), offsets)
+        return RaggedBatch(np.asarray(ids, dtype=out_dtype), np.asarray(offsets, dtype=np.int64))
 
     def decode_bytes(self, ids: Iterable[int], errors: str = "strict") -> bytes:
         """The bytes of coded ids; a malformed coded unit raises, or is U+FFFD unless strict."""
@@ -1081,6 +1243,10 @@ class BitLevelTokenizer(Tokenizer):
         return self.decode_bytes(ids, errors).decode("utf-8", errors)
 
     def decode_batch(self, batch, errors: str = "replace") -> list[str]:
+        if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
+            ids, offsets = self.codec.decode_batch(batch.ids.astype(np.uint32), batch.offsets,
+                                                   _codec_errors(errors))
+            return super().decode_batch(RaggedBatch(ids, offsets), errors)
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:

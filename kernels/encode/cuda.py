@@ -7,6 +7,7 @@ from numba import cuda, njit
 
 from .._cuda import device_empty, device_function, exclusive_scan, launch, read_scalar
 from ._shared import RuleTable
+from .batch_cuda import BATCH_CUDA_SIGNATURES, interleaved_find_on_device, word_key_on_device
 from .bpe import merge_by_scan
 
 # ---------------------------------------------------------------- CUDA target
@@ -44,13 +45,15 @@ _merge_by_scan_on_device = device_function(merge_by_scan)
 
 @cuda.jit
 def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, rule_result,
-                        symbols, pair_rank, n_symbols):
+                        whole_table, token_pool, token_offsets, symbols, pair_rank, n_symbols):
     """n_symbols[w] = ids left in word w after BPE, packed at symbols[word_start[w]:].
 
     Launch: one thread per word, grid-stride over ``order`` (the words by length,
     so the threads of a warp do about the same work). Scratch: ``symbols``
     (int32) and ``pair_rank`` (int64), one entry per byte. The merge order is
-    ``merge_by_scan``'s, the CPU's: lowest rank first, leftmost at equal rank.
+    ``merge_by_scan``'s, the CPU's: lowest rank first, leftmost at equal rank. A
+    word that is a whole token (``whole_table`` not empty: tiktoken, HF
+    ignore_merges) becomes that token first, as ``encode_word_list_cpu`` does.
     """
     for k in range(cuda.grid(1), order.size, cuda.gridsize(1)):
         w = order[k]
@@ -58,8 +61,18 @@ def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, ru
         n = word_start[w + 1] - start
         for i in range(start, start + n):
             symbols[i] = word_bytes[i]
-        n_symbols[w] = _merge_by_scan_on_device(symbols, pair_rank, start, n, rule_keys,
-                                                rule_ranks, rule_result)
+        token = -1
+        if whole_table.size > 0 and n >= 2:
+            token = interleaved_find_on_device(word_bytes, start, n,
+                                               np.uint64(word_key_on_device(word_bytes,
+                                                                            start, n)),
+                                               whole_table, token_pool, token_offsets)
+        if token >= 0:
+            symbols[start] = token
+            n_symbols[w] = 1
+        else:
+            n_symbols[w] = _merge_by_scan_on_device(symbols, pair_rank, start, n, rule_keys,
+                                                    rule_ranks, rule_result)
 
 
 @cuda.jit
@@ -119,7 +132,8 @@ def encode_word_list_cuda(word_bytes, word_start, rules: RuleTable, xp):
     pair_rank = device_empty(xp, word_bytes.size, xp.int64)
     n_symbols = device_empty(xp, n_words, xp.int64)
     launch(encode_words_kernel, n_words, word_bytes, word_start, order, rules.keys, rules.ranks,
-           rules.result, symbols, pair_rank, n_symbols)
+           rules.result, rules.whole_table, rules.token_pool, rules.token_offsets, symbols,
+           pair_rank, n_symbols)
     out_len = device_empty(xp, n_words, xp.int64)
     launch(output_lengths_kernel, n_words, symbols, word_start, n_symbols,
            rules.demolish_offsets, out_len)
@@ -147,9 +161,11 @@ def gather_token_bytes_cuda(ids, table_bytes, table_offsets, xp):
 # PTX test compiles each for sm_80 and sm_90 without a device.
 ENCODE_CUDA_SIGNATURES = {
     encode_words_kernel: "void(uint8[::1], int64[::1], int64[::1], uint64[::1], int64[::1], "
-                         "int64[::1], int32[::1], int64[::1], int64[::1])",
+                         "int64[::1], uint64[::1], uint8[::1], int64[::1], int32[::1], "
+                         "int64[::1], int64[::1])",
     output_lengths_kernel: "void(int32[::1], int64[::1], int64[::1], int64[::1], int64[::1])",
     write_output_kernel: "void(int32[::1], int64[::1], int64[::1], uint32[::1], int64[::1], "
                          "int64[::1], uint32[::1])",
     copy_token_bytes_kernel: "void(int64[::1], uint8[::1], int64[::1], int64[::1], uint8[::1])",
+    **BATCH_CUDA_SIGNATURES,
 }
