@@ -344,6 +344,43 @@ def _without_stream_sync(args) -> tuple:
                  if type(arg).__module__.split(".")[0] == "cupy" else arg for arg in args)
 
 
+class _RunningKernelCuda:
+    """The simulated ``cuda`` module of the kernel that is running (see ``helper_cuda``)."""
+
+    def __getattr__(self, name):
+        from numba.cuda.simulator.kernel import _get_kernel_context
+
+        return getattr(_get_kernel_context(), name)
+
+
+def helper_cuda():
+    """``numba.cuda`` for a ``device_phase`` helper that other modules' kernels call.
+
+    The simulator runs a device function with its module's ``cuda`` global swapped
+    for the kernel's fake module and swaps it back on return; simulated threads
+    calling a helper of another module at once race on that (one thread's return
+    puts the real module back under another: "no attribute 'atomic'"). A proxy to
+    the running kernel's fake module is never swapped. On a GPU: ``numba.cuda``.
+    """
+    from numba import cuda
+
+    return _RunningKernelCuda() if numba.config.ENABLE_CUDASIM else cuda
+
+
+def device_phase(function):
+    """A device helper of these kernels that uses CUDA intrinsics (atomics, block syncs).
+
+    Built for a GPU it is inlined at Numba IR level, as the ``@njit`` rules are: a
+    ``cuda.jit(device=True)`` function would need a device to compile, so a PTX
+    build without one could not call it. The simulator runs it as its device function.
+    """
+    from numba import cuda, njit
+
+    if numba.config.ENABLE_CUDASIM:
+        return cuda.jit(device=True)(function)
+    return njit(inline="always")(function)
+
+
 def device_function(function):
     """An ``@njit(inline="always")`` helper as CUDA kernels call it.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._cuda import device_phase, helper_cuda
 from ._jit import hot
 
 EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -107,3 +108,23 @@ def grown_like(array, min_size):
     bigger = np.empty(size, dtype=array.dtype)
     bigger[: array.size] = array
     return bigger
+
+
+cuda = helper_cuda()  # claim_cell runs in kernels of several modules
+
+
+@device_phase
+def claim_cell(keys, key):
+    """``key``'s cell in a device hash table (linear probing, a power-of-two size), claimed
+    with atomicCAS when absent: (cell, whether this thread claimed it)."""
+    mask = np.uint64(keys.size - 1)
+    cell = mix64(key) & mask
+    while True:
+        stored = keys[cell]
+        if stored == EMPTY_KEY:
+            stored = cuda.atomic.cas(keys, cell, EMPTY_KEY, key)
+            if stored == EMPTY_KEY:
+                return cell, True
+        if stored == key:
+            return cell, False
+        cell = (cell + np.uint64(1)) & mask

@@ -65,10 +65,11 @@ from ._cuda import (
     SIMULATOR_THREADS,
     THREADS_PER_BLOCK,
     device_function,
+    device_phase,
     launch,
     to_device,
 )
-from .hashing import EMPTY_KEY, empty_table, hash_bytes, mix64, table_put
+from .hashing import EMPTY_KEY, claim_cell, empty_table, hash_bytes, table_put
 from .train_policy import (
     EVENT_MARK,
     EVENT_READMIT,
@@ -107,18 +108,6 @@ STATE = {  # name -> Numba type, in kernel argument order
     "chunk_dirty": "uint32[::1]", "dirty_chunks": "int64[::1]", "control": "int64[::1]", "rules": "int64[::1]",
     "events": "int64[::1]",
 }
-
-def device_phase(function):
-    """A device helper of these kernels that uses CUDA intrinsics (atomics, block syncs).
-
-    Built for a GPU it is inlined at Numba IR level, as the ``@njit`` rules are: a
-    ``cuda.jit(device=True)`` function would need a device to compile, so a PTX
-    build without one could not call it. The simulator runs it as its device function.
-    """
-    if numba.config.ENABLE_CUDASIM:
-        return cuda.jit(device=True)(function)
-    return njit(inline="always")(function)
-
 
 if numba.config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
@@ -164,17 +153,7 @@ def candidate(item, table_keys, slot_count, byte_rank, token_freq, scaffold):
 def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chunks, control):
     """Add ``delta`` to pair (left, right), claiming its cell with atomicCAS when new."""
     key = (np.uint64(left) << np.uint64(32)) | np.uint64(right)
-    mask = np.uint64(table_keys.size - 1)
-    cell = mix64(key) & mask
-    while True:
-        stored = table_keys[cell]
-        if stored == EMPTY_KEY:
-            stored = cuda.atomic.cas(table_keys, cell, EMPTY_KEY, key)
-            if stored == EMPTY_KEY:
-                stored = key
-        if stored == key:
-            break
-        cell = (cell + np.uint64(1)) & mask
+    cell, _ = claim_cell(table_keys, key)
     cuda.atomic.add(slot_count, cell, delta)
     mark_dirty(np.int64(cell // np.uint64(CHUNK)), chunk_dirty, dirty_chunks, control)
 

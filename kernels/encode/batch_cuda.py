@@ -37,7 +37,7 @@ import numpy as np
 from numba import cuda, njit
 
 from .._cuda import device_function
-from ..hashing import EMPTY_KEY, STRING_HASH_BASE, mix64
+from ..hashing import EMPTY_KEY, STRING_HASH_BASE, claim_cell, mix64
 
 LONG_WORD_TAG = np.uint64(8) << np.uint64(56)  # as words.LONG_WORD_TAG
 _LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
@@ -200,22 +200,11 @@ def claim_new_words_kernel(item_key, item_slot, item_special, new_keys, new_rep,
     cells, at most half used), ``new_rep`` all NO_ITEM. Linear probing; atomicCAS
     claims a free cell, ``atomic.min`` keeps the smallest item index.
     """
-    mask = np.uint64(new_keys.size - 1)
     for k in range(cuda.grid(1), item_key.size, cuda.gridsize(1)):
         item_cell[k] = -1
         if item_special[k] >= 0 or item_slot[k] >= 0:
             continue
-        key = item_key[k]
-        cell = mix64(key) & mask
-        while True:
-            stored = new_keys[cell]
-            if stored == EMPTY_KEY:
-                stored = cuda.atomic.cas(new_keys, cell, EMPTY_KEY, key)
-                if stored == EMPTY_KEY:
-                    stored = key
-            if stored == key:
-                break
-            cell = (cell + np.uint64(1)) & mask
+        cell, _ = claim_cell(new_keys, item_key[k])
         cuda.atomic.min(new_rep, cell, k)
         item_cell[k] = np.int64(cell)
 

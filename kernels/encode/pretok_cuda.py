@@ -111,7 +111,7 @@ from .._cuda import (
     read_scalar,
     to_host,
 )
-from ..hashing import EMPTY_KEY, mix64
+from ..hashing import EMPTY_KEY, claim_cell, mix64
 from ..pretok import piece_end, safe_cut
 from .words import word_key
 
@@ -254,26 +254,17 @@ def count_insert_kernel(data, positions, scan, marks, base, keys, counts, first,
     atomic min. Launch: a thread per mark, grid-stride, sized for the mark
     count; the table has room for the new words (at most half full after).
     """
-    mask = np.uint64(keys.size - 1)
     for k in range(cuda.grid(1), scan[scan.size - 1], cuda.gridsize(1)):
         start = positions[k]
         if marks[start] != PIECE_START:
             continue
         stop = positions[k + 1]
         key = np.uint64(_word_key(data, start, stop))  # the simulator returns a Python int
-        cell = _mix64(key) & mask
-        while True:
-            stored = keys[cell]
-            if stored == EMPTY_KEY:
-                stored = cuda.atomic.cas(keys, cell, EMPTY_KEY, key)
-                if stored == EMPTY_KEY:
-                    new_cells[cuda.atomic.add(batch_control, N_NEW, 1)] = cell
-                    cuda.atomic.add(batch_control, NEW_BYTES, stop - start)
-                    lengths[cell] = stop - start
-                    stored = key
-            if stored == key:
-                break
-            cell = (cell + np.uint64(1)) & mask
+        cell, claimed = claim_cell(keys, key)
+        if claimed:
+            new_cells[cuda.atomic.add(batch_control, N_NEW, 1)] = cell
+            cuda.atomic.add(batch_control, NEW_BYTES, stop - start)
+            lengths[cell] = stop - start
         cuda.atomic.add(counts, cell, 1)
         cuda.atomic.min(first, cell, base + start)
 
