@@ -294,3 +294,34 @@ def tiktoken_encode_word(ranks: dict[bytes, int], word: bytes) -> list[int]:
             return [ranks[part] for part in parts]
         _, at = min(candidates)
         parts[at:at + 2] = [parts[at] + parts[at + 1]]
+
+
+def continue_tiktoken(word_counts: dict[bytes, int], ranks: dict[bytes, int], add: int,
+                      first_rank: int, min_frequency: int = 0) -> dict[bytes, int]:
+    """A tiktoken vocabulary continued by up to ``add`` tokens; returns the new ``{bytes: rank}``.
+
+    Each step encodes every word with :func:`tiktoken_encode_word` under the ranks so
+    far (the base's own BPE, then the tokens added), counts adjacent pairs weighted by
+    the word counts, and adds the bytes of the most frequent pair as a token ranked
+    ``first_rank``, ``first_rank + 1``, ...; at equal counts the pair of smaller ranks
+    (left, then right) wins. The joined bytes are always a new token: tiktoken's BPE
+    stops only when no adjacent pair joins into a token.
+    """
+    ranks = dict(ranks)
+    piece_of = {rank: piece for piece, rank in ranks.items()}
+    added: dict[bytes, int] = {}
+    for rank in range(first_rank, first_rank + add):
+        pair_counts: Counter = Counter()
+        for word, count in word_counts.items():
+            parts = tiktoken_encode_word(ranks, word)
+            for pair in zip(parts, parts[1:]):
+                pair_counts[pair] += count
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], -p[0], -p[1]))
+        if pair_counts[best] < max(min_frequency, 1):
+            break
+        piece = piece_of[best[0]] + piece_of[best[1]]
+        ranks[piece] = added[piece] = rank
+        piece_of[rank] = piece
+    return added
