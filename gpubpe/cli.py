@@ -108,7 +108,8 @@ def _add_encode(commands) -> None:
                     "With --backend cuda the GPU encodes the distinct words; if it fails "
                     "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
                     "and the error says which --skip-documents finishes the job.")
-    p.add_argument("files", nargs="*", type=Path, help="input files (.txt, .jsonl, .parquet)")
+    p.add_argument("files", nargs="*", type=Path,
+                   help="input files (.txt, .jsonl, .parquet; a .gz is read decompressed)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--text", help="encode this text instead of files (ids are printed)")
     p.add_argument("-o", "--output", type=Path,
@@ -826,8 +827,10 @@ def _add_counts_training_options(p) -> None:
     p.add_argument("--counts", type=Path, metavar="FILE",
                    help="train from a counts file ('gpubpe count') instead of corpus files")
     p.add_argument("--extend", type=Path, metavar="TOKENIZER",
-                   help="continue BPE from this tokenizer (gpubpe or HF tokenizer.json): its "
-                        "ids keep their meaning, new tokens get ids above all of them")
+                   help="continue BPE from this tokenizer (gpubpe file, HF tokenizer.json, "
+                        "GPT-2 vocab.json with merges.txt beside it, a .tiktoken rank file, "
+                        "or tiktoken:NAME): its ids keep their meaning, new tokens get ids "
+                        "above all of them")
     p.add_argument("--add", type=int, metavar="N", help="with --extend: new tokens to learn")
 
 
