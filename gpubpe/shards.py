@@ -126,11 +126,13 @@ def check_unchanged(piece: Piece) -> None:
 
 
 def tokenizer_fingerprint(tok) -> str:
-    """SHA-256 over what decides the ids: pattern, special tokens, rules, scaffold, bit-level."""
+    """SHA-256 over what decides the ids: pattern, special tokens, rules, scaffold, bit-level,
+    and an imported vocabulary's tokens and id layout (two imports may share their rules
+    and differ in ids; a vocabulary without a layout hashes as before layouts existed)."""
     data = tok.vocabulary.to_json()
     decisive = {name: data[name] for name in
                 ("format", "pattern", "special_tokens", "merges", "scaffold", "bitlevel",
-                 "demolish")}
+                 "demolish", "tokens", "layout") if name in data}
     return _sha256_json(decisive)
 
 

@@ -399,3 +399,21 @@ def test_damaged_or_misused_gz_is_refused(tmp_path, gz_corpus):
         gz_corpus[0].stat().st_size
     assert sum(b.input_bytes for b in read_file(gz_corpus[1], batch_bytes=512)) == \
         gz_corpus[1].stat().st_size
+
+
+def test_fingerprint_tells_imports_with_other_ids_apart(tok):
+    import tiktoken
+
+    from gpubpe._reference import gpt2_byte_to_unicode
+    from gpubpe.shards import tokenizer_fingerprint
+
+    def imported(order):
+        return gpubpe.Tokenizer.from_tiktoken(tiktoken.Encoding(
+            "bytes", pat_str=r"\S+|\s+", special_tokens={},
+            mergeable_ranks={bytes([b]): i for i, b in enumerate(order)}))
+
+    by_value, gpt2_order = imported(range(256)), imported(gpt2_byte_to_unicode())
+    assert by_value.vocabulary.rules.size == gpt2_order.vocabulary.rules.size == 0
+    assert by_value.encode("a") != gpt2_order.encode("a")  # same rules, other ids
+    assert tokenizer_fingerprint(by_value) != tokenizer_fingerprint(gpt2_order)
+    assert "layout" not in tok.vocabulary.to_json()  # gpubpe's own: hashed as before
