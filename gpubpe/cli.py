@@ -451,13 +451,15 @@ def _as_line(data: bytes) -> bytes:
 
 def _add_export(commands) -> None:
     p = commands.add_parser(
-        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or GPT-2 files",
+        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or a .tiktoken file",
         description="Write the tokenizer as a HF tokenizer.json and, beside it, a "
                     "tokenizer_config.json naming the special-token roles you give, so "
-                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use.")
+                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use; "
+                    "or, with -o NAME.tiktoken, as tiktoken's rank file (the split pattern and "
+                    "special tokens to give tiktoken.Encoding are printed).")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("-o", "--output", type=Path, required=True,
-                   help="a folder, or a path ending in tokenizer.json")
+                   help="a folder, a path ending in tokenizer.json, or one ending in .tiktoken")
     for role in ROLES:
         p.add_argument(f"--{role}-token", metavar="TOKEN",
                        help=f"the {role} token (a special token of the tokenizer)")
@@ -474,6 +476,8 @@ def _run_export(args) -> int:
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend="cpu")
+    if args.output.suffix == ".tiktoken":
+        return _export_tiktoken(tok, args)
     target = args.output / "tokenizer.json" if args.output.is_dir() else args.output
     if target.name != "tokenizer.json":
         raise _usage(f"-o {args.output}: name a folder or a file called tokenizer.json "
@@ -486,6 +490,20 @@ def _run_export(args) -> int:
     tok.to_hf(target)
     write_text_atomically(config_path, json.dumps(config, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {target} and {config_path}", file=sys.stderr)
+    return 0
+
+
+def _export_tiktoken(tok, args) -> int:
+    """A .tiktoken rank file; the pattern and special tokens, which it cannot hold, printed."""
+    from .atomic import check_output
+    from .interop import save_tiktoken_ranks
+    from .pretokenize import resolve_pattern
+
+    check_output(args.output, [args.tokenizer])
+    save_tiktoken_ranks(tok.vocabulary, args.output)
+    print(f"wrote {args.output}; give tiktoken.Encoding pat_str="
+          f"{resolve_pattern(tok.vocabulary.pattern)!r} and special_tokens="
+          f"{tok.special_tokens!r}", file=sys.stderr)
     return 0
 
 

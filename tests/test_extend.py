@@ -320,7 +320,6 @@ def cl100k():
 def test_extend_cl100k_follows_tiktokens_rule(corpora, tmp_path, cl100k, monkeypatch):
     import tiktoken
 
-    from gpubpe.interop import save_tiktoken_ranks
     from gpubpe.pretokenize import resolve_pattern, split_words
 
     counts = count_words([corpora[1]], pattern="cl100k", special_tokens=cl100k.special_tokens_set,
@@ -343,7 +342,8 @@ def test_extend_cl100k_follows_tiktokens_rule(corpora, tmp_path, cl100k, monkeyp
     assert all(extended.token_bytes(i) == cl100k.decode_single_token_bytes(i)
                for i in set(new) if i < cl100k.n_vocab)  # old ids keep their meaning
     # Export: a .tiktoken rank file that tiktoken itself loads, giving the same ids.
-    save_tiktoken_ranks(extended.vocabulary, tmp_path / "extended.tiktoken")
+    assert main(["export", "-t", str(tmp_path / "e.json"), "-o",
+                 str(tmp_path / "extended.tiktoken")]) == 0
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # read the file, cache nothing
     loaded = tiktoken.load.load_tiktoken_bpe(str(tmp_path / "extended.tiktoken"))
     assert loaded == ranks
