@@ -89,10 +89,20 @@ def load_base(base, pattern=None):
     data = _json_of(path)
     if isinstance(data, dict) and "model" in data:
         return _byte_level(interop.from_hf, data, where=str(path))
-    merges = path.with_name("merges.txt")
-    if isinstance(data, dict) and "format" not in data and merges.is_file():
+    if isinstance(data, dict) and "format" not in data:  # GPT-2's token -> id table
+        merges = _gpt2_merges_beside(path)
         return _byte_level(interop.from_gpt2_files, path, merges, where=str(path))
     return Vocabulary.from_json(data, str(path))
+
+
+def _gpt2_merges_beside(vocab_path: Path) -> Path:
+    """``merges.txt`` (or ``X-merges.txt`` for ``X-vocab.json``) beside a GPT-2 vocab.json."""
+    names = dict.fromkeys(["merges.txt", vocab_path.name.replace("vocab.json", "merges.txt")])
+    for name in names:
+        if vocab_path.with_name(name).is_file():
+            return vocab_path.with_name(name)
+    raise ModelFormatError(f"{vocab_path} looks like GPT-2's vocab.json (token -> id), but no "
+                           f"{' or '.join(names)} is beside it; put its merges file there")
 
 
 def _json_of(path: Path):

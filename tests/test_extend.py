@@ -447,3 +447,15 @@ def test_extend_irregular_tiktoken_vocabularies(tokens, words, add):
                                mergeable_ranks=ranks | expected)
     for word in words:
         assert extended.encode(word) == theirs.encode(word.decode())
+
+
+def test_gpt2_vocab_json_needs_its_merges_beside_it(corpora, tmp_path):
+    trained = gpubpe.train([corpora[0]], 280, progress=False)
+    vocab_json, merges_txt = _gpt2_files(trained.vocabulary, tmp_path)
+    counts = WordCounts.from_dict({b"ab": 1}, special_tokens=["<|endoftext|>"])
+    merges_txt.rename(tmp_path / "gpt2-merges.txt")
+    vocab_json = vocab_json.rename(tmp_path / "gpt2-vocab.json")
+    assert gpubpe.train(counts=counts, extend=vocab_json, add=1, progress=False).n_vocab == 282
+    (tmp_path / "gpt2-merges.txt").unlink()
+    with pytest.raises(ModelFormatError, match="looks like GPT-2's vocab.json.*merges.txt"):
+        gpubpe.train(counts=counts, extend=vocab_json, add=1, progress=False)
