@@ -459,3 +459,18 @@ def test_gpt2_vocab_json_needs_its_merges_beside_it(corpora, tmp_path):
     (tmp_path / "gpt2-merges.txt").unlink()
     with pytest.raises(ModelFormatError, match="looks like GPT-2's vocab.json.*merges.txt"):
         gpubpe.train(counts=counts, extend=vocab_json, add=1, progress=False)
+
+
+def test_extend_a_tiktoken_rank_file(tmp_path):
+    from gpubpe.interop import save_tiktoken_ranks
+
+    base = gpubpe.Tokenizer.from_tiktoken(_bytes_in_gpt2_order())
+    save_tiktoken_ranks(base.vocabulary, tmp_path / "bytes.tiktoken")
+    counts = WordCounts.from_dict({b"\t\t": 1, b"ab": 1}, pattern=r"\S+|\s+")
+    counts.save(tmp_path / "c.counts")
+    assert main(["train", "--counts", str(tmp_path / "c.counts"), "--extend",
+                 str(tmp_path / "bytes.tiktoken"), "--add", "2", "-o", str(tmp_path / "e.json"),
+                 "--no-progress"]) == 0  # the file is split with the counts' pattern
+    extended = gpubpe.load(tmp_path / "e.json")
+    assert [extended.token_bytes(i) for i in (256, 257)] == [b"ab", b"\t\t"]
+    assert extended.encode("ab \t\t") == [256, 220, 257]
