@@ -89,7 +89,8 @@ def load_base(base, pattern=None):
     data = _json_of(path)
     if isinstance(data, dict) and "model" in data:
         return _byte_level(interop.from_hf, data, where=str(path))
-    if isinstance(data, dict) and "format" not in data:  # GPT-2's token -> id table
+    if isinstance(data, dict) and data and "format" not in data and all(
+            isinstance(i, int) for i in data.values()):  # GPT-2's token -> id table
         merges = _gpt2_merges_beside(path)
         return _byte_level(interop.from_gpt2_files, path, merges, where=str(path))
     return Vocabulary.from_json(data, str(path))
@@ -132,6 +133,9 @@ def _tiktoken_encoding(name: str):
         return tiktoken.get_encoding(name)
     except ValueError as exc:
         raise ConfigError(f"tiktoken:{name}: tiktoken has no such encoding ({exc})") from None
+    except Exception as exc:  # tiktoken downloads ranks it has not cached: network errors
+        raise ConfigError(f"tiktoken:{name}: tiktoken could not load it ({exc}); pass its "
+                          ".tiktoken rank file instead") from None
 
 
 def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
