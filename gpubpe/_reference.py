@@ -251,12 +251,13 @@ def demolish_table(
 
 def continue_bpe(
     word_counts: dict[bytes, int], rules: list[tuple[int, int, int]], vocab_size: int,
-    min_frequency: int = 0,
+    min_frequency: int = 0, byte_rank: list[int] | None = None,
 ) -> list[tuple[int, int, int]]:
     """BPE continued from existing rules: they are applied to the words in rank order (as
     training applied them), then new rules are chosen as :func:`train_bpe` does, until
-    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new."""
-    byte_rank = hf_byte_rank()
+    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new.
+    ``byte_rank``: the byte tokens' tie order (default HF's, :func:`hf_byte_rank`)."""
+    byte_rank = hf_byte_rank() if byte_rank is None else byte_rank
     words = [list(word) for word in word_counts]
     counts = list(word_counts.values())
     token_bytes = token_bytes_of(rules)

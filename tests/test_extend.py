@@ -474,3 +474,23 @@ def test_extend_a_tiktoken_rank_file(tmp_path):
     extended = gpubpe.load(tmp_path / "e.json")
     assert [extended.token_bytes(i) for i in (256, 257)] == [b"ab", b"\t\t"]
     assert extended.encode("ab \t\t") == [256, 220, 257]
+
+
+@pytest.mark.filterwarnings("ignore:extending stopped")
+@given(SMALL_WORDS, SMALL_WORDS, st.integers(257, 270), st.integers(1, 12), st.randoms())
+def test_ties_follow_an_imports_byte_ids_on_random_words(base_words, new_words, size, add,
+                                                         random):
+    # A HF file numbering its byte tokens in any order: the trainer's tie order follows it.
+    rules = _reference.train_bpe(base_words, size)
+    data = gpubpe.Tokenizer(Vocabulary.from_rules(rules, pattern=None)).to_hf_json()
+    byte_ids = list(range(256))
+    random.shuffle(byte_ids)
+    chars = _reference.gpt2_byte_to_unicode()
+    data["model"]["vocab"].update({chars[b]: byte_ids[b] for b in range(256)})
+    base = gpubpe.Tokenizer.from_hf(data)
+    assert base.vocabulary.byte_ids().tolist() == byte_ids
+    extended = gpubpe.train(counts=WordCounts.from_dict(new_words, pattern=None), extend=base,
+                            add=add, progress=False)
+    expected = _reference.continue_bpe(new_words, rules, len(base.vocabulary.token_bytes) + add,
+                                       byte_rank=byte_ids)
+    assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == expected
