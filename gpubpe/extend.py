@@ -447,11 +447,15 @@ class _RankedWords:
     Performance notes: Python, with work per new token proportional to the words it
     changes; the words start from the base tokenizer's Numba encoder. The trainer's Numba
     loop merges one pair's occurrences, which is not tiktoken's rule (other splits of the
-    new token, lower-ranked merges after it, whole words), so it is not used here.
+    new token, lower-ranked merges after it, whole words), so it is not used here. Measured
+    (``bench/extend_bench.py``): 1,000 tokens added to cl100k on 17k distinct words in
+    0.06 s; building the 101k-token extended vocabulary (every split of every token, as an
+    import does) takes 2.6 s and dominates. Deriving the new tokens' splits alone would cut
+    that, not tried yet.
     """
 
     def __init__(self, word_counts: dict[bytes, int], ranks: dict[bytes, int], vocab):
-        self.ranks = ranks
+        self.ranks = dict(ranks)
         self.piece_of = {rank: piece for piece, rank in ranks.items()}
         self.words = list(word_counts)
         self.counts = list(word_counts.values())
