@@ -326,3 +326,53 @@ def continue_tiktoken(word_counts: dict[bytes, int], ranks: dict[bytes, int], ad
         ranks[piece] = added[piece] = rank
         piece_of[rank] = piece
     return added
+
+
+def whole_word_encode(word: bytes, ids: dict[bytes, int],
+                      rules: list[tuple[int, int, int]]) -> list[int]:
+    """HF's BPE with ``ignore_merges``, in a vocabulary's own ids (``ids``: bytes -> id): a
+    word that is a token is that token; else, from its bytes' ids, the rule of lowest rank
+    first, leftmost occurrence first, until no rule applies."""
+    if word in ids:
+        return [ids[word]]
+    rank_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, (left, right, result) in enumerate(rules):
+        rank_of.setdefault((left, right), (rank, result))
+    tokens = [ids[bytes([b])] for b in word]
+    while True:
+        found = [(rank_of[p][0], i) for i, p in enumerate(zip(tokens, tokens[1:])) if p in rank_of]
+        if not found:
+            return tokens
+        _, i = min(found)
+        tokens[i:i + 2] = [rank_of[(tokens[i], tokens[i + 1])][1]]
+
+
+def continue_whole_word_bpe(word_counts: dict[bytes, int], ids: dict[bytes, int],
+                            rules: list[tuple[int, int, int]], add: int,
+                            first_id: int) -> list[tuple[int, int, int]]:
+    """A HF ``ignore_merges`` vocabulary continued until ``add`` new tokens exist; returns
+    the new rules (in its ids). Each step encodes every word with :func:`whole_word_encode`
+    under the rules so far, counts adjacent pairs, and appends a rule for the most
+    frequent pair (equal counts: smaller ids, left then right); its result is the token
+    spelling the joined bytes if there is one (no token is made), else a new token
+    numbered ``first_id``, ``first_id + 1``, ..."""
+    ids, rules = dict(ids), list(rules)
+    piece_of = {token: piece for piece, token in ids.items()}
+    new_rules: list[tuple[int, int, int]] = []
+    next_id = first_id
+    while next_id < first_id + add:
+        pair_counts: Counter = Counter()
+        for word, count in word_counts.items():
+            parts = whole_word_encode(word, ids, rules)
+            for pair in zip(parts, parts[1:]):
+                pair_counts[pair] += count
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], -p[0], -p[1]))
+        piece = piece_of[best[0]] + piece_of[best[1]]
+        if piece not in ids:
+            ids[piece], piece_of[next_id] = next_id, piece
+            next_id += 1
+        rules.append((*best, ids[piece]))
+        new_rules.append(rules[-1])
+    return new_rules

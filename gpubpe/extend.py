@@ -20,11 +20,15 @@ encodes:
   ranks so far; pairs are counted on those encodings. Reference:
   ``_reference.continue_tiktoken``; the new ranks written to a ``.tiktoken`` file
   give the same ids in tiktoken.
+- By rules after a whole-word lookup (HF ``ignore_merges``, as Llama 3's file):
+  the same, with HF's encoding (a word that is a token is that token, else the
+  rules by rank). Reference: ``_reference.continue_whole_word_bpe``. Ties in
+  these two: the pair of smaller ids in the base (new tokens above all).
 
 Refused, with the reason: Scaffold-BPE and bit-level bases, bases that change
-text before splitting (HF prefix space, NFC: counts files do not), HF
-``ignore_merges`` files, bases without all 256 byte tokens, imports whose byte
-tokens are numbered among the merged ones.
+text before splitting (HF prefix space, NFC: counts files do not), bases
+without all 256 byte tokens, rule-based imports (without whole-word lookup)
+whose byte tokens are numbered among the merged ones.
 """
 
 from __future__ import annotations
@@ -150,8 +154,8 @@ def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
     vocab = load_base(base, counts.pattern)
     _check_base(vocab)
     _check_counts(vocab, counts)
-    if vocab.layout is not None and vocab.layout.rank_by_token:
-        extended = _extend_by_ranks(vocab, counts, int(add), min_frequency, progress)
+    if vocab.layout is not None and vocab.layout.whole_tokens:
+        extended = _extend_by_encoding(vocab, counts, int(add), min_frequency, progress)
     else:
         extended = _extend_by_rules(vocab, counts, int(add), min_frequency, progress)
     if extended.vocab_size < vocab.vocab_size + add:
@@ -190,19 +194,32 @@ def _extend_by_rules(vocab, counts: WordCounts, add: int, min_frequency: int, pr
                                   vocab.pattern, metadata)
 
 
-def _extend_by_ranks(vocab, counts: WordCounts, add: int, min_frequency: int, progress: bool):
-    """tiktoken's rule: new ranks from words encoded as tiktoken would (see the docstring)."""
+def _extend_by_encoding(vocab, counts: WordCounts, add: int, min_frequency: int,
+                        progress: bool):
+    """Words kept as the base's own rule encodes them (tiktoken's, or HF's with whole
+    words first) while tokens are added; see the module docstring."""
     from .interop import vocabulary_from_ranks
+    from .model import Vocabulary
 
     started = time.perf_counter()
-    ranks = dict(zip(vocab.token_bytes, vocab.layout.output_ids.tolist()))
-    words = _RankedWords(counts.as_dict(), ranks, vocab)
+    rule = _TiktokenRule(vocab) if vocab.layout.rank_by_token else _WholeWordRules(vocab)
+    words = _EncodedWords(counts.as_dict(), vocab, rule)
     applied = time.perf_counter()
-    ranks.update(words.continue_ranks(add, vocab.n_ids, max(min_frequency, 1), progress))
+    new_rules = words.continue_tokens(add, vocab.n_ids, max(min_frequency, 1), progress)
     metadata = _metadata(vocab, counts, {"seconds_applying_base": applied - started,
                                          "seconds_merging": time.perf_counter() - applied})
-    return vocabulary_from_ranks(ranks, vocab.pattern, vocab.special_ids(), metadata,
-                                 "the extended vocabulary")
+    if vocab.layout.rank_by_token:
+        return vocabulary_from_ranks(rule.id_of, vocab.pattern, vocab.special_ids(), metadata,
+                                     "the extended vocabulary")
+    n_new = len(rule.id_of) - len(vocab.token_bytes)
+    token_bytes = vocab.token_bytes + [rule.piece_of[vocab.n_ids + k] for k in range(n_new)]
+    internal = {int(o): i for i, o in enumerate(vocab.layout.output_ids.tolist())}
+    internal.update({vocab.n_ids + k: len(vocab.token_bytes) + k for k in range(n_new)})
+    added = np.array([[internal[token] for token in new_rule] for new_rule in new_rules],
+                     dtype=np.int64).reshape(-1, 3)
+    rules = np.concatenate([vocab.rules, added])
+    return Vocabulary.from_tokens(token_bytes, rules, _layout_with_new_ids(vocab, n_new),
+                                  vocab.special_tokens, vocab.pattern, metadata)
 
 
 def _layout_with_new_ids(vocab, n_new: int):
@@ -248,16 +265,16 @@ def _check_layout(layout) -> None:
             f"normalizes text ({layout.normalizer})"
         raise ConfigError(f"the base {change} before splitting, which counts files do not "
                           "record; extend a base without a normalizer or add_prefix_space")
-    if layout.whole_tokens != layout.rank_by_token:
-        raise ConfigError("the base looks up whole words before its merges (HF ignore_merges) "
-                          "but merges by rule rank; extending such a file is not supported: "
-                          "extend its tiktoken form or a file without ignore_merges")
+    if layout.rank_by_token and not layout.whole_tokens:
+        raise ConfigError("the base merges by token rank without looking up whole words "
+                          "first, which is neither tiktoken's rule nor HF's; it cannot be "
+                          "extended")
     byte_ids, other_ids = layout.output_ids[:256], layout.output_ids[256:]
     if (byte_ids < 0).any():
         byte = int(np.flatnonzero(byte_ids < 0)[0])
         raise ConfigError(f"byte {byte:#04x} has no id in the base; extending needs all 256 "
                           "byte tokens (the new tokens may hold any byte)")
-    if not layout.rank_by_token and other_ids.size and (
+    if not layout.whole_tokens and other_ids.size and (
             byte_ids.max() > other_ids.min() or (np.diff(other_ids) <= 0).any()):
         raise ConfigError("the base numbers its byte tokens among its merged tokens; ties "
                           "between equal counts could not follow its ids in the trainer's "
@@ -431,18 +448,19 @@ class _SeededState(_CpuTrainState):
         self.sizes[POOL_USED] = at
 
 
-# ---------------------------------------------------------------- tiktoken's rule
+# ---------------------------------------------------------------- encoding rules
 
 
-class _RankedWords:
-    """Distinct words as tiktoken encodes them (lists of ranks), their pair counts kept current
-    as tokens are added, and a heap of pairs (largest count, then smallest ranks).
+class _EncodedWords:
+    """Distinct words as the base's rule encodes them (lists of ids), their pair counts kept
+    current as tokens are added, and a heap of pairs (largest count, then smallest ids).
 
-    Adding a token t (the highest rank) changes only words that hold an adjacent pair
-    joining into t's bytes, or that are t: tiktoken's BPE on any other word never sees a
-    pair ranked t. For those words, tiktoken's loop goes on from their current parts: the
-    parts are where it stopped with the lower ranks, and a lower-ranked merge it makes
-    afterwards (t next to a part joining into an older token) is made here too.
+    A new rule or token has the highest rank, so it changes only words holding a pair
+    that reaches it (``rule.pairs_reaching``), or that are its bytes (whole-word
+    lookup). Encoding any other word never sees it. A changed word's encoding goes on
+    from its current parts: they are where the base's loop stopped with the lower
+    ranks, and a lower-ranked merge made afterwards (the new token next to a part that
+    joins into an older token) is made here too.
 
     Performance notes: Python, with work per new token proportional to the words it
     changes; the words start from the base tokenizer's Numba encoder. The trainer's Numba
@@ -454,9 +472,8 @@ class _RankedWords:
     that, not tried yet.
     """
 
-    def __init__(self, word_counts: dict[bytes, int], ranks: dict[bytes, int], vocab):
-        self.ranks = dict(ranks)
-        self.piece_of = {rank: piece for piece, rank in ranks.items()}
+    def __init__(self, word_counts: dict[bytes, int], vocab, rule):
+        self.rule = rule
         self.words = list(word_counts)
         self.counts = list(word_counts.values())
         self.word_index = {word: w for w, word in enumerate(self.words)}
@@ -468,23 +485,29 @@ class _RankedWords:
         self.heap = [(-count, *pair) for pair, count in self.pair_count.items()]
         heapq.heapify(self.heap)
 
-    def continue_ranks(self, add: int, first_rank: int, min_count: int,
-                       progress: bool) -> dict[bytes, int]:
-        """Up to ``add`` new tokens ``{bytes: rank}``, ranked from ``first_rank`` up."""
+    def continue_tokens(self, add: int, first_id: int, min_count: int,
+                        progress: bool) -> list[tuple[int, int, int]]:
+        """New rules ``(left, right, result)`` in the base's ids until ``add`` new tokens
+        exist (ids from ``first_id`` up) or no pair reaches ``min_count``."""
         from tqdm.auto import tqdm
 
-        added: dict[bytes, int] = {}
-        for rank in tqdm(range(first_rank, first_rank + add), desc="merges", unit="tok",
-                         disable=not progress, leave=False):
-            pair = self._best_pair(min_count)
-            if pair is None:
-                break
-            piece = self.piece_of[pair[0]] + self.piece_of[pair[1]]
-            self.ranks[piece] = added[piece] = rank
-            self.piece_of[rank] = piece
-            for w in self._words_reaching(piece):
-                self._reencode(w)
-        return added
+        rules: list[tuple[int, int, int]] = []
+        next_id = first_id
+        with tqdm(total=add, desc="merges", unit="tok", disable=not progress,
+                  leave=False) as bar:
+            while next_id < first_id + add:
+                pair = self._best_pair(min_count)
+                if pair is None:
+                    break
+                piece = self.rule.piece_of[pair[0]] + self.rule.piece_of[pair[1]]
+                result = self.rule.add(pair, piece, next_id)
+                rules.append((*pair, result))
+                if result == next_id:
+                    next_id += 1
+                    bar.update(1)
+                for w in self._words_reaching(piece, pair):
+                    self._reencode(w)
+        return rules
 
     def _best_pair(self, min_count: int):
         while self.heap:
@@ -494,23 +517,18 @@ class _RankedWords:
             heapq.heappop(self.heap)  # stale: the count changed since it was pushed
         return None
 
-    def _words_reaching(self, piece: bytes) -> set[int]:
-        """Words holding an adjacent pair that joins into ``piece``, and the word ``piece``."""
+    def _words_reaching(self, piece: bytes, pair: tuple[int, int]) -> set[int]:
         found = set()
-        for cut in range(1, len(piece)):
-            left, right = self.ranks.get(piece[:cut]), self.ranks.get(piece[cut:])
-            if left is not None and right is not None:
-                found |= self.pair_words.get((left, right), set())
+        for reaching in self.rule.pairs_reaching(piece, pair):
+            found |= self.pair_words.get(reaching, set())
         if piece in self.word_index:
             found.add(self.word_index[piece])
         return found
 
     def _reencode(self, w: int) -> None:
         word, old = self.words[w], self.parts[w]
-        if word in self.ranks:
-            parts = [self.ranks[word]]
-        else:
-            parts = _tiktoken_merges([self.piece_of[p] for p in old], self.ranks)
+        whole = self.rule.id_of.get(word)
+        parts = [whole] if whole is not None else self.rule.merged(list(old))
         if parts == old:
             return
         self._count(w, -1)
@@ -528,6 +546,66 @@ class _RankedWords:
                 self.pair_words[pair].add(w)
             else:
                 self.pair_words[pair].discard(w)
+
+
+class _TiktokenRule:
+    """tiktoken's rule in its ranks (the ids): any adjacent pair whose joined bytes are a
+    token merges at that token's rank, lowest first. A chosen pair always makes a new token
+    (the loop stops only when no adjacent pair joins into one)."""
+
+    def __init__(self, vocab):
+        self.id_of = dict(zip(vocab.token_bytes, vocab.layout.output_ids.tolist()))
+        self.piece_of = {token: piece for piece, token in self.id_of.items()}
+
+    def merged(self, parts: list[int]) -> list[int]:
+        return _tiktoken_merges([self.piece_of[p] for p in parts], self.id_of)
+
+    def pairs_reaching(self, piece: bytes, pair) -> list[tuple[int, int]]:
+        """Every split of ``piece`` into two tokens: each merges into it."""
+        splits = ((self.id_of.get(piece[:cut]), self.id_of.get(piece[cut:]))
+                  for cut in range(1, len(piece)))
+        return [(a, b) for a, b in splits if a is not None and b is not None]
+
+    def add(self, pair, piece: bytes, new_id: int) -> int:
+        self.id_of[piece], self.piece_of[new_id] = new_id, piece
+        return new_id
+
+
+class _WholeWordRules:
+    """HF BPE with ``ignore_merges`` in its ids: a word that is a token is that token, else
+    rules by rank (a pair's first rule wins), leftmost on ties. A chosen pair whose bytes
+    already are a token gets a rule pointing at it and makes none."""
+
+    def __init__(self, vocab):
+        output = vocab.layout.output_ids.tolist()
+        self.id_of = dict(zip(vocab.token_bytes, output))
+        self.piece_of = {token: piece for piece, token in self.id_of.items()}
+        self.rule_of: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, (left, right, result) in enumerate(vocab.rules.tolist()):
+            self.rule_of.setdefault((output[left], output[right]), (rank, output[result]))
+        self.n_rules = len(vocab.rules)
+
+    def merged(self, parts: list[int]) -> list[int]:
+        while len(parts) > 1:
+            found = [(self.rule_of[pair][0], at) for at, pair in enumerate(zip(parts, parts[1:]))
+                     if pair in self.rule_of]
+            if not found:
+                break
+            at = min(found)[1]
+            parts[at:at + 2] = [self.rule_of[(parts[at], parts[at + 1])][1]]
+        return parts
+
+    def pairs_reaching(self, piece: bytes, pair) -> list[tuple[int, int]]:
+        return [pair]
+
+    def add(self, pair, piece: bytes, new_id: int) -> int:
+        result = self.id_of.get(piece)
+        if result is None:
+            result = self.id_of[piece] = new_id
+            self.piece_of[new_id] = piece
+        self.rule_of[pair] = (self.n_rules, result)
+        self.n_rules += 1
+        return result
 
 
 def _tiktoken_merges(pieces: list[bytes], ranks: dict[bytes, int]) -> list[int]:

@@ -410,13 +410,10 @@ def test_imported_bases_that_cannot_be_continued_are_refused(corpora, tmp_path):
                      add=5, progress=False)
     base = gpubpe.train([corpora[0]], 300, progress=False)
     data = base.to_hf_json()
-    for setting, message in ((("model", "ignore_merges"), "ignore_merges"),
-                             (("pre_tokenizer", "add_prefix_space"), "adds a space")):
-        changed = json.loads(json.dumps(data))
-        changed[setting[0]][setting[1]] = True
-        (tmp_path / "hf.json").write_text(json.dumps(changed), encoding="utf-8")
-        with pytest.raises(ConfigError, match=message):
-            gpubpe.train(counts=gpt2_counts, extend=tmp_path / "hf.json", add=5, progress=False)
+    data["pre_tokenizer"]["add_prefix_space"] = True
+    (tmp_path / "hf.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ConfigError, match="adds a space before each text piece"):
+        gpubpe.train(counts=gpt2_counts, extend=tmp_path / "hf.json", add=5, progress=False)
     with pytest.raises(ConfigError, match="tiktoken has no such encoding"):
         gpubpe.train(counts=gpt2_counts, extend="tiktoken:no_such_encoding", add=5,
                      progress=False)
@@ -494,3 +491,69 @@ def test_ties_follow_an_imports_byte_ids_on_random_words(base_words, new_words, 
     expected = _reference.continue_bpe(new_words, rules, len(base.vocabulary.token_bytes) + add,
                                        byte_rank=byte_ids)
     assert [tuple(r) for r in extended.vocabulary.rules.tolist()] == expected
+
+
+def _whole_word_hf(rules, extra_tokens=(), pattern=None) -> dict:
+    """A HF tokenizer.json with ignore_merges: the rules' tokens, then ``extra_tokens`` that
+    no merge makes (reached only whole)."""
+    data = gpubpe.Tokenizer(Vocabulary.from_rules(rules, pattern=pattern)).to_hf_json()
+    table = data["model"]["vocab"]
+    chars = _reference.gpt2_byte_to_unicode()
+    for piece in extra_tokens:
+        table.setdefault("".join(chars[b] for b in piece), len(table))
+    data["model"]["ignore_merges"] = True
+    return data
+
+
+def _new_rules_in_output_ids(extended, n_base_rules: int) -> list[tuple[int, int, int]]:
+    output = extended.vocabulary.layout.output_ids
+    return [tuple(int(output[i]) for i in rule)
+            for rule in extended.vocabulary.rules[n_base_rules:].tolist()]
+
+
+@pytest.mark.filterwarnings("ignore:extending stopped")
+@given(SMALL_WORDS, IRREGULAR_TOKENS, SMALL_WORDS, st.integers(257, 270), st.integers(1, 8))
+def test_extend_hf_ignore_merges_equals_reference(base_words, extra, words, size, add):
+    from tokenizers import Tokenizer as HfTokenizer
+
+    data = _whole_word_hf(_reference.train_bpe(base_words, size), extra)
+    base = gpubpe.Tokenizer.from_hf(data)
+    extended = gpubpe.train(counts=WordCounts.from_dict(words, pattern=None), extend=base,
+                            add=add, progress=False)
+    vocab = base.vocabulary
+    ids = dict(zip(vocab.token_bytes, vocab.layout.output_ids.tolist()))
+    output = vocab.layout.output_ids
+    base_rules = [tuple(int(output[i]) for i in rule) for rule in vocab.rules.tolist()]
+    expected = _reference.continue_whole_word_bpe(words, ids, base_rules, add, vocab.n_ids)
+    assert _new_rules_in_output_ids(extended, len(base_rules)) == expected
+    hf = HfTokenizer.from_str(json.dumps(extended.to_hf_json()))
+    for word in words:
+        assert extended.encode(word) == hf.encode(word.decode()).ids == \
+            _reference.whole_word_encode(word, {extended.token_bytes(i): i for i in range(
+                extended.n_vocab)}, base_rules + expected)
+
+
+def test_extend_hf_ignore_merges_file(corpora, tmp_path):
+    from tokenizers import Tokenizer as HfTokenizer
+
+    base_path, domain_path = corpora
+    trained = gpubpe.train([base_path], 400, progress=False)
+    (tmp_path / "hf.json").write_text(json.dumps(_whole_word_hf(trained.vocabulary.rules,
+                                                                         pattern="gpt2")),
+                                      encoding="utf-8")
+    counts = count_words([domain_path], progress=False)
+    extended = gpubpe.train(counts=counts, extend=tmp_path / "hf.json", add=60, progress=False)
+    base = gpubpe.Tokenizer.from_hf(tmp_path / "hf.json")
+    vocab = base.vocabulary
+    ids = dict(zip(vocab.token_bytes, vocab.layout.output_ids.tolist()))
+    base_rules = [tuple(r) for r in vocab.rules.tolist()]  # its ids are gpubpe's here
+    expected = _reference.continue_whole_word_bpe(counts.as_dict(), ids, base_rules, 60, 400)
+    assert _new_rules_in_output_ids(extended, len(base_rules)) == expected
+    assert extended.n_vocab == 460
+    text = domain_path.read_text(encoding="utf-8")[:4000]
+    new = extended.encode(text)
+    old = HfTokenizer.from_file(str(tmp_path / "hf.json")).encode(text).ids
+    assert len(new) < len(old)
+    assert all(extended.token_bytes(i) == base.token_bytes(i) for i in set(new) if i < 400)
+    extended.to_hf(tmp_path / "extended.json")
+    assert HfTokenizer.from_file(str(tmp_path / "extended.json")).encode(text).ids == new
