@@ -467,8 +467,8 @@ class _EncodedWords:
     loop merges one pair's occurrences, which is not tiktoken's rule (other splits of the
     new token, lower-ranked merges after it, whole words), so it is not used here. Measured
     (``bench/extend_bench.py``): 1,000 tokens added to cl100k on 17k distinct words in
-    0.06 s; building the 101k-token extended vocabulary (every split of every token, as an
-    import does) takes 2.6 s and dominates. Deriving the new tokens' splits alone would cut
+    0.02-0.06 s; building the 101k-token extended vocabulary (every split of every token,
+    as an import does) takes 0.7-2.6 s (load 2-7) and dominates. Deriving the new tokens' splits alone would cut
     that, not tried yet.
     """
 
