@@ -333,11 +333,20 @@ def whole_word_encode(word: bytes, ids: dict[bytes, int],
     """HF's BPE with ``ignore_merges``, in a vocabulary's own ids (``ids``: bytes -> id): a
     word that is a token is that token; else, from its bytes' ids, the rule of lowest rank
     first, leftmost occurrence first, until no rule applies."""
-    if word in ids:
-        return [ids[word]]
+    return _whole_word_parts(word, ids, _first_ranks(rules))
+
+
+def _first_ranks(rules: list[tuple[int, int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, result) of each pair's first rule."""
     rank_of: dict[tuple[int, int], tuple[int, int]] = {}
     for rank, (left, right, result) in enumerate(rules):
         rank_of.setdefault((left, right), (rank, result))
+    return rank_of
+
+
+def _whole_word_parts(word: bytes, ids: dict[bytes, int], rank_of: dict) -> list[int]:
+    if word in ids:
+        return [ids[word]]
     tokens = [ids[bytes([b])] for b in word]
     while True:
         found = [(rank_of[p][0], i) for i, p in enumerate(zip(tokens, tokens[1:])) if p in rank_of]
@@ -362,8 +371,9 @@ def continue_whole_word_bpe(word_counts: dict[bytes, int], ids: dict[bytes, int]
     next_id = first_id
     while next_id < first_id + add:
         pair_counts: Counter = Counter()
+        rank_of = _first_ranks(rules)
         for word, count in word_counts.items():
-            parts = whole_word_encode(word, ids, rules)
+            parts = _whole_word_parts(word, ids, rank_of)
             for pair in zip(parts, parts[1:]):
                 pair_counts[pair] += count
         if not pair_counts:
