@@ -430,7 +430,7 @@ def test_extend_irregular_tiktoken_vocabularies(tokens, words, add):
     # own: each new token changes every word tiktoken would now encode otherwise.
     import tiktoken
 
-    from gpubpe.interop import WHOLE_TEXT_PATTERN
+    from gpubpe.interop import WHOLE_TEXT_PATTERN, _all_splits
 
     ranks = {bytes([b]): b for b in range(256)} | {t: 256 + i for i, t in enumerate(tokens)}
     encoding = tiktoken.Encoding("irregular", pat_str=WHOLE_TEXT_PATTERN, mergeable_ranks=ranks,
@@ -444,6 +444,11 @@ def test_extend_irregular_tiktoken_vocabularies(tokens, words, add):
                                mergeable_ranks=ranks | expected)
     for word in words:
         assert extended.encode(word) == theirs.encode(word.decode())
+    # the rules added for the new tokens are every split, as an import of the whole table has
+    rules = extended.vocabulary.rules
+    assert len({tuple(r) for r in rules.tolist()}) == len(rules)
+    assert sorted(map(tuple, rules.tolist())) == sorted(map(tuple, _all_splits(
+        extended.vocabulary.token_bytes).tolist()))
 
 
 def test_gpt2_vocab_json_needs_its_merges_beside_it(corpora, tmp_path):
