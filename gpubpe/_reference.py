@@ -251,12 +251,13 @@ def demolish_table(
 
 def continue_bpe(
     word_counts: dict[bytes, int], rules: list[tuple[int, int, int]], vocab_size: int,
-    min_frequency: int = 0,
+    min_frequency: int = 0, byte_rank: list[int] | None = None,
 ) -> list[tuple[int, int, int]]:
     """BPE continued from existing rules: they are applied to the words in rank order (as
     training applied them), then new rules are chosen as :func:`train_bpe` does, until
-    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new."""
-    byte_rank = hf_byte_rank()
+    the vocabulary reaches ``vocab_size``. Returns the old rules followed by the new.
+    ``byte_rank``: the byte tokens' tie order (default HF's, :func:`hf_byte_rank`)."""
+    byte_rank = hf_byte_rank() if byte_rank is None else byte_rank
     words = [list(word) for word in word_counts]
     counts = list(word_counts.values())
     token_bytes = token_bytes_of(rules)
@@ -294,3 +295,94 @@ def tiktoken_encode_word(ranks: dict[bytes, int], word: bytes) -> list[int]:
             return [ranks[part] for part in parts]
         _, at = min(candidates)
         parts[at:at + 2] = [parts[at] + parts[at + 1]]
+
+
+def continue_tiktoken(word_counts: dict[bytes, int], ranks: dict[bytes, int], add: int,
+                      first_rank: int, min_frequency: int = 0) -> dict[bytes, int]:
+    """A tiktoken vocabulary continued by up to ``add`` tokens; returns the new ``{bytes: rank}``.
+
+    Each step encodes every word with :func:`tiktoken_encode_word` under the ranks so
+    far (the base's own BPE, then the tokens added), counts adjacent pairs weighted by
+    the word counts, and adds the bytes of the most frequent pair as a token ranked
+    ``first_rank``, ``first_rank + 1``, ...; at equal counts the pair of smaller ranks
+    (left, then right) wins. The joined bytes are always a new token: tiktoken's BPE
+    stops only when no adjacent pair joins into a token.
+    """
+    ranks = dict(ranks)
+    piece_of = {rank: piece for piece, rank in ranks.items()}
+    added: dict[bytes, int] = {}
+    for rank in range(first_rank, first_rank + add):
+        pair_counts: Counter = Counter()
+        for word, count in word_counts.items():
+            parts = tiktoken_encode_word(ranks, word)
+            for pair in zip(parts, parts[1:]):
+                pair_counts[pair] += count
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], -p[0], -p[1]))
+        if pair_counts[best] < max(min_frequency, 1):
+            break
+        piece = piece_of[best[0]] + piece_of[best[1]]
+        ranks[piece] = added[piece] = rank
+        piece_of[rank] = piece
+    return added
+
+
+def whole_word_encode(word: bytes, ids: dict[bytes, int],
+                      rules: list[tuple[int, int, int]]) -> list[int]:
+    """HF's BPE with ``ignore_merges``, in a vocabulary's own ids (``ids``: bytes -> id): a
+    word that is a token is that token; else, from its bytes' ids, the rule of lowest rank
+    first, leftmost occurrence first, until no rule applies."""
+    return _whole_word_parts(word, ids, _first_ranks(rules))
+
+
+def _first_ranks(rules: list[tuple[int, int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, result) of each pair's first rule."""
+    rank_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, (left, right, result) in enumerate(rules):
+        rank_of.setdefault((left, right), (rank, result))
+    return rank_of
+
+
+def _whole_word_parts(word: bytes, ids: dict[bytes, int], rank_of: dict) -> list[int]:
+    if word in ids:
+        return [ids[word]]
+    tokens = [ids[bytes([b])] for b in word]
+    while True:
+        found = [(rank_of[p][0], i) for i, p in enumerate(zip(tokens, tokens[1:])) if p in rank_of]
+        if not found:
+            return tokens
+        _, i = min(found)
+        tokens[i:i + 2] = [rank_of[(tokens[i], tokens[i + 1])][1]]
+
+
+def continue_whole_word_bpe(word_counts: dict[bytes, int], ids: dict[bytes, int],
+                            rules: list[tuple[int, int, int]], add: int,
+                            first_id: int) -> list[tuple[int, int, int]]:
+    """A HF ``ignore_merges`` vocabulary continued until ``add`` new tokens exist; returns
+    the new rules (in its ids). Each step encodes every word with :func:`whole_word_encode`
+    under the rules so far, counts adjacent pairs, and appends a rule for the most
+    frequent pair (equal counts: smaller ids, left then right); its result is the token
+    spelling the joined bytes if there is one (no token is made), else a new token
+    numbered ``first_id``, ``first_id + 1``, ..."""
+    ids, rules = dict(ids), list(rules)
+    piece_of = {token: piece for piece, token in ids.items()}
+    new_rules: list[tuple[int, int, int]] = []
+    next_id = first_id
+    while next_id < first_id + add:
+        pair_counts: Counter = Counter()
+        rank_of = _first_ranks(rules)
+        for word, count in word_counts.items():
+            parts = _whole_word_parts(word, ids, rank_of)
+            for pair in zip(parts, parts[1:]):
+                pair_counts[pair] += count
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda p: (pair_counts[p], -p[0], -p[1]))
+        piece = piece_of[best[0]] + piece_of[best[1]]
+        if piece not in ids:
+            ids[piece], piece_of[next_id] = next_id, piece
+            next_id += 1
+        rules.append((*best, ids[piece]))
+        new_rules.append(rules[-1])
+    return new_rules

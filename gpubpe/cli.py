@@ -108,7 +108,8 @@ def _add_encode(commands) -> None:
                     "With --backend cuda the GPU encodes the distinct words; if it fails "
                     "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
                     "and the error says which --skip-documents finishes the job.")
-    p.add_argument("files", nargs="*", type=Path, help="input files (.txt, .jsonl, .parquet)")
+    p.add_argument("files", nargs="*", type=Path,
+                   help="input files (.txt, .jsonl, .parquet; a .gz is read decompressed)")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("--text", help="encode this text instead of files (ids are printed)")
     p.add_argument("-o", "--output", type=Path,
@@ -450,13 +451,15 @@ def _as_line(data: bytes) -> bytes:
 
 def _add_export(commands) -> None:
     p = commands.add_parser(
-        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or GPT-2 files",
+        "export", help="write a HF tokenizer.json (+ tokenizer_config.json) or a .tiktoken file",
         description="Write the tokenizer as a HF tokenizer.json and, beside it, a "
                     "tokenizer_config.json naming the special-token roles you give, so "
-                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use.")
+                    "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use; "
+                    "or, with -o NAME.tiktoken, as tiktoken's rank file (the split pattern and "
+                    "special tokens to give tiktoken.Encoding are printed).")
     p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
     p.add_argument("-o", "--output", type=Path, required=True,
-                   help="a folder, or a path ending in tokenizer.json")
+                   help="a folder, a path ending in tokenizer.json, or one ending in .tiktoken")
     for role in ROLES:
         p.add_argument(f"--{role}-token", metavar="TOKEN",
                        help=f"the {role} token (a special token of the tokenizer)")
@@ -473,6 +476,8 @@ def _run_export(args) -> int:
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend="cpu")
+    if args.output.suffix == ".tiktoken":
+        return _export_tiktoken(tok, args)
     target = args.output / "tokenizer.json" if args.output.is_dir() else args.output
     if target.name != "tokenizer.json":
         raise _usage(f"-o {args.output}: name a folder or a file called tokenizer.json "
@@ -485,6 +490,20 @@ def _run_export(args) -> int:
     tok.to_hf(target)
     write_text_atomically(config_path, json.dumps(config, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {target} and {config_path}", file=sys.stderr)
+    return 0
+
+
+def _export_tiktoken(tok, args) -> int:
+    """A .tiktoken rank file; the pattern and special tokens, which it cannot hold, printed."""
+    from .atomic import check_output
+    from .interop import save_tiktoken_ranks
+    from .pretokenize import resolve_pattern
+
+    check_output(args.output, [args.tokenizer])
+    save_tiktoken_ranks(tok.vocabulary, args.output)
+    print(f"wrote {args.output}; give tiktoken.Encoding pat_str="
+          f"{resolve_pattern(tok.vocabulary.pattern)!r} and special_tokens="
+          f"{tok.special_tokens!r}", file=sys.stderr)
     return 0
 
 
@@ -830,8 +849,10 @@ def _add_counts_training_options(p) -> None:
     p.add_argument("--counts", type=Path, metavar="FILE",
                    help="train from a counts file ('gpubpe count') instead of corpus files")
     p.add_argument("--extend", type=Path, metavar="TOKENIZER",
-                   help="continue BPE from this tokenizer (gpubpe or HF tokenizer.json): its "
-                        "ids keep their meaning, new tokens get ids above all of them")
+                   help="continue BPE from this tokenizer (gpubpe file, HF tokenizer.json, "
+                        "GPT-2 vocab.json with merges.txt beside it, a .tiktoken rank file, "
+                        "or tiktoken:NAME): its ids keep their meaning, new tokens get ids "
+                        "above all of them")
     p.add_argument("--add", type=int, metavar="N", help="with --extend: new tokens to learn")
 
 

@@ -5,7 +5,8 @@ same as training and every command): ``.jsonl`` (the ``text_field`` of each
 line, blank lines skipped), ``.parquet`` (the ``text_field`` column; needs
 ``pyarrow``), and any other file as bytes where each line is a document, its
 "\\n" kept (document d is line d + 1, and the documents end to end are the
-file: "\\r\\n", a BOM and a missing final newline come back exactly).
+file: "\\r\\n", a BOM and a missing final newline come back exactly). A
+``.gz`` file is read decompressed, by the suffix before it (``a.jsonl.gz``).
 
 Outputs, chosen by the suffix of ``output``:
 
@@ -59,7 +60,7 @@ from .atomic import (
     write_text_atomically,
 )
 from .errors import ConfigError, CorpusError, DeviceError
-from .pretokenize import Batch, check_num_threads, corpus_paths, read_file
+from .pretokenize import Batch, check_num_threads, content_suffix, corpus_paths, read_file
 
 # Input bytes per encoded batch: large enough to keep every core busy, small
 # enough that a batch and its scratch (about 10x) stay far below 2 GB.
@@ -142,7 +143,7 @@ def _checked_output(output, inputs: list[Path]) -> Path:
 
 def _all_line_files(paths: list[Path]) -> bool:
     """Whether every document keeps its own "\\n" (line files), so they join into the input."""
-    return all(p.suffix not in (".jsonl", ".parquet") for p in paths)
+    return all(content_suffix(p) not in (".jsonl", ".parquet") for p in paths)
 
 
 def _kept_partial(writer: _TokenFileWriter, skipped: int, exc: DeviceError) -> DeviceError:

@@ -658,14 +658,36 @@ def from_tiktoken(encoding, pattern: str | None = None,
         except AttributeError:
             raise TypeError(f"expected a tiktoken.Encoding or a .tiktoken path, got "
                             f"{type(encoding).__name__}") from None
-    where = f"tiktoken encoding {name!r}"
+    return vocabulary_from_ranks(ranks, _pattern_name(pat_str), specials,
+                                 {"imported_from": f"tiktoken {name}"},
+                                 f"tiktoken encoding {name!r}")
+
+
+def vocabulary_from_ranks(ranks: dict[bytes, int], pattern: str | None,
+                          special_tokens: dict[str, int], metadata: dict,
+                          where: str = "tiktoken ranks") -> Vocabulary:
+    """A vocabulary following tiktoken's rule on ``{token bytes: rank}`` (ids are the ranks),
+    with gpubpe's ``pattern`` and ``{text: id}`` special tokens."""
     token_bytes, output_ids = _tokens_by_rank(ranks, where)
     rules = _all_splits(token_bytes)
-    ordered = sorted(specials, key=specials.get)
-    layout = IdLayout(output_ids, [specials[s] for s in ordered], rank_by_token=True,
+    ordered = sorted(special_tokens, key=special_tokens.get)
+    layout = IdLayout(output_ids, [special_tokens[s] for s in ordered], rank_by_token=True,
                       whole_tokens=True)
-    return _vocabulary_of(token_bytes, rules, layout, ordered, _pattern_name(pat_str),
-                          {"imported_from": f"tiktoken {name}"}, where)
+    return _vocabulary_of(token_bytes, rules, layout, ordered, pattern, metadata, where)
+
+
+def save_tiktoken_ranks(vocab: Vocabulary, path) -> None:
+    """Write a ``.tiktoken`` rank file (base64 token, space, rank; by rank), atomically:
+    ``tiktoken.load.load_tiktoken_bpe`` reads it. The split pattern and special tokens are
+    not part of the format: give them to ``tiktoken.Encoding`` (``vocab.pattern``,
+    ``vocab.special_ids()``)."""
+    _check_plain_bpe(vocab, "a .tiktoken rank file")
+    output_ids = range(len(vocab.token_bytes)) if vocab.layout is None else \
+        vocab.layout.output_ids.tolist()
+    rows = sorted((rank, piece) for piece, rank in zip(vocab.token_bytes, output_ids)
+                  if rank >= 0)
+    text = "".join(f"{base64.b64encode(piece).decode('ascii')} {rank}\n" for rank, piece in rows)
+    write_text_atomically(Path(path), text)
 
 
 def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:

@@ -21,8 +21,10 @@ there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -189,7 +191,11 @@ def scanner_table(scanner: int) -> np.ndarray:
 # A str item of a corpus is a path exactly when it has this shape (a corpus file
 # name: no whitespace, ends in .txt, .jsonl or .parquet); the file system is
 # never asked. pathlib.Path (any os.PathLike) items are always paths.
-_CORPUS_NAME = regex.compile(r"^\S+\.(?:txt|jsonl|parquet)$")
+_CORPUS_NAME = regex.compile(r"^\S+\.(?:(?:txt|jsonl)(?:\.gz)?|parquet)$")
+# Compressed inputs: gzip only (zstandard is no dependency of gpubpe). A compressed file
+# is read whole, from its start: it cannot be entered at a byte offset.
+COMPRESSED_SUFFIXES = (".gz",)
+_GZIP_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
 CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
@@ -220,7 +226,7 @@ def iter_batches(corpus, text_field: str = "text",
 
     - a ``pathlib.Path`` (any ``os.PathLike``) is a path;
     - a ``str`` is a path when it reads as a corpus file name: no whitespace,
-      ending in ``.txt``, ``.jsonl`` or ``.parquet`` (so ``train(["corpus.txt"])``
+      ending in ``.txt``, ``.jsonl`` (either one ``.gz`` too) or ``.parquet`` (so ``train(["corpus.txt"])``
       reads the file, and a missing one is an error, not a one-line corpus);
     - any other ``str`` is a document (``"."``, ``"README.md"``, ``"a b.txt"``);
       ``bytes`` are always documents. Wrap a path of another shape in
@@ -229,7 +235,8 @@ def iter_batches(corpus, text_field: str = "text",
     A ``.jsonl`` file gives the ``text_field`` of each line (blank lines
     skipped); a ``.parquet`` file its ``text_field`` column (needs pyarrow); any
     other file gives each line as a document, its "\\n" kept (as HF's file
-    trainer does), so the documents end to end are the file's bytes.
+    trainer does), so the documents end to end are the file's bytes. A ``.gz``
+    file is read decompressed, by the suffix before ``.gz`` (``a.jsonl.gz``).
     """
     if isinstance(corpus, str | os.PathLike):
         corpus = [Path(corpus)]
@@ -310,21 +317,62 @@ def read_file(path: Path, text_field: str = "text", batch_bytes: int = _BATCH_BY
     ``byte_range=(start, end)``: only the documents whose first byte lies in
     ``[start, end)`` (line files and ``.jsonl``; a document is a line), so
     ranges that tile a file give each document exactly once (``gpubpe.dask``
-    splits large files this way). A ``.parquet`` file is read whole.
+    splits large files this way). A ``.parquet`` file and a compressed file
+    (``.gz``) are read whole. ``Batch.input_bytes`` counts the file's own
+    bytes (compressed ones for a ``.gz``), as progress bars over file sizes need.
     """
     check_readable(path)
     start, end = (0, None) if byte_range is None else byte_range
-    if path.suffix == ".parquet":
-        if byte_range is not None and (start, end) != (0, path.stat().st_size):
-            raise CorpusError(f"{path}: a .parquet file is read whole, not by byte range")
+    kind = content_suffix(path)
+    whole_only = kind == ".parquet" or is_compressed(path)
+    if whole_only and byte_range is not None and (start, end) != (0, path.stat().st_size):
+        raise CorpusError(f"{path}: a {path.suffix} file is read whole, not by byte range")
+    if kind == ".parquet":
+        if is_compressed(path):
+            raise CorpusError(f"{path}: Parquet compresses its own pages; pass the .parquet "
+                              "file itself")
         return _read_parquet(path, text_field, batch_bytes)
-    if path.suffix == ".jsonl":
-        return _read_jsonl(path, text_field, batch_bytes, start, end)
-    return _read_lines(path, batch_bytes, start, end)
+    if kind == ".jsonl":
+        batches = _read_jsonl(path, text_field, batch_bytes, start, end)
+    else:
+        batches = _read_lines(path, batch_bytes, start, end)
+    return _decompressed(path, batches) if is_compressed(path) else batches
+
+
+def is_compressed(path) -> bool:
+    """Whether the corpus reader decompresses this file (its suffix is ``.gz``)."""
+    return Path(path).suffix in COMPRESSED_SUFFIXES
+
+
+def content_suffix(path) -> str:
+    """The suffix that says how a file's documents are read: ``a.jsonl.gz`` -> ``.jsonl``."""
+    path = Path(path)
+    return Path(path.stem).suffix if is_compressed(path) else path.suffix
+
+
+def _open_input(path: Path):
+    """The file's bytes (decompressed for a ``.gz``), as a binary handle."""
+    return gzip.open(path, "rb") if is_compressed(path) else path.open("rb")
+
+
+def _file_bytes_read(handle, last: int) -> tuple[int, int]:
+    """(bytes of the file itself read since ``last``, the position now) of a gzip handle."""
+    position = handle.fileobj.tell()
+    return position - last, position
+
+
+def _decompressed(path: Path, batches: Iterator[Batch]) -> Iterator[Batch]:
+    """``batches``, with a damaged or truncated gzip stream said as a CorpusError."""
+    try:
+        yield from batches
+    except _GZIP_ERRORS as exc:
+        raise CorpusError(f"{path}: the gzip data is damaged or cut short ({exc}); "
+                          "decompress it again or drop the file") from None
 
 
 def check_readable(path: Path) -> None:
-    """Raise CorpusError unless ``path`` is a readable file (text, or Parquet by its suffix)."""
+    """Raise CorpusError unless ``path`` is a readable file (text, or Parquet by its suffix;
+    a ``.gz`` must decompress to text)."""
     path = Path(path)
     try:
         exists = path.exists()
@@ -335,11 +383,13 @@ def check_readable(path: Path) -> None:
     if path.is_dir():
         raise CorpusError(f"{path} is a directory; pass the files inside it")
     try:
-        with path.open("rb") as handle:
+        with _open_input(path) as handle:
             head = handle.read(8192)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # only a .gz raises these
+        raise CorpusError(f"{path}: not a readable gzip file ({exc})") from None
     except OSError as exc:
         raise CorpusError(f"{path}: cannot be read ({exc.strerror})") from None
-    if b"\x00" in head and path.suffix != ".parquet":
+    if b"\x00" in head and content_suffix(path) != ".parquet":
         raise CorpusError(f"{path} looks binary (NUL bytes in its first 8 KiB); expected text")
 
 
@@ -349,7 +399,8 @@ def _read_lines(path: Path, batch_bytes: int, start: int = 0,
 
     Only lines starting in ``[start, end)`` (``end`` None: to the end of the file).
     """
-    with path.open("rb") as handle:
+    compressed, file_position = is_compressed(path), 0
+    with _open_input(path) as handle:
         position = _first_line_at(handle, start)
         while end is None or position < end:
             limit = batch_bytes if end is None else min(batch_bytes, end - position)
@@ -362,7 +413,10 @@ def _read_lines(path: Path, batch_bytes: int, start: int = 0,
             doc_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
             if doc_ends.size == 0 or doc_ends[-1] != len(data):
                 doc_ends = np.append(doc_ends, len(data))
-            yield Batch(data, doc_ends.astype(np.int64), len(data))
+            consumed = len(data)
+            if compressed:
+                consumed, file_position = _file_bytes_read(handle, file_position)
+            yield Batch(data, doc_ends.astype(np.int64), consumed)
 
 
 def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
@@ -370,7 +424,8 @@ def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
     """The ``text_field`` of each non-blank line starting in ``[start, end)``."""
     documents: list[bytes] = []
     size = consumed = 0
-    with path.open("rb") as handle:
+    compressed, file_position = is_compressed(path), 0
+    with _open_input(path) as handle:
         position = _first_line_at(handle, start)
         for number, line in enumerate(handle, 1):
             if end is not None and position >= end:
@@ -388,8 +443,12 @@ def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
                 _jsonl_text(line, path, _line_number(path, position - len(line)), text_field)
             size += len(documents[-1])
             if size >= batch_bytes:
+                if compressed:
+                    consumed, file_position = _file_bytes_read(handle, file_position)
                 yield _documents_batch(documents, consumed)
                 documents, size, consumed = [], 0, 0
+        if compressed:
+            consumed, file_position = _file_bytes_read(handle, file_position)
     if documents or consumed:
         yield _documents_batch(documents, consumed)
 

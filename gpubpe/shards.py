@@ -8,7 +8,8 @@ Splits. Inputs are cut into byte ranges on document boundaries: a document
 first byte, so ranges that tile a file give every document exactly once,
 whichever range a line ends in. Files larger than ``split_bytes`` are cut into
 equal ranges, smaller ones are grouped until a split holds about
-``split_bytes``; a ``.parquet`` file (compressed pages) is one piece.
+``split_bytes``; a ``.parquet`` file (compressed pages) and a compressed file
+(``.gz``: it cannot be entered at an offset) are one piece each, one task.
 
 A shard, ``shard-00003``: ``shard-00003.npy`` (the split's ids end to end),
 ``shard-00003.offsets.npy`` (int64, documents + 1, from 0) and
@@ -41,7 +42,7 @@ import numpy as np
 
 from .atomic import atomic_output, write_text_atomically
 from .errors import ConfigError, CorpusError
-from .pretokenize import Batch, read_file
+from .pretokenize import Batch, content_suffix, is_compressed, read_file
 
 # Input bytes per split: a few seconds of work per task on one core, and a
 # shard (ids + offsets) far below a worker's memory.
@@ -92,7 +93,7 @@ def _pieces_of(path: Path, split_bytes: int) -> list[Piece]:
     stat = path.stat()
     size = stat.st_size
     name = os.path.abspath(path)
-    if path.suffix == ".parquet" or size <= split_bytes:
+    if content_suffix(path) == ".parquet" or is_compressed(path) or size <= split_bytes:
         return [Piece(name, 0, size, size, stat.st_mtime_ns)]
     count = -(-size // split_bytes)
     bounds = [size * i // count for i in range(count + 1)]
@@ -125,11 +126,13 @@ def check_unchanged(piece: Piece) -> None:
 
 
 def tokenizer_fingerprint(tok) -> str:
-    """SHA-256 over what decides the ids: pattern, special tokens, rules, scaffold, bit-level."""
+    """SHA-256 over what decides the ids: pattern, special tokens, rules, scaffold, bit-level,
+    and an imported vocabulary's tokens and id layout (two imports may share their rules
+    and differ in ids; a vocabulary without a layout hashes as before layouts existed)."""
     data = tok.vocabulary.to_json()
     decisive = {name: data[name] for name in
                 ("format", "pattern", "special_tokens", "merges", "scaffold", "bitlevel",
-                 "demolish")}
+                 "demolish", "tokens", "layout") if name in data}
     return _sha256_json(decisive)
 
 

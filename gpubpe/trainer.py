@@ -216,6 +216,10 @@ class _TrainState:
 class _CpuTrainState(_TrainState):
     """Every array the Numba merge loop keeps between calls."""
 
+    # Tie order of the byte tokens (merged tokens rank by id after them): HF's, or an
+    # extended import's own (``gpubpe.extend``).
+    byte_rank = HF_BYTE_RANK
+
     def __init__(self, word_counts: dict[bytes, int], vocab_size: int, min_count: int,
                  scaffold: bool):
         self.params = (vocab_size, min_count, scaffold)
@@ -246,7 +250,7 @@ class _CpuTrainState(_TrainState):
         done = 0
         while done < max_rules:
             done += merge_batch_cpu(
-                rules[done:], events, *self.params, self.sizes, HF_BYTE_RANK,
+                rules[done:], events, *self.params, self.sizes, self.byte_rank,
                 self.tokens, self.word_start, self.word_len, self.word_count, self.word_stamp,
                 *(self.arrays[name] for name in self._STATE),
             )

@@ -307,3 +307,113 @@ def test_lost_worker_leaves_no_duplicate_or_missing_documents(client, tok, corpu
     assert done["skipped"] >= 1 and done["encoded"] + done["skipped"] == len(done["shards"])
     assert_same_tokens(tmp_path / "out", expected)
     assert not list((tmp_path / "out").glob(".*.tmp"))
+
+
+# ---------------------------------------------------------------- compressed inputs
+
+
+@pytest.fixture(scope="module")
+def gz_corpus(corpus, tmp_path_factory) -> list[Path]:
+    """The corpus gzip-compressed, file by file (a.txt.gz, b.jsonl.gz, ...)."""
+    import gzip
+
+    folder = tmp_path_factory.mktemp("gz")
+    paths = []
+    for path in corpus:
+        packed = folder / f"{path.name}.gz"
+        packed.write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        paths.append(packed)
+    return paths
+
+
+def test_a_compressed_file_is_one_split(gz_corpus):
+    assert gz_corpus[0].stat().st_size > 2 * SPLIT_BYTES  # large enough to be cut if plain
+    pieces = [piece for split in plan_splits(gz_corpus, SPLIT_BYTES) for piece in split]
+    assert [(p.path, p.start, p.end) for p in pieces] == [
+        (os.path.abspath(p), 0, p.stat().st_size) for p in gz_corpus]
+
+
+def test_gz_inputs_equal_plain_ones_on_the_cluster(client, tok, corpus, gz_corpus, expected,
+                                                   tmp_path):
+    counts = gd.count_words(gz_corpus, client=client, split_bytes=SPLIT_BYTES,
+                            special_tokens=["<|endoftext|>"])
+    plain = gpubpe.count_words(corpus, special_tokens=["<|endoftext|>"], progress=False)
+    assert counts.as_dict() == plain.as_dict()
+    assert counts.as_dict() == gpubpe.count_words(
+        gz_corpus, special_tokens=["<|endoftext|>"], progress=False).as_dict()
+    out = tmp_path / "out"
+    done = gd.encode_files(tok, gz_corpus, out, client=client, split_bytes=SPLIT_BYTES)
+    count = len(plan_splits(gz_corpus, SPLIT_BYTES))  # the small files grouped
+    assert done["encoded"] == len(done["shards"]) == count > 1
+    assert_same_tokens(out, expected)
+    gpubpe.encode_files(tok, gz_corpus, tmp_path / "single.npy", progress=False)
+    assert_same_tokens(tmp_path / "single.npy", expected)
+    # resume: nothing to do, then only the input whose mtime changed
+    again = gd.encode_files(tok, gz_corpus, out, client=client, split_bytes=SPLIT_BYTES)
+    assert (again["encoded"], again["skipped"]) == (0, count)
+    stat = gz_corpus[1].stat()
+    os.utime(gz_corpus[1], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    touched = gd.encode_files(tok, gz_corpus, out, client=client, split_bytes=SPLIT_BYTES)
+    assert (touched["encoded"], touched["skipped"]) == (1, count - 1)
+    assert_same_tokens(out, expected)
+
+
+def test_cli_count_and_encode_gz(client, tok, corpus, gz_corpus, expected, tmp_path):
+    tok.save(tmp_path / "tok.json")
+    files = [str(p) for p in gz_corpus]
+    plain = gpubpe.count_words(corpus, progress=False).as_dict()
+    assert main(["count", *files, "-o", str(tmp_path / "c.counts"), "--no-progress"]) == 0
+    assert gpubpe.WordCounts.load(tmp_path / "c.counts").as_dict() == plain
+    assert main(["count", *files, "-o", str(tmp_path / "d.counts"), "--scheduler",
+                 client.scheduler.address, "--no-progress"]) == 0
+    assert gpubpe.WordCounts.load(tmp_path / "d.counts").as_dict() == plain
+    assert main(["encode", *files, "-t", str(tmp_path / "tok.json"), "-o",
+                 str(tmp_path / "t.npy")]) == 0
+    assert_same_tokens(tmp_path / "t.npy", expected)
+    assert main(["encode", *files, "-t", str(tmp_path / "tok.json"), "-o", str(tmp_path / "out"),
+                 "--scheduler", client.scheduler.address]) == 0
+    assert_same_tokens(tmp_path / "out", expected)
+
+
+def test_damaged_or_misused_gz_is_refused(tmp_path, gz_corpus):
+    import gzip
+
+    from gpubpe.errors import CorpusError
+
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gz_corpus[0].read_bytes()[:-40])
+    with pytest.raises(CorpusError, match="cut.txt.gz: .*gzip"):
+        list(read_file(cut))
+    fake = tmp_path / "fake.txt.gz"
+    fake.write_bytes(b"plain text, not gzip\n")
+    with pytest.raises(CorpusError, match="fake.txt.gz: not a readable gzip file"):
+        gpubpe.count_words([fake], progress=False)
+    with pytest.raises(CorpusError, match="read whole, not by byte range"):
+        list(read_file(gz_corpus[0], byte_range=(0, 10)))
+    packed = tmp_path / "x.parquet.gz"
+    packed.write_bytes(gzip.compress(b"PAR1"))
+    with pytest.raises(CorpusError, match="Parquet compresses its own pages"):
+        list(read_file(packed))
+    # a progress bar over file sizes: a .gz file's batches count its compressed bytes
+    assert sum(b.input_bytes for b in read_file(gz_corpus[0], batch_bytes=4096)) == \
+        gz_corpus[0].stat().st_size
+    assert sum(b.input_bytes for b in read_file(gz_corpus[1], batch_bytes=512)) == \
+        gz_corpus[1].stat().st_size
+
+
+def test_fingerprint_tells_imports_with_other_ids_apart(tok):
+    import tiktoken
+
+    from gpubpe._reference import gpt2_byte_to_unicode
+    from gpubpe.shards import tokenizer_fingerprint
+
+    def imported(order):
+        return gpubpe.Tokenizer.from_tiktoken(tiktoken.Encoding(
+            "bytes", pat_str=r"\S+|\s+", special_tokens={},
+            mergeable_ranks={bytes([b]): i for i, b in enumerate(order)}))
+
+    by_value, gpt2_order = imported(range(256)), imported(gpt2_byte_to_unicode())
+    assert by_value.vocabulary.rules.size == gpt2_order.vocabulary.rules.size == 0
+    assert by_value.encode("a") != gpt2_order.encode("a")  # same rules, other ids
+    assert tokenizer_fingerprint(by_value) != tokenizer_fingerprint(gpt2_order)
+    assert "layout" not in tok.vocabulary.to_json()  # gpubpe's own: hashed as before
