@@ -29,6 +29,13 @@ class RuleTable(NamedTuple):
     whole_table: np.ndarray  # uint64
     token_pool: np.ndarray  # uint8
     token_offsets: np.ndarray  # int64
+    # The CPU's pair lookup (``bpe.bpe_scan_word``): interleaved (pair key, rank << 32 |
+    # result) cells, one cache line read per lookup and no second load for the result;
+    # and two 64-bit pair signatures per internal id (as left, as right; see
+    # ``rules.pair_signature_bit``), which answer most pairs that have no rule
+    # without touching the table.
+    pair_cells: np.ndarray  # uint64, 2 per cell
+    pair_signatures: np.ndarray  # uint64, 2 per internal id
 
 
 class WordCache(NamedTuple):

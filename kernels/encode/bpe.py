@@ -12,7 +12,7 @@ from ..hashing import (
 )
 from ..pairs import pair_key
 from ._shared import inlined
-from .rules import whole_token
+from .rules import NO_PAIR_VALUE, pair_value, whole_token
 
 # ---------------------------------------------------------------- one word
 
@@ -114,10 +114,73 @@ def bpe_short_word(symbols, n, rules, pair_rank):
 
 @hot
 def bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
-    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left."""
-    if n <= SHORT_WORD:
-        return bpe_short_word(symbols, n, rules, heap_rank)
+    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left.
+
+    Scratch as ``bpe_heap_word``'s (``heap_rank`` also serves the scan: 2n + 8 entries).
+    """
+    if n <= SCAN_WORD:
+        return bpe_scan_word(symbols, n, rules.pair_cells, rules.pair_signatures, heap_rank,
+                             nxt, prv)
     return bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
+
+
+# Words up to this many bytes use ``bpe_scan_word`` (a position fits in the 8 low bits
+# of the key it minimises); longer ones the heap.
+SCAN_WORD = 255
+_SCAN_NONE = (NO_PAIR_VALUE >> np.int64(24)) & ~np.int64(0xFF)
+
+
+@inlined
+def _scan_key(value, position):
+    """(rank << 8) | position: the smallest is the lowest rank, leftmost at equal rank."""
+    return ((value >> np.int64(24)) & ~np.int64(0xFF)) | position
+
+
+@hot
+def bpe_scan_word(symbols, n, cells, signatures, value, nxt, prv):
+    """Merge ``symbols[:n]`` (int64 ids, n <= SCAN_WORD) in place; returns the ids left.
+
+    The same order as ``merge_by_scan`` (lowest rank, then leftmost), but no id
+    moves: ``value[i]`` holds the rule (``pair_value``) of the pair starting at
+    live position i, dead positions hold "none", and ``nxt``/``prv`` link the
+    live ones. Each merge is one branch-free minimum over ``value[:n]`` (SIMD)
+    and two lookups. Scratch: ``value`` n + 8 entries, ``nxt``/``prv`` n.
+    """
+    for i in range(n - 1):
+        value[i] = pair_value(cells, signatures, symbols[i], symbols[i + 1])
+        nxt[i] = i + 1
+        prv[i] = i - 1
+    nxt[n - 1] = n
+    prv[n - 1] = n - 2
+    padded = (n + 7) & ~7
+    for i in range(n - 1, padded):
+        value[i] = NO_PAIR_VALUE
+    while True:
+        best = _scan_key(NO_PAIR_VALUE, 0)
+        for i in range(padded):
+            best = min(best, _scan_key(value[i], i))
+        if best >= _SCAN_NONE:
+            break
+        at = best & 0xFF
+        symbols[at] = value[at] & 0xFFFFFFFF
+        right = nxt[at]
+        value[right] = NO_PAIR_VALUE
+        after = nxt[right]
+        nxt[at] = after
+        value[at] = NO_PAIR_VALUE
+        if after < n:
+            prv[after] = at
+            value[at] = pair_value(cells, signatures, symbols[at], symbols[after])
+        before = prv[at]
+        if before >= 0:
+            value[before] = pair_value(cells, signatures, symbols[before], symbols[at])
+    count = 0
+    i = 0
+    while i < n:
+        symbols[count] = symbols[i]
+        count += 1
+        i = nxt[i]
+    return count
 
 
 @hot
@@ -192,7 +255,7 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
     symbols = np.empty(longest, np.int64)
     nxt = np.empty(longest, np.int64)
     prv = np.empty(longest, np.int64)
-    heap_rank = np.empty(2 * longest, np.int64)
+    heap_rank = np.empty(2 * longest + 8, np.int64)
     heap_pos = np.empty(2 * longest, np.int64)
     ids = np.empty(total, np.uint32)
     offsets = np.zeros(n_words + 1, np.int64)

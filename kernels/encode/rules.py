@@ -47,7 +47,78 @@ def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None, *,
     return RuleTable(keys, ranks, results,
                      np.ascontiguousarray(demolish_ids, dtype=np.uint32),
                      np.ascontiguousarray(demolish_offsets, dtype=np.int64),
-                     *_whole_token_table(whole_tokens))
+                     *_whole_token_table(whole_tokens), *_pair_lookup(keys, ranks, rules))
+
+
+def _pair_lookup(keys, ranks, rules: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pair_cells, pair_signatures) of ``RuleTable``: the CPU's lookup of the same rules."""
+    results = np.ascontiguousarray(rules[:, 2], dtype=np.int64)
+    n_ids = max(256, int(rules[:, :3].max()) + 1 if len(rules) else 0)
+    if n_ids > 1 << 32 or len(rules) >= 1 << 31:
+        raise ValueError(f"{len(rules)} rules over {n_ids} ids: the pair lookup holds at most "
+                         "2**31 rules and 2**32 ids")
+    cells = empty_cells(keys.size // 2)
+    signatures = np.zeros(2 * n_ids, dtype=np.uint64)
+    _fill_pair_lookup(keys, ranks, results, cells, signatures)
+    return cells, signatures
+
+
+@njit(cache=True)
+def _fill_pair_lookup(keys, ranks, results, cells, signatures):
+    for at in range(keys.size):
+        key = keys[at]
+        if key == EMPTY_KEY:
+            continue
+        rank = ranks[at]
+        cell = pair_first_cell(cells, key)
+        while cells[cell] != EMPTY_KEY:
+            cell = _next_cell(cells, cell)
+        cells[cell] = key
+        cells[cell + np.uint64(1)] = np.uint64((rank << np.int64(32)) | results[rank])
+        left, right = key >> np.uint64(32), key & np.uint64(0xFFFFFFFF)
+        signatures[2 * left] |= np.uint64(1) << pair_signature_bit(right)
+        signatures[2 * right + np.uint64(1)] |= np.uint64(1) << pair_signature_bit(left)
+
+
+# Odd multiplier of Fibonacci hashing (2**64 / golden ratio): pair cells and signature bits.
+FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+# The value of "no rule" in the pair lookup: above every rank << 32 | result.
+NO_PAIR_VALUE = np.int64(0x7FFFFFFF) << np.int64(32)
+
+
+@inlined
+def pair_first_cell(cells, key):
+    """First cell to probe for a pair key (cells interleaved: key, value)."""
+    return (((key * FIBONACCI) >> np.uint64(32)) & np.uint64((cells.size >> 1) - 1)) << np.uint64(1)
+
+
+@inlined
+def pair_signature_bit(token):
+    """Which of 64 bits stands for ``token`` in a pair signature."""
+    return (np.uint64(token) * FIBONACCI) >> np.uint64(58)
+
+
+@inlined
+def pair_value(cells, signatures, left, right):
+    """``rank << 32 | result`` of the rule merging (left, right), or NO_PAIR_VALUE.
+
+    The signatures first: bit(right) of left's "as left" word and bit(left) of
+    right's "as right" word are set whenever the rule exists, so a clear bit
+    answers "no rule" from two words the batch keeps in cache.
+    """
+    maybe = (signatures[2 * left] >> pair_signature_bit(right)) \
+        & (signatures[2 * right + 1] >> pair_signature_bit(left))
+    if (maybe & np.uint64(1)) == 0:
+        return NO_PAIR_VALUE
+    key = pair_key(left, right)
+    cell = pair_first_cell(cells, key)
+    while True:
+        stored = cells[cell]
+        if stored == key:
+            return np.int64(cells[cell + np.uint64(1)])
+        if stored == EMPTY_KEY:
+            return NO_PAIR_VALUE
+        cell = _next_cell(cells, cell)
 
 
 def _rule_priorities(results: np.ndarray, rank_by_token: bool) -> np.ndarray:
