@@ -138,9 +138,10 @@ def _fill_rule_table(keys, values, left, right, priority):
 
 
 def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...]:
-    """(cells, pool, offsets) of the whole-token lookup; three empty arrays when off."""
+    """(cells, pool, offsets, shapes) of the whole-token lookup; empty arrays when off."""
     if token_bytes is None:
-        return (np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.int64))
+        return (np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.int64),
+                np.zeros(0, np.uint8))
     lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -148,7 +149,10 @@ def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...
     n_cells = 1 << int(2 * max(lengths.size, 1) - 1).bit_length()
     cells = empty_cells(n_cells)
     _fill_whole_tokens(cells, pool, offsets)
-    return cells, pool, offsets
+    shapes = np.zeros(256 * 256, dtype=np.uint8)
+    starts = offsets[256:-1][lengths[256:] > 0]
+    shapes[np.minimum(lengths[256:][lengths[256:] > 0], 255) * 256 + pool[starts]] = 1
+    return cells, pool, offsets, shapes
 
 
 @njit(cache=True)
@@ -180,6 +184,8 @@ def _whole_token_at(data, start, length, key, cells, pool, offsets):
 def whole_token(data, start, length, rules):
     """Internal id of the token equal to the word, -1 when none or the lookup is off."""
     if rules.whole_table.size == 0 or length < 2:
+        return -1
+    if rules.whole_shapes[min(length, 255) * 256 + data[start]] == 0:
         return -1
     return _whole_token_at(data, start, length, word_key(data, start, start + length),
                            rules.whole_table, rules.token_pool, rules.token_offsets)
