@@ -39,6 +39,9 @@ class RuleTable(NamedTuple):
     # without touching the table.
     pair_cells: np.ndarray  # uint64, 2 per cell
     pair_signatures: np.ndarray  # uint64, 2 per internal id
+    # The output map when it gives exactly one id per internal id (an import's layout):
+    # one load per emitted token instead of three; empty otherwise.
+    output_ids: np.ndarray  # uint32, one per internal id
 
 
 class WordCache(NamedTuple):

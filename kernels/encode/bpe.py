@@ -237,6 +237,10 @@ def bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
 @hot
 def _emit_output_ids(symbols, count, rules, out, out_at):
     """Write the output ids of ``symbols[:count]`` at ``out[out_at:]``; returns how many."""
+    if rules.output_ids.size:
+        for k in range(count):
+            out[out_at + k] = rules.output_ids[symbols[k]]
+        return count
     offsets = rules.demolish_offsets
     if offsets.size == 0:
         for k in range(count):

@@ -44,10 +44,18 @@ def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None, *,
     if demolish_offsets is None:
         demolish_ids = np.zeros(0, dtype=np.uint32)
         demolish_offsets = np.zeros(0, dtype=np.int64)
-    return RuleTable(keys, ranks, results,
-                     np.ascontiguousarray(demolish_ids, dtype=np.uint32),
-                     np.ascontiguousarray(demolish_offsets, dtype=np.int64),
-                     *_whole_token_table(whole_tokens), *_pair_lookup(keys, ranks, rules))
+    demolish_ids = np.ascontiguousarray(demolish_ids, dtype=np.uint32)
+    demolish_offsets = np.ascontiguousarray(demolish_offsets, dtype=np.int64)
+    return RuleTable(keys, ranks, results, demolish_ids, demolish_offsets,
+                     *_whole_token_table(whole_tokens), *_pair_lookup(keys, ranks, rules),
+                     _one_output_each(demolish_ids, demolish_offsets))
+
+
+def _one_output_each(demolish_ids, demolish_offsets) -> np.ndarray:
+    """The output id of each internal id when the map gives exactly one each, else empty."""
+    if demolish_offsets.size == 0 or np.any(np.diff(demolish_offsets) != 1):
+        return np.zeros(0, dtype=np.uint32)
+    return demolish_ids
 
 
 def _pair_lookup(keys, ranks, rules: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
