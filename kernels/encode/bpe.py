@@ -17,8 +17,6 @@ from .rules import pair_value, whole_token
 # ---------------------------------------------------------------- one word
 
 NO_RULE = np.int64(1) << np.int64(62)
-# Words up to this many bytes use the heap-free quadratic scan (measured faster).
-SHORT_WORD = 32
 
 
 @hot
@@ -78,8 +76,7 @@ def merge_by_scan(symbols, pair_rank, start, n, rule_keys, rule_ranks, rule_resu
     """Merge ``symbols[start:start + n]`` in place by scanning for the lowest rank.
 
     Returns the new length (ids packed from ``start``). O(n^2) but without a
-    heap: faster than ``bpe_heap_word`` below about SHORT_WORD bytes, and what
-    a CUDA thread runs on its word. ``pair_rank[start + i]`` holds the rank of
+    heap: what a CUDA thread runs on its word (the CPU runs ``bpe_scan_word``). ``pair_rank[start + i]`` holds the rank of
     the pair at i. Inlined, so CUDA kernels can call it (see ``hashing``).
     """
     for i in range(start, start + n - 1):
