@@ -76,8 +76,9 @@ def merge_by_scan(symbols, pair_rank, start, n, rule_keys, rule_ranks, rule_resu
     """Merge ``symbols[start:start + n]`` in place by scanning for the lowest rank.
 
     Returns the new length (ids packed from ``start``). O(n^2) but without a
-    heap: what a CUDA thread runs on its word (the CPU runs ``bpe_scan_word``). ``pair_rank[start + i]`` holds the rank of
-    the pair at i. Inlined, so CUDA kernels can call it (see ``hashing``).
+    heap: what a CUDA thread runs on its word (the CPU runs ``bpe_scan_word``).
+    ``pair_rank[start + i]`` holds the rank of the pair at i. Inlined, so CUDA
+    kernels can call it (see ``hashing``).
     """
     for i in range(start, start + n - 1):
         pair_rank[i] = _rule_rank(rule_keys, rule_ranks, symbols[i], symbols[i + 1])
@@ -256,9 +257,9 @@ def _emit_output_ids(symbols, count, rules, out, out_at):
 def encode_word_list_cpu(data, word_at, word_len, rules):
     """BPE-encode words ``data[word_at[w]:word_at[w] + word_len[w]]``: (ids uint32, offsets int64).
 
-    Launch: one call per thread on its own words. Scratch: five int64 arrays and an int32 one of
-    the longest word's length, allocated once. Output ids never outnumber the
-    input bytes (every output token holds at least one byte).
+    Launch: one call per thread on its own words. Scratch: five int64 arrays and
+    an int32 one of the longest word's length, allocated once. Output ids never
+    outnumber the input bytes (every output token holds at least one byte).
     """
     n_words = word_at.size
     longest = 1

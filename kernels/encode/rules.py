@@ -97,7 +97,8 @@ NO_PAIR_VALUE = np.int64(0x7FFFFFFF) << np.int64(32)
 @inlined
 def pair_first_cell(cells, key):
     """First cell to probe for a pair key (cells interleaved: key, value)."""
-    return (((key * FIBONACCI) >> np.uint64(32)) & np.uint64((cells.size >> 1) - 1)) << np.uint64(1)
+    n_cells = np.uint64(cells.size >> 1)
+    return (((key * FIBONACCI) >> np.uint64(32)) & (n_cells - np.uint64(1))) << np.uint64(1)
 
 
 @inlined
