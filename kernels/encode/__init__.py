@@ -104,6 +104,13 @@ medians of interleaved runs on the shared 2-core VM (noisy: +-10%).
   load average ~8): cl100k zh 13.9-17.0 -> 6.6-7.4 ms, ja 15.4-16.7 -> 8.0-8.1,
   English 16.8-18.8 -> 11.1-12.4; o200k's pattern zh 17.4-18.9 -> 7.0-7.4, ja
   16.9-19.1 -> 7.4, English 16.0-18.7 -> 10.2-13.0.
+- Tried for two threads: more word-list shares than threads, taken as threads
+  free up (with the thread count held): no gain, the two halves already cost
+  the same (3.1 / 3.2 ms, ja) and together take 3.9 ms, the threads slowing
+  each other in the shared L3. The tables (pair cells, signatures, whole-token
+  and word-cache tables) on 2 MB pages (THP madvise): -22% in one in-process
+  test (ja, 2 threads, 7.8 -> 6.1 ms), nothing in alternating-process runs
+  against tiktoken; dropped.
 - Where a cold 1-thread zh call (cl100k) goes now, perf samples: the scan
   41%, the word-list loop (whole-token lookup, copies) 10%, cache admission
   10%, output ids 8% (before the flat table), word refs and splitting 8%, the
