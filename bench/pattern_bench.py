@@ -13,12 +13,14 @@ tiktoken runs ``encode_ordinary_batch(docs, num_threads=T)``, gpubpe
 ``encode_arrays(docs, num_threads=T)``. Ids are checked equal before timing
 (see ``ids_match``). gpubpe keeps a cache of word encodings across calls:
 "cold" clears it before every timed call (the fair row: tiktoken keeps
-nothing across calls), "warm" does not. Best of ``--repeats``, the two tools
-alternating so machine noise hits both alike. "cold CPU ratio" divides the
-CPU seconds of the whole process (all threads) instead of wall time: on a
-shared, loaded machine it is the steadier measure of work done.
+nothing across calls), "warm" does not. ``--repeats`` rounds, each calling
+tiktoken, gpubpe cold and gpubpe warm once in turn, so machine noise hits
+the tools alike; a ratio is taken within each round and the table shows the
+median over rounds (MB/s: median times). "cold CPU ratio" divides the CPU
+seconds of the whole process (all threads) instead of wall time: on a shared,
+loaded machine it is the steadier measure of work done.
 
-    python bench/pattern_bench.py [--threads 1 2] [--repeats 7]
+    python bench/pattern_bench.py [--threads 1 2] [--repeats 7] [--corpora zh ja]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import regex
 
 import gpubpe
@@ -116,36 +119,56 @@ def ids_match(encoding, tok, documents, threads) -> str:
     return "equal"
 
 
-def best_times(encoding, tok, documents, threads, repeats) -> dict[str, tuple[float, float]]:
-    """Per call kind: (best wall seconds, best CPU seconds of the whole process)."""
+def round_times(encoding, tok, documents, threads, repeats) -> dict[str, np.ndarray]:
+    """Per call kind, per round: wall seconds (``name``) and process CPU seconds (``name cpu``)."""
     calls = {
         "tiktoken": lambda: encoding.encode_ordinary_batch(documents, num_threads=threads),
         "cold": lambda: (tok.clear_cache(), tok.encode_arrays(documents, num_threads=threads)),
         "warm": lambda: tok.encode_arrays(documents, num_threads=threads),
     }
-    best = {name: (float("inf"), float("inf")) for name in calls}
+    times: dict[str, list[float]] = {}
     for _ in range(repeats):
         for name, call in calls.items():
             wall, cpu = time.perf_counter(), time.process_time()
             call()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
-    return best
+            times.setdefault(name, []).append(time.perf_counter() - wall)
+            times.setdefault(f"{name} cpu", []).append(time.process_time() - cpu)
+    return {name: np.array(values) for name, values in times.items()}
+
+
+def row(name, corpus, documents, threads, match, times) -> str:
+    """One table row: median MB/s, and the median over rounds of each round's ratio."""
+    megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
+
+    def ratio(a, b):
+        return float(np.median(times[a] / np.maximum(times[b], 1e-9)))
+
+    rate = {k: megabytes / float(np.median(times[k])) for k in ("tiktoken", "cold", "warm")}
+    return (f"| {name} | {corpus} | {len(documents)} | {megabytes:.2f} | {threads} "
+            f"| {rate['tiktoken']:.1f} | {rate['cold']:.1f} "
+            f"| **{ratio('tiktoken', 'cold'):.2f}x** | {ratio('tiktoken cpu', 'cold cpu'):.2f}x "
+            f"| {rate['warm']:.1f} | {ratio('tiktoken', 'warm'):.2f}x | {match} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[2])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--corpora", nargs="+", default=None,
+                        help="english, code, zh, ja, 'all four' (default: every one)")
     args = parser.parse_args(argv)
     docs_by_corpus = corpora()
+    if args.corpora:
+        docs_by_corpus = {name: docs_by_corpus[name] for name in args.corpora}
     started = time.perf_counter()
     tools, import_s = encodings()
+    warm_up = [doc for documents in docs_by_corpus.values() for doc in documents[:2]]
     for _, encoding, tok in tools:  # JIT load / compile, regex compile
-        encoding.encode_ordinary_batch(docs_by_corpus["all four"][:8])
-        tok.encode_arrays(docs_by_corpus["all four"][:8])
+        encoding.encode_ordinary_batch(warm_up)
+        tok.encode_arrays(warm_up)
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
-          f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, best of {args.repeats}")
+          f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f},"
+          f" medians of {args.repeats} rounds")
     print(f"# cl100k import (Tokenizer.from_tiktoken): {import_s:.2f} s;"
           f" set-up incl. JIT load {time.perf_counter() - started:.1f} s")
     print("| pattern | corpus | docs | MB | threads | tiktoken MB/s | gpubpe cold MB/s "
@@ -154,17 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     for threads in args.threads:
         for name, encoding, tok in tools:
             for corpus, documents in docs_by_corpus.items():
-                megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
                 match = ids_match(encoding, tok, documents, threads)
-                best = best_times(encoding, tok, documents, threads, args.repeats)
-                wall = {k: v[0] for k, v in best.items()}
-                cpu = {k: v[1] for k, v in best.items()}
-                print(f"| {name} | {corpus} | {len(documents)} | {megabytes:.2f} | {threads} "
-                      f"| {megabytes / wall['tiktoken']:.1f} | {megabytes / wall['cold']:.1f} "
-                      f"| **{wall['tiktoken'] / wall['cold']:.2f}x** "
-                      f"| {cpu['tiktoken'] / cpu['cold']:.2f}x "
-                      f"| {megabytes / wall['warm']:.1f} | {wall['tiktoken'] / wall['warm']:.2f}x "
-                      f"| {match} |", flush=True)
+                times = round_times(encoding, tok, documents, threads, args.repeats)
+                print(row(name, corpus, documents, threads, match, times), flush=True)
+    print(f"# load {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 

@@ -36,14 +36,16 @@ On a GPU (``backend="cuda"``), steps 1-5 run on the device for the whole batch
 ``merge_by_scan``), and decoding as ``gather_token_bytes_cuda``;
 ``gpubpe.device`` feeds them chunks.
 
-One word is encoded with the priority-queue + linked-list algorithm of
-``shared/seeds/002_*`` (``bpe_heap_word``): a min-heap of (rank, position)
-over the word's adjacent pairs that have a rule; the smallest rank wins, the
-leftmost at equal rank. A popped entry is stale when its left token died or
-the pair under it changed; it is skipped. O(n log n) per word, so a 1 MB word
-costs well under a second. Short words use a heap-free scan with the same
-order (``bpe_short_word``). Rules are looked up in a uint64 hash table: pair
-key -> rank.
+One word of up to 255 bytes is encoded by ``bpe_scan_word``: the rule of
+each live adjacent pair sits at its left position (linked list, no id moves),
+and each merge takes the branch-free SIMD minimum of (rank, position) over the
+word: the smallest rank wins, the leftmost at equal rank. Longer words use the
+priority-queue + linked-list algorithm of ``shared/seeds/002_*``
+(``bpe_heap_word``): a min-heap of (rank, position); a popped entry is stale
+when its left token died or the pair under it changed. O(n log n) per word, so
+a 1 MB word costs well under a second. Rules are looked up in hash tables keyed
+by the pair: ``pair_cells`` (key, rank and result side by side) behind 64-bit
+per-id pair signatures on the CPU; keys -> rank and rank -> result on a GPU.
 
 Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
 32K vocabulary; bench/encode_bench.py has the end-to-end numbers):
@@ -72,6 +74,52 @@ Performance notes (thread CPU time on the 2-core build VM, 10 MB of English,
   kernels at once, and the thread count is then the caller's to choose.
 - Tried and dropped: gathering Python int objects from an object array to
   build ``list[list[int]]`` faster than ``ndarray.tolist`` (no gain).
+
+Notes on long distinct words (CJK; issue 14). cl100k's pattern makes a run of
+Han or kana one word: the zh/ja test documents hold ~6-8K distinct words of
+18-29 bytes on average, ~60% of the bytes in words over 32 bytes, and BPE of
+them was ~75% of a cold call. ``perf record -e cpu-clock`` with the JIT
+addresses mapped back to Numba functions (ja word list, cl100k, before):
+heap 54%, short-word scan 23%, whole-token lookup 10%, output map 7%.
+Numbers below are thread CPU time of ``encode_word_list_cpu`` on those words,
+medians of interleaved runs on the shared 2-core VM (noisy: +-10%).
+
+- Re-encoding each word right after itself cost ~1/5 of the first pass, so
+  the time was stalls, not work: every merge waits on loads whose address
+  depends on the previous merge (result id -> pair cell) and on the
+  mispredicted branches of the minimum search.
+- Tried: 8-byte cells (42-bit key and rank in one word, a 4-8 MB table instead
+  of 16 MB): no gain beyond noise. A per-call direct-mapped cache of recent
+  lookups (2^13-2^17 cells) in front of the table: no gain.
+- Kept: ``bpe_scan_word`` for words up to 255 bytes (was: shifting scan up to
+  32, heap above): no id moves, the minimum is vector code. 0-20% alone
+  (within the noise on zh, clearer on English and ja).
+- Kept: pair signatures. ~70% of the lookups made after a merge find no rule
+  (ja: 150,525 of 213,063) and they are the cache misses; a 64-bit signature
+  per id and side rejects 99.8% of them from words that stay in cache. Against
+  the same scan over ``pair_cells`` without them: zh 16.5 -> 9.5 ms, ja 13.6
+  -> 9.1 ms (medians, interleaved); English unchanged.
+- Kept: int32 (rank << 8 | position) scan keys, 16 lanes a step: -5%.
+- Kept: the whole-token shape filter: ja 45% of words, 73% of word bytes, are
+  no token's (length, first byte) and skip the hash and the probe.
+- Kept: one output id per internal id as a flat table (imports): one load per
+  emitted token instead of three (not timed apart).
+- All of the above, old and new trees in alternating processes (2 runs each,
+  load average ~8): cl100k zh 13.9-17.0 -> 6.6-7.4 ms, ja 15.4-16.7 -> 8.0-8.1,
+  English 16.8-18.8 -> 11.1-12.4; o200k's pattern zh 17.4-18.9 -> 7.0-7.4, ja
+  16.9-19.1 -> 7.4, English 16.0-18.7 -> 10.2-13.0.
+- Tried for two threads: more word-list shares than threads, taken as threads
+  free up (with the thread count held): no gain, the two halves already cost
+  the same (3.1 / 3.2 ms, ja) and together take 3.9 ms, the threads slowing
+  each other in the shared L3. The tables (pair cells, signatures, whole-token
+  and word-cache tables) on 2 MB pages (THP madvise): -22% in one in-process
+  test (ja, 2 threads, 7.8 -> 6.1 ms), nothing in alternating-process runs
+  against tiktoken; dropped.
+- Where a cold 1-thread zh call (cl100k) goes now, perf samples: the scan
+  41%, the word-list loop (whole-token lookup, copies) 10%, cache admission
+  10%, output ids 8% (before the flat table), word refs and splitting 8%, the
+  rest Python and NumPy around the kernels (str -> UTF-8 bytes, argsort of the
+  new words by count, the word-cache clear the bench does per call).
 """
 
 from __future__ import annotations

@@ -29,6 +29,19 @@ class RuleTable(NamedTuple):
     whole_table: np.ndarray  # uint64
     token_pool: np.ndarray  # uint8
     token_offsets: np.ndarray  # int64
+    # 1 at [min(length, 255) * 256 + first byte] when some token has that shape: most
+    # long words (CJK runs) are no token's shape, and skip the hash and the probe.
+    whole_shapes: np.ndarray  # uint8, 65536 (empty when the lookup is off)
+    # The CPU's pair lookup (``bpe.bpe_scan_word``): interleaved (pair key, rank << 32 |
+    # result) cells, one cache line read per lookup and no second load for the result;
+    # and two 64-bit pair signatures per internal id (as left, as right; see
+    # ``rules.pair_signature_bit``), which answer most pairs that have no rule
+    # without touching the table.
+    pair_cells: np.ndarray  # uint64, 2 per cell
+    pair_signatures: np.ndarray  # uint64, 2 per internal id
+    # The output map when it gives exactly one id per internal id (an import's layout):
+    # one load per emitted token instead of three; empty otherwise.
+    output_ids: np.ndarray  # uint32, one per internal id
 
 
 class WordCache(NamedTuple):

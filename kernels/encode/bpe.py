@@ -12,13 +12,11 @@ from ..hashing import (
 )
 from ..pairs import pair_key
 from ._shared import inlined
-from .rules import whole_token
+from .rules import pair_value, whole_token
 
 # ---------------------------------------------------------------- one word
 
 NO_RULE = np.int64(1) << np.int64(62)
-# Words up to this many bytes use the heap-free quadratic scan (measured faster).
-SHORT_WORD = 32
 
 
 @hot
@@ -78,9 +76,9 @@ def merge_by_scan(symbols, pair_rank, start, n, rule_keys, rule_ranks, rule_resu
     """Merge ``symbols[start:start + n]`` in place by scanning for the lowest rank.
 
     Returns the new length (ids packed from ``start``). O(n^2) but without a
-    heap: faster than ``bpe_heap_word`` below about SHORT_WORD bytes, and what
-    a CUDA thread runs on its word. ``pair_rank[start + i]`` holds the rank of
-    the pair at i. Inlined, so CUDA kernels can call it (see ``hashing``).
+    heap: what a CUDA thread runs on its word (the CPU runs ``bpe_scan_word``).
+    ``pair_rank[start + i]`` holds the rank of the pair at i. Inlined, so CUDA
+    kernels can call it (see ``hashing``).
     """
     for i in range(start, start + n - 1):
         pair_rank[i] = _rule_rank(rule_keys, rule_ranks, symbols[i], symbols[i + 1])
@@ -113,11 +111,87 @@ def bpe_short_word(symbols, n, rules, pair_rank):
 
 
 @hot
-def bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
-    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left."""
-    if n <= SHORT_WORD:
-        return bpe_short_word(symbols, n, rules, heap_rank)
+def bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos, scan_keys):
+    """Merge ``symbols[:n]`` (int64 ids) in place; returns how many ids remain, packed left.
+
+    Scratch as ``bpe_heap_word``'s, and ``scan_keys`` (int32, n + 16 entries) for
+    ``bpe_scan_word``, which also takes ``heap_rank`` for its pair values.
+    """
+    if n <= SCAN_WORD and rules.result.size <= _SCAN_MAX_RANK:
+        return bpe_scan_word(symbols, n, rules.pair_cells, rules.pair_signatures, heap_rank,
+                             scan_keys, nxt, prv)
     return bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
+
+
+# Words up to this many bytes use ``bpe_scan_word`` (a position fits in the 8 low bits
+# of the int32 key it minimises, the rank in the 23 above: vocabularies of up to
+# _SCAN_MAX_RANK rules); longer words, or more rules, the heap.
+SCAN_WORD = 255
+_SCAN_MAX_RANK = np.int64(0x7FFFFF)
+_SCAN_NONE = np.int32(0x7FFFFFFF)
+_SCAN_STOP = np.int32(_SCAN_MAX_RANK << np.int64(8))
+
+
+@inlined
+def _scan_key(value, position):
+    """int32 (rank << 8) | position, >= _SCAN_STOP for no rule: the smallest is the
+    lowest rank, leftmost at equal rank."""
+    return np.int32((min(value >> np.int64(32), _SCAN_MAX_RANK) << np.int64(8)) | position)
+
+
+@inlined
+def _set_pair(symbols, cells, signatures, value, scan_keys, left, right):
+    pair = pair_value(cells, signatures, symbols[left], symbols[right])
+    value[left] = pair
+    scan_keys[left] = _scan_key(pair, left)
+
+
+@hot
+def bpe_scan_word(symbols, n, cells, signatures, value, scan_keys, nxt, prv):
+    """Merge ``symbols[:n]`` (int64 ids, n <= SCAN_WORD) in place; returns the ids left.
+
+    The same order as ``merge_by_scan`` (lowest rank, then leftmost), but no id
+    moves: ``value[i]`` holds the rule (``pair_value``) of the pair starting at
+    live position i and ``scan_keys[i]`` its rank and position; dead positions
+    hold "none", and ``nxt``/``prv`` link the live ones. Each merge is one
+    branch-free minimum over ``scan_keys`` (16 int32 lanes a step) and two
+    lookups. Scratch: ``value`` n, ``scan_keys`` n + 16, ``nxt``/``prv`` n entries.
+    """
+    for i in range(n - 1):
+        _set_pair(symbols, cells, signatures, value, scan_keys, i, i + 1)
+        nxt[i] = i + 1
+        prv[i] = i - 1
+    nxt[n - 1] = n
+    prv[n - 1] = n - 2
+    padded = (n + 15) & ~15
+    for i in range(n - 1, padded):
+        scan_keys[i] = _SCAN_NONE
+    while True:
+        best = _SCAN_NONE
+        for i in range(padded):
+            best = min(best, scan_keys[i])
+        if best >= _SCAN_STOP:
+            break
+        at = np.int64(best & np.int32(0xFF))
+        symbols[at] = value[at] & 0xFFFFFFFF
+        right = nxt[at]
+        scan_keys[right] = _SCAN_NONE
+        after = nxt[right]
+        nxt[at] = after
+        scan_keys[at] = _SCAN_NONE
+        if after < n:
+            prv[after] = at
+            _set_pair(symbols, cells, signatures, value, scan_keys, at, after)
+        before = prv[at]
+        if before >= 0:
+            _set_pair(symbols, cells, signatures, value, scan_keys, before, at)
+    count = 0
+    i = 0
+    while i < n:
+        symbols[count] = symbols[i]
+        count += 1
+        i = nxt[i]
+    return count
 
 
 @hot
@@ -161,6 +235,10 @@ def bpe_heap_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos):
 @hot
 def _emit_output_ids(symbols, count, rules, out, out_at):
     """Write the output ids of ``symbols[:count]`` at ``out[out_at:]``; returns how many."""
+    if rules.output_ids.size:
+        for k in range(count):
+            out[out_at + k] = rules.output_ids[symbols[k]]
+        return count
     offsets = rules.demolish_offsets
     if offsets.size == 0:
         for k in range(count):
@@ -179,9 +257,9 @@ def _emit_output_ids(symbols, count, rules, out, out_at):
 def encode_word_list_cpu(data, word_at, word_len, rules):
     """BPE-encode words ``data[word_at[w]:word_at[w] + word_len[w]]``: (ids uint32, offsets int64).
 
-    Launch: one call per thread on its own words. Scratch: five int64 arrays of
-    the longest word's length, allocated once. Output ids never outnumber the
-    input bytes (every output token holds at least one byte).
+    Launch: one call per thread on its own words. Scratch: five int64 arrays and
+    an int32 one of the longest word's length, allocated once. Output ids never
+    outnumber the input bytes (every output token holds at least one byte).
     """
     n_words = word_at.size
     longest = 1
@@ -193,6 +271,7 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
     nxt = np.empty(longest, np.int64)
     prv = np.empty(longest, np.int64)
     heap_rank = np.empty(2 * longest, np.int64)
+    scan_keys = np.empty(longest + 16, np.int32)
     heap_pos = np.empty(2 * longest, np.int64)
     ids = np.empty(total, np.uint32)
     offsets = np.zeros(n_words + 1, np.int64)
@@ -206,7 +285,7 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
             symbols[0] = token
             n = 1
         elif n > 1:
-            n = bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos)
+            n = bpe_word(symbols, n, rules, nxt, prv, heap_rank, heap_pos, scan_keys)
         offsets[w + 1] = offsets[w] + _emit_output_ids(symbols, n, rules, ids, offsets[w])
     return ids[:offsets[n_words]], offsets
 

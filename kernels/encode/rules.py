@@ -44,10 +44,90 @@ def rule_table(rules: np.ndarray, demolish_ids=None, demolish_offsets=None, *,
     if demolish_offsets is None:
         demolish_ids = np.zeros(0, dtype=np.uint32)
         demolish_offsets = np.zeros(0, dtype=np.int64)
-    return RuleTable(keys, ranks, results,
-                     np.ascontiguousarray(demolish_ids, dtype=np.uint32),
-                     np.ascontiguousarray(demolish_offsets, dtype=np.int64),
-                     *_whole_token_table(whole_tokens))
+    demolish_ids = np.ascontiguousarray(demolish_ids, dtype=np.uint32)
+    demolish_offsets = np.ascontiguousarray(demolish_offsets, dtype=np.int64)
+    return RuleTable(keys, ranks, results, demolish_ids, demolish_offsets,
+                     *_whole_token_table(whole_tokens), *_pair_lookup(keys, ranks, rules),
+                     _one_output_each(demolish_ids, demolish_offsets))
+
+
+def _one_output_each(demolish_ids, demolish_offsets) -> np.ndarray:
+    """The output id of each internal id when the map gives exactly one each, else empty."""
+    if demolish_offsets.size == 0 or np.any(np.diff(demolish_offsets) != 1):
+        return np.zeros(0, dtype=np.uint32)
+    return demolish_ids
+
+
+def _pair_lookup(keys, ranks, rules: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pair_cells, pair_signatures) of ``RuleTable``: the CPU's lookup of the same rules."""
+    results = np.ascontiguousarray(rules[:, 2], dtype=np.int64)
+    n_ids = max(256, int(rules[:, :3].max()) + 1 if len(rules) else 0)
+    if n_ids > 1 << 32 or len(rules) >= 1 << 31:
+        raise ValueError(f"{len(rules)} rules over {n_ids} ids: the pair lookup holds at most "
+                         "2**31 rules and 2**32 ids")
+    cells = empty_cells(keys.size // 2)
+    signatures = np.zeros(2 * n_ids, dtype=np.uint64)
+    _fill_pair_lookup(keys, ranks, results, cells, signatures)
+    return cells, signatures
+
+
+@njit(cache=True)
+def _fill_pair_lookup(keys, ranks, results, cells, signatures):
+    for at in range(keys.size):
+        key = keys[at]
+        if key == EMPTY_KEY:
+            continue
+        rank = ranks[at]
+        cell = pair_first_cell(cells, key)
+        while cells[cell] != EMPTY_KEY:
+            cell = _next_cell(cells, cell)
+        cells[cell] = key
+        cells[cell + np.uint64(1)] = np.uint64((rank << np.int64(32)) | results[rank])
+        left, right = key >> np.uint64(32), key & np.uint64(0xFFFFFFFF)
+        signatures[2 * left] |= np.uint64(1) << pair_signature_bit(right)
+        signatures[2 * right + np.uint64(1)] |= np.uint64(1) << pair_signature_bit(left)
+
+
+# Odd multiplier of Fibonacci hashing (2**64 / golden ratio): pair cells and signature bits.
+FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+# The value of "no rule" in the pair lookup: above every rank << 32 | result.
+NO_PAIR_VALUE = np.int64(0x7FFFFFFF) << np.int64(32)
+
+
+@inlined
+def pair_first_cell(cells, key):
+    """First cell to probe for a pair key (cells interleaved: key, value)."""
+    n_cells = np.uint64(cells.size >> 1)
+    return (((key * FIBONACCI) >> np.uint64(32)) & (n_cells - np.uint64(1))) << np.uint64(1)
+
+
+@inlined
+def pair_signature_bit(token):
+    """Which of 64 bits stands for ``token`` in a pair signature."""
+    return (np.uint64(token) * FIBONACCI) >> np.uint64(58)
+
+
+@inlined
+def pair_value(cells, signatures, left, right):
+    """``rank << 32 | result`` of the rule merging (left, right), or NO_PAIR_VALUE.
+
+    The signatures first: bit(right) of left's "as left" word and bit(left) of
+    right's "as right" word are set whenever the rule exists, so a clear bit
+    answers "no rule" from two words the batch keeps in cache.
+    """
+    maybe = (signatures[2 * left] >> pair_signature_bit(right)) \
+        & (signatures[2 * right + 1] >> pair_signature_bit(left))
+    if (maybe & np.uint64(1)) == 0:
+        return NO_PAIR_VALUE
+    key = pair_key(left, right)
+    cell = pair_first_cell(cells, key)
+    while True:
+        stored = cells[cell]
+        if stored == key:
+            return np.int64(cells[cell + np.uint64(1)])
+        if stored == EMPTY_KEY:
+            return NO_PAIR_VALUE
+        cell = _next_cell(cells, cell)
 
 
 def _rule_priorities(results: np.ndarray, rank_by_token: bool) -> np.ndarray:
@@ -67,9 +147,10 @@ def _fill_rule_table(keys, values, left, right, priority):
 
 
 def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...]:
-    """(cells, pool, offsets) of the whole-token lookup; three empty arrays when off."""
+    """(cells, pool, offsets, shapes) of the whole-token lookup; empty arrays when off."""
     if token_bytes is None:
-        return (np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.int64))
+        return (np.zeros(0, np.uint64), np.zeros(0, np.uint8), np.zeros(0, np.int64),
+                np.zeros(0, np.uint8))
     lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -77,7 +158,10 @@ def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...
     n_cells = 1 << int(2 * max(lengths.size, 1) - 1).bit_length()
     cells = empty_cells(n_cells)
     _fill_whole_tokens(cells, pool, offsets)
-    return cells, pool, offsets
+    shapes = np.zeros(256 * 256, dtype=np.uint8)
+    starts = offsets[256:-1][lengths[256:] > 0]
+    shapes[np.minimum(lengths[256:][lengths[256:] > 0], 255) * 256 + pool[starts]] = 1
+    return cells, pool, offsets, shapes
 
 
 @njit(cache=True)
@@ -109,6 +193,8 @@ def _whole_token_at(data, start, length, key, cells, pool, offsets):
 def whole_token(data, start, length, rules):
     """Internal id of the token equal to the word, -1 when none or the lookup is off."""
     if rules.whole_table.size == 0 or length < 2:
+        return -1
+    if rules.whole_shapes[min(length, 255) * 256 + data[start]] == 0:
         return -1
     return _whole_token_at(data, start, length, word_key(data, start, start + length),
                            rules.whole_table, rules.token_pool, rules.token_offsets)
