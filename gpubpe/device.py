@@ -101,6 +101,9 @@ from .kernels.encode import batch_cuda as batch
 from .kernels.encode.cuda import copy_token_bytes_kernel
 from .kernels.encode.pretok_cuda import word_start_flags_cuda
 
+# RuleTable fields only the CPU's word BPE reads (``bpe.bpe_scan_word``; ~10 MB for
+# cl100k): the device gets them empty.
+_CPU_ONLY_RULE_FIELDS = ("whole_shapes", "pair_cells", "pair_signatures", "output_ids")
 # The device word cache: at most this many words, and this many bytes (and as many ids).
 DEVICE_CACHE_WORDS = 1 << 18
 DEVICE_CACHE_POOL_BYTES = 16 * DEVICE_CACHE_WORDS
@@ -564,8 +567,9 @@ class DeviceCodec:
     def _device_rules(self) -> RuleTable:
         if self._rules is None:
             xp = self.backend.xp
-            self._rules = RuleTable(*(kernel_view(to_device(xp, table))
-                                      for table in self._host_rules))
+            self._rules = RuleTable(*(kernel_view(to_device(
+                xp, table[:0] if name in _CPU_ONLY_RULE_FIELDS else table))
+                for name, table in zip(RuleTable._fields, self._host_rules)))
         return self._rules
 
     # ------------------------------------------------------------ decoding
