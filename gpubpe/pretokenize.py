@@ -192,6 +192,7 @@ def scanner_table(scanner: int) -> np.ndarray:
 # name: no whitespace, ends in .txt, .jsonl or .parquet); the file system is
 # never asked. pathlib.Path (any os.PathLike) items are always paths.
 _CORPUS_NAME = regex.compile(r"^\S+\.(?:(?:txt|jsonl)(?:\.gz)?|parquet)$")
+_CORPUS_SUFFIXES = (".txt", ".jsonl", ".gz", ".parquet")  # what _CORPUS_NAME can end with
 # Compressed inputs: gzip only (zstandard is no dependency of gpubpe). A compressed file
 # is read whole, from its start: it cannot be entered at a byte offset.
 COMPRESSED_SUFFIXES = (".gz",)
@@ -251,8 +252,9 @@ def iter_batches(corpus, text_field: str = "text",
     pending: list[bytes] = []
     pending_bytes = 0
     for index, item in enumerate(items):
-        if type(item) is str and not is_corpus_path(item):  # the common case, made cheap:
-            try:  # no ABC check, no message built (issue 18: the reader is serial)
+        if type(item) is str and (not item.endswith(_CORPUS_SUFFIXES)
+                                  or not is_corpus_path(item)):  # the common case, made cheap:
+            try:  # no ABC check, regex or message (issue 18: the reader is serial)
                 document = item.encode("utf-8")
             except UnicodeEncodeError:
                 document = as_bytes(item, f"document {index}")  # raises, naming it
@@ -280,9 +282,10 @@ def _documents_batch(documents: list[bytes], input_bytes: int) -> Batch:
 
 def is_corpus_path(item) -> bool:
     """The rule of :func:`iter_batches`: Path objects, and str shaped like a corpus file name."""
-    if isinstance(item, os.PathLike):
-        return True
-    return isinstance(item, str) and len(item) <= 4096 and bool(_CORPUS_NAME.match(item))
+    if isinstance(item, str):  # endswith first: ~40 ns where the regex takes ~560 ns
+        return (item.endswith(_CORPUS_SUFFIXES) and len(item) <= 4096
+                and bool(_CORPUS_NAME.match(item)))
+    return isinstance(item, os.PathLike)
 
 
 def corpus_paths(paths) -> list[Path]:
