@@ -120,6 +120,27 @@ medians of interleaved runs on the shared 2-core VM (noisy: +-10%).
   10%, output ids 8% (before the flat table), word refs and splitting 8%, the
   rest Python and NumPy around the kernels (str -> UTF-8 bytes, argsort of the
   new words by count, the word-cache clear the bench does per call).
+
+Notes on two threads (issue 14, helper cjk2; ja, cl100k, each call right after
+a tiktoken call, medians, idle 2-core VM):
+
+- The two word-list shares often ran one after the other: timed per share,
+  one pool thread used 3.4 ms of CPU in 7 ms of wall time, or started only
+  when the other had finished (the second worker woken on the first one's
+  core, the other core idle). The calling thread now runs the first share of
+  every step itself and the pool only the rest (``_run_all``): the BPE step
+  7.2 -> 4.3 ms, the whole call 10.9 -> 8.8 ms.
+- Admission (``cache_admit_cpu``, ~1 ms cold: a memory round trip per insert
+  into the 4 MB table) runs on a pool thread while the calling thread writes
+  the ids (both shards, one after the other: 0.4 ms; on two threads beside
+  admission they took 1.4 ms, three threads on two cores). The ids read only
+  cache slots older than the call, which admission never changes; the cache
+  lock is held throughout and emptying a full cache waits for the ids, so the
+  cache ends as the serial admission leaves it. The call 8.8 -> 6.6 ms.
+- Tried: a pass of independent loads of the words' first table cells before
+  the inserts (to overlap the misses): no gain after a 64 MB sweep (1.05 ms
+  either way), +0.14 ms warm; dropped. Admitting in first-seen order when
+  all fit (no sort; bytes and ids read front to back): 0.05 ms, kept.
 """
 
 from __future__ import annotations
