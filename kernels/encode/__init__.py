@@ -120,6 +120,27 @@ medians of interleaved runs on the shared 2-core VM (noisy: +-10%).
   10%, output ids 8% (before the flat table), word refs and splitting 8%, the
   rest Python and NumPy around the kernels (str -> UTF-8 bytes, argsort of the
   new words by count, the word-cache clear the bench does per call).
+
+Notes on two threads (issue 14, helper cjk2; ja, cl100k, each call right after
+a tiktoken call, medians, idle 2-core VM):
+
+- The two word-list shares often ran one after the other: timed per share,
+  one pool thread used 3.4 ms of CPU in 7 ms of wall time, or started only
+  when the other had finished (the second worker woken on the first one's
+  core, the other core idle). The calling thread now runs the first share of
+  every step itself and the pool only the rest (``_run_all``): the BPE step
+  7.2 -> 4.3 ms, the whole call 10.9 -> 8.8 ms.
+- Admission (``cache_admit_cpu``, ~1 ms cold: a memory round trip per insert
+  into the 4 MB table) runs on a pool thread while the calling thread writes
+  the ids (both shards, one after the other: 0.4 ms; on two threads beside
+  admission they took 1.4 ms, three threads on two cores). The ids read only
+  cache slots older than the call, which admission never changes; the cache
+  lock is held throughout and emptying a full cache waits for the ids, so the
+  cache ends as the serial admission leaves it. The call 8.8 -> 6.6 ms.
+- Tried: a pass of independent loads of the words' first table cells before
+  the inserts (to overlap the misses): no gain after a 64 MB sweep (1.05 ms
+  either way), +0.14 ms warm; dropped. Admitting in first-seen order when
+  all fit (no sort; bytes and ids read front to back): 0.05 ms, kept.
 """
 
 from __future__ import annotations
@@ -139,6 +160,7 @@ from .bpe import (
 )
 from .cache import (
     cache_admit_cpu,
+    cache_has_room,
     clear_word_cache,
     empty_word_cache,
 )
@@ -175,4 +197,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "cache_admit_cpu", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

@@ -27,6 +27,14 @@ def clear_word_cache(cache: WordCache) -> None:
     cache.used[0] = 0
 
 
+def cache_has_room(cache: WordCache, n_words: int, n_bytes: int, n_ids: int) -> bool:
+    """Whether ``n_words`` more words (``n_bytes`` bytes, ``n_ids`` ids in all) fit for sure."""
+    used = int(cache.used[0])
+    return (used + n_words < cache.byte_offsets.size and 4 * (used + n_words) <= cache.table.size
+            and cache.byte_offsets[used] + n_bytes <= cache.pool_bytes.size
+            and cache.id_offsets[used] + n_ids <= cache.pool_ids.size)
+
+
 @njit(cache=True, nogil=True)
 def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id_offsets, order,
                     max_word_len):
