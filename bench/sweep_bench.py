@@ -71,7 +71,8 @@ def main() -> int:
     counts.save(folder / "c.counts")
     load_s, loaded = best_of(args.repeat, lambda: WordCounts.load(folder / "c.counts"))
     dict_s, word_counts = best_of(args.repeat, loaded.as_dict)
-    assert loaded.fingerprint == counts.fingerprint
+    if loaded.fingerprint != counts.fingerprint:
+        sys.exit("the loaded counts file's fingerprint differs from the counted one")
 
     trainer = fast_trainer()
     largest = sizes[-1]
@@ -111,9 +112,11 @@ def _check(word_counts, sizes, swept_bpe, swept_sc, sc_rules, sc_flags) -> None:
     """Cuts equal direct trainings (BPE at the two smallest sizes; Scaffold at the largest)."""
     for trained in swept_bpe[:2]:
         direct = train_from_counts(word_counts, trained.vocab_size, progress=False)
-        assert np.array_equal(direct, trained.rules), trained.vocab_size
-    assert np.array_equal(swept_sc[-1].rules, sc_rules)
-    assert np.array_equal(swept_sc[-1].scaffold, sc_flags)
+        if not np.array_equal(direct, trained.rules):
+            sys.exit(f"the BPE cut at {trained.vocab_size} differs from training at that size")
+    if not (np.array_equal(swept_sc[-1].rules, sc_rules)
+            and np.array_equal(swept_sc[-1].scaffold, sc_flags)):
+        sys.exit("the Scaffold cut at the largest size differs from its training")
 
 
 if __name__ == "__main__":
