@@ -82,7 +82,7 @@ def _interleaved_find(data, start, length, key, cells, pool, offsets):
     """Value under ``key`` in interleaved (key, value) cells whose entry v spells
     ``pool[offsets[v]:offsets[v + 1]]`` (bytes compared for long words), or -1.
 
-    The word cache's table and the whole-token table both have this layout.
+    The device copy of ``words.interleaved_find`` (the word cache and the whole-token table).
     """
     if cells.size == 0:
         return np.int64(-1)

@@ -15,12 +15,10 @@ from ..hashing import (
 from ..pairs import pair_key
 from ._shared import RuleTable, inlined
 from .words import (
-    LONG_WORD_TAG,
-    _equal_bytes,
-    _first_cell,
     _next_cell,
     _put_cell,
     empty_cells,
+    interleaved_find,
     word_key,
 )
 
@@ -168,25 +166,9 @@ def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...
 def _fill_whole_tokens(cells, pool, offsets):
     for token in range(256, offsets.size - 1):
         key = word_key(pool, offsets[token], offsets[token + 1])
-        if _whole_token_at(pool, offsets[token], offsets[token + 1] - offsets[token], key,
+        if interleaved_find(pool, offsets[token], offsets[token + 1] - offsets[token], key,
                            cells, pool, offsets) < 0:
             _put_cell(cells, key, token)
-
-
-@inlined
-def _whole_token_at(data, start, length, key, cells, pool, offsets):
-    """Internal id of the token spelling ``data[start:start+length]``, or -1."""
-    cell = _first_cell(cells, key)
-    while cells[cell] != EMPTY_KEY:
-        if cells[cell] == key:
-            token = np.int64(cells[cell + np.uint64(1)])
-            if key < LONG_WORD_TAG:
-                return token
-            at = offsets[token]
-            if offsets[token + 1] - at == length and _equal_bytes(data, start, pool, at, length):
-                return token
-        cell = _next_cell(cells, cell)
-    return -1
 
 
 @hot
@@ -196,7 +178,7 @@ def whole_token(data, start, length, rules):
         return -1
     if rules.whole_shapes[min(length, 255) * 256 + data[start]] == 0:
         return -1
-    return _whole_token_at(data, start, length, word_key(data, start, start + length),
+    return interleaved_find(data, start, length, word_key(data, start, start + length),
                            rules.whole_table, rules.token_pool, rules.token_offsets)
 
 

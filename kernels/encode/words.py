@@ -71,23 +71,32 @@ def empty_cells(n_cells: int) -> np.ndarray:
 
 
 @inlined
+def interleaved_find(data, start, length, key, cells, pool, offsets):
+    """Value under word key ``key`` in interleaved (key, value) cells whose value v
+    spells ``pool[offsets[v]:offsets[v + 1]]`` (bytes compared for long words), or -1.
+
+    The word cache and the whole-token table (``rules``) share this layout.
+    """
+    cell = _first_cell(cells, key)
+    while cells[cell] != EMPTY_KEY:
+        if cells[cell] == key:
+            value = np.int64(cells[cell + np.uint64(1)])
+            if key < LONG_WORD_TAG:
+                return value
+            at = offsets[value]
+            if offsets[value + 1] - at == length and _equal_bytes(data, start, pool, at, length):
+                return value
+        cell = _next_cell(cells, cell)
+    return -1
+
+
+@inlined
 def _cached_slot(data, start, length, key, cache):
     """Cache slot of the word ``data[start:start+length]`` (key ``key``), or -1."""
     if cache.used[0] == 0:  # an empty cache: no probe (a cache miss per word in 4 MB)
         return -1
-    table = cache.table
-    cell = _first_cell(table, key)
-    while table[cell] != EMPTY_KEY:
-        if table[cell] == key:
-            slot = np.int64(table[cell + np.uint64(1)])
-            if key < LONG_WORD_TAG:
-                return slot
-            at = cache.byte_offsets[slot]
-            if (cache.byte_offsets[slot + 1] - at == length
-                    and _equal_bytes(data, start, cache.pool_bytes, at, length)):
-                return slot
-        cell = _next_cell(table, cell)
-    return -1
+    return interleaved_find(data, start, length, key, cache.table, cache.pool_bytes,
+                            cache.byte_offsets)
 
 
 @inlined
