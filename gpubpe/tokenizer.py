@@ -47,6 +47,7 @@ from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from .kernels._cuda import to_host
 from .kernels.encode import (
     build_pieces_cpu,
+    byte_slots,
     cache_admit_cpu,
     cache_has_room,
     clear_word_cache,
@@ -55,6 +56,7 @@ from .kernels.encode import (
     encode_pieces_serial_cpu,
     encode_word_list_cpu,
     find_specials_cpu,
+    first_bad_id,
     gather_token_bytes_cpu,
     join_word_lists,
     merge_new_words_cpu,
@@ -201,6 +203,7 @@ class Tokenizer:
         self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
+        self._slot_table: tuple[np.ndarray, np.ndarray] | None = None
         self._id_gaps: np.ndarray | None = None  # bool per id: no token has it (imports)
         self._cache = None
         self._cache_lock = threading.Lock()
@@ -710,26 +713,29 @@ class Tokenizer:
         with one gather."""
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             out, bounds = self.decode_arrays(batch.ids, batch.offsets)
-            text = to_host(out, "decoded bytes").tobytes()  # sync
-            bounds = to_host(bounds, "decoded byte offsets").tolist()  # sync
-            return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
-        if isinstance(batch, RaggedBatch):
-            flat, offsets = self._id_array(batch.ids), batch.offsets
+            out = to_host(out, "decoded bytes")  # sync
+            bounds = to_host(bounds, "decoded byte offsets")  # sync
         else:
-            flat, offsets = self._flatten_batch(batch)
-        out, bounds = self._gather_bytes(flat, offsets)
-        text = out.tobytes()
-        bounds = bounds.tolist()
-        return [text[a:b].decode("utf-8", errors) for a, b in zip(bounds, bounds[1:])]
+            if isinstance(batch, RaggedBatch):  # the gather checks the ids
+                flat, offsets = self._id_array(batch.ids, check=False), batch.offsets
+            else:
+                flat, offsets = self._flatten_batch(batch)
+            out, bounds = self._gather_bytes(flat, offsets)
+        return _utf8_strings(out, bounds, errors)
 
     def _gather_bytes(self, flat: np.ndarray, doc_offsets) -> tuple[np.ndarray, np.ndarray]:
-        """The bytes of valid uint32 ids and each document's byte offsets, on the backend."""
+        """The bytes of a 1-D integer array of ids and each document's byte offsets, on the
+        backend; ValueError (``_id_array``'s) naming the first id that is no token."""
         table_bytes, table_offsets = self._byte_table()
         doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
         if self._device is not None and flat.size >= max(self._device_min_work, 1):
-            return self._device.gather_bytes(flat.astype(np.int64), doc_offsets, table_bytes,
-                                             table_offsets)
-        return gather_token_bytes_cpu(flat, doc_offsets, table_bytes, table_offsets)
+            return self._device.gather_bytes(self._id_array(flat).astype(np.int64), doc_offsets,
+                                             table_bytes, table_offsets)
+        out, bounds, bad = gather_token_bytes_cpu(flat, doc_offsets, table_bytes, table_offsets,
+                                                  *self._gather_tables())
+        if bad >= 0:
+            self._id_array(flat)  # raises, naming the id
+        return out, bounds
 
     def _flatten_batch(self, batch) -> tuple[np.ndarray, np.ndarray]:
         sequences = [s if isinstance(s, np.ndarray) else list(s) for s in batch]
@@ -757,10 +763,35 @@ class Tokenizer:
             self._decode_table = (np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets)
         return self._decode_table
 
-    def _id_array(self, ids, document: int | None = None) -> np.ndarray:
+    def _gather_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every id's byte count (0 in a gap; uint8 when every token fits) and its
+        16-byte slot (``byte_slots``): what the CPU gather and the id check read."""
+        if self._slot_table is None:
+            table_bytes, table_offsets = self._byte_table()
+            lengths = np.diff(table_offsets)
+            narrow = np.uint8 if lengths.size and lengths.max() < 256 else np.int64
+            self._slot_table = (lengths.astype(narrow), byte_slots(table_bytes, table_offsets))
+        return self._slot_table
+
+    def _id_lengths(self) -> np.ndarray:
+        """``_gather_tables``' byte counts, as long as ``n_vocab`` (ids past the byte table,
+        a bit-level tokenizer's codec ids, count as tokens): what ``_id_array`` checks."""
+        lengths = self._gather_tables()[0]
+        if lengths.size >= self.n_vocab:
+            return lengths
+        return np.concatenate([lengths, np.ones(self.n_vocab - lengths.size, lengths.dtype)])
+
+    def _id_array(self, ids, document: int | None = None, check: bool = True) -> np.ndarray:
         """Ids as uint32 (every id of a vocabulary fits), checked: TypeError for non-ints,
         ValueError naming the first bad id. A uint32 array comes back as it is: the CPU
-        gather runs 1.3x faster on uint32 ids than on int64 (bench/RESULTS.md)."""
+        gather runs 1.3x faster on uint32 ids than on int64 (bench/RESULTS.md). The range
+        and gap check is one kernel pass (``first_bad_id``, ~0.3 ns an id; numpy's
+        comparisons and fancy-indexed gap lookup took ~4.5 ns an id, as long as the gather).
+        ``check=False``: a 1-D integer array comes back as it is, unchecked (for the CPU
+        gather, which checks as it goes)."""
+        if not check and isinstance(ids, np.ndarray) and ids.ndim == 1 \
+                and ids.dtype.kind in "iu" and ids.dtype.isnative:
+            return ids
         if not isinstance(ids, np.ndarray):
             ids = list(ids)
         array = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
@@ -774,23 +805,20 @@ class Tokenizer:
                     raise TypeError(f"id at position {position}{of_doc} is {token_id!r}; "
                                     "expected an int")
             array = np.array([min(max(i, -1), 1 << 62) for i in flat], dtype=np.int64)
-        bad = np.flatnonzero((array < 0) | (array >= self.n_vocab))
-        if not bad.size and self._vocab.layout is not None:
-            self._byte_table()
-            gaps = self._id_gaps
-            bad = np.flatnonzero((array < gaps.size) & gaps[np.minimum(array, gaps.size - 1)])
-            if bad.size:
-                position = int(bad[0])
-                raise ValueError(f"id {array[position]} at position {position}{of_doc} is no "
-                                 "token of this tokenizer (a gap in its id layout)")
-        if bad.size:
-            position = int(bad[0])
-            raise ValueError(
-                f"id {ids[position] if not isinstance(ids, np.ndarray) else array[position]} at "
-                f"position {position}{of_doc} is out of range: this tokenizer has ids "
-                f"0..{self.n_vocab - 1}; were the ids made by another vocabulary?"
-            )
-        return array.astype(np.uint32, copy=False)
+        elif not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        position = first_bad_id(array, self._id_lengths())
+        if position < 0:
+            return array.astype(np.uint32, copy=False)
+        value = int(array[position])
+        if 0 <= value < self.n_vocab:
+            raise ValueError(f"id {value} at position {position}{of_doc} is no "
+                             "token of this tokenizer (a gap in its id layout)")
+        raise ValueError(
+            f"id {ids[position] if not isinstance(ids, np.ndarray) else value} at "
+            f"position {position}{of_doc} is out of range: this tokenizer has ids "
+            f"0..{self.n_vocab - 1}; were the ids made by another vocabulary?"
+        )
 
     def _check_ids(self, ids) -> None:
         self._id_array(list(ids))
@@ -927,6 +955,17 @@ def _document_ranges(doc_start, doc_end, size: int) -> tuple[np.ndarray, np.ndar
         raise ValueError(f"document {d} spans bytes [{doc_start[d]}, {doc_end[d]}): ranges must "
                          f"lie in the {size}-byte buffer, in order, without overlapping")
     return doc_start, doc_end
+
+
+def _utf8_strings(data: np.ndarray, bounds: np.ndarray, errors: str) -> list[str]:
+    """One str per document of ``data`` (uint8) cut at ``bounds``, decoded as UTF-8 with
+    ``errors``. Read through a memoryview: no copy of the whole buffer, none per document
+    before the decode (``bytes`` slices then ``.decode`` ran ~10% slower on 2 KB documents).
+    CPython's decoder bounds this step: ~1.9 GB/s on English, ~0.5-0.75 GB/s on mixed
+    scripts (bench/RESULTS.md)."""
+    view = memoryview(data)
+    bounds = bounds.tolist()
+    return [str(view[a:b], "utf-8", errors) for a, b in zip(bounds, bounds[1:])]
 
 
 def _single_document(text) -> bytes:

@@ -401,18 +401,42 @@ def test_decoding_foreign_ids_names_the_first_bad_one(tok):
 
 
 def test_gather_token_bytes_matches_a_python_join():
-    """The gather's 8-byte moves: tokens of 0-20 bytes, the last ones at the table's end
-    (no 8 bytes left to read there), documents of every length, empty ones too."""
+    """The gather's 16-byte slot moves: tokens of 0-40 bytes (longer than a slot too), the
+    last ones at the table's end, documents of every length, empty ones too."""
     rng = np.random.default_rng(7)
-    tokens = [rng.integers(0, 256, n).astype(np.uint8).tobytes() for n in rng.integers(0, 21, 300)]
-    tokens[-1], tokens[-2] = b"\xff", b"abc"  # short tokens within 8 bytes of the end
+    tokens = [rng.integers(0, 256, n).astype(np.uint8).tobytes() for n in rng.integers(1, 41, 300)]
+    tokens[-1], tokens[-2] = b"\xff", b"abc"  # short tokens within 16 bytes of the end
     table_bytes = np.frombuffer(b"".join(tokens), dtype=np.uint8)
     table_offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])]).astype(np.int64)
+    lengths = np.diff(table_offsets).astype(np.uint8)
+    slots = kernels.byte_slots(table_bytes, table_offsets)
     ids = np.concatenate([rng.integers(0, len(tokens), 5000), [299, 298, 299]]).astype(np.int64)
     cuts = np.sort(rng.integers(0, ids.size, 40))
     doc_offsets = np.concatenate([[0], cuts, [ids.size, ids.size]]).astype(np.int64)
-    out, byte_offsets = kernels.gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets)
-    for d in range(doc_offsets.size - 1):
-        expected = b"".join(tokens[t] for t in ids[doc_offsets[d]:doc_offsets[d + 1]])
-        assert out[byte_offsets[d]:byte_offsets[d + 1]].tobytes() == expected
-    assert byte_offsets[-1] == out.size
+    for typed in (ids, ids.astype(np.uint32)):
+        out, byte_offsets, bad = kernels.gather_token_bytes_cpu(typed, doc_offsets, table_bytes,
+                                                                table_offsets, lengths, slots)
+        assert bad == -1
+        for d in range(doc_offsets.size - 1):
+            expected = b"".join(tokens[t] for t in ids[doc_offsets[d]:doc_offsets[d + 1]])
+            assert out[byte_offsets[d]:byte_offsets[d + 1]].tobytes() == expected
+        assert byte_offsets[-1] == out.size
+
+
+def test_first_bad_id_finds_out_of_range_ids_and_gaps():
+    lengths = np.array([1, 2, 0, 3], dtype=np.uint8)  # id 2 is a gap
+    assert kernels.first_bad_id(np.array([0, 1, 3, 3], np.uint32), lengths) == -1
+    assert kernels.first_bad_id(np.array([0, 1, 2, 3], np.uint32), lengths) == 2
+    assert kernels.first_bad_id(np.array([3, 4], np.int64), lengths) == 1
+    assert kernels.first_bad_id(np.array([1, -1], np.int64), lengths) == 1
+    assert kernels.first_bad_id(np.array([1, 2**63 + 5], np.uint64), lengths) == 1
+    table_bytes = np.frombuffer(b"abbccc", dtype=np.uint8)
+    table_offsets = np.array([0, 1, 3, 3, 6], dtype=np.int64)
+    slots = kernels.byte_slots(table_bytes, table_offsets)
+    for ids, bad in (([0, 3, 1], -1), ([0, 2], 1), ([4], 0), ([1, -3], 1)):
+        out, bounds, found = kernels.gather_token_bytes_cpu(
+            np.array(ids, np.int64), np.array([0, len(ids)], np.int64), table_bytes,
+            table_offsets, lengths, slots)
+        assert found == bad
+        if bad < 0:
+            assert out.tobytes() == b"".join([b"a", b"bb", b"", b"ccc"][i] for i in ids)

@@ -174,6 +174,8 @@ from .cuda import (
     pack_words_cpu,
 )
 from .decode import (
+    byte_slots,
+    first_bad_id,
     gather_token_bytes_cpu,
 )
 from .pieces import (
@@ -197,4 +199,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

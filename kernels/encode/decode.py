@@ -10,56 +10,91 @@ from numba.core.extending import intrinsic
 # ---------------------------------------------------------------- decoding
 
 
+SLOT_BYTES = 16  # each token's first bytes, padded, in one fixed-size slot of byte_slots
+
+
 @njit(cache=True, nogil=True)
-def gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets):
-    """The bytes of every document's ids: ``(bytes uint8, doc_byte_offsets int64)``.
+def byte_slots(table_bytes, table_offsets):
+    """Every token's first ``SLOT_BYTES`` bytes at ``SLOT_BYTES * id``, zero-padded (uint8,
+    one slot per id and one spare, so a 16-byte load at any slot stays inside)."""
+    n_ids = table_offsets.size - 1
+    slots = np.zeros((n_ids + 1) * SLOT_BYTES, np.uint8)
+    for token in range(n_ids):
+        start = table_offsets[token]
+        for j in range(min(table_offsets[token + 1] - start, SLOT_BYTES)):
+            slots[token * SLOT_BYTES + j] = table_bytes[start + j]
+    return slots
 
-    Ids must be valid (the caller checks). Two passes: the total length, then one
-    copy, in which a token of at most 8 bytes (nearly all) is one 8-byte move (LLVM
-    makes the fixed 8-byte loop a single load and store); the bytes it writes past
-    its end are overwritten by the next token's, or lie past the output.
 
-    Measured (2 KB documents, 4,096-id vocabulary, one core, shared VM): a byte loop
-    per token 0.24 GB/s, this ~0.9 GB/s on int64 ids and ~1.1 GB/s on uint32 ids (half
-    the bytes to read; the tokenizer passes uint32), bench/RESULTS.md. Tried: one
-    packed (start << 8 | length) table entry per token instead of two offsets: +5% on
-    uint32 ids, not kept. The length pass is a quarter of the time.
+@njit(cache=True, nogil=True)
+def first_bad_id(ids, lengths):
+    """The position of the first id that is no token (outside ``0..lengths.size - 1``, or a
+    gap of the id layout: no bytes), else -1. One pass over the ids and ``lengths`` (uint8
+    for most vocabularies: 100-200 KB, cache-resident), ~0.3 ns an id."""
+    n_ids = lengths.size
+    for k in range(ids.size):
+        token = np.int64(ids[k])
+        if token < 0 or token >= n_ids or lengths[token] == 0:
+            return k
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets, lengths, slots):
+    """The bytes of every document's ids: ``(bytes uint8, doc_byte_offsets int64, bad)``.
+
+    ``bad`` is -1, or the position of the first id that is no token (out of range or a
+    gap: ``first_bad_id``'s test, made in the length pass at no measurable cost), and
+    then the arrays are empty. Ids of any integer dtype. Two passes: the total
+    length from ``lengths`` (the tokens' byte counts), then one copy in which every token
+    is one unaligned 16-byte move from its slot of ``byte_slots`` (a token of up to 16
+    bytes, nearly all, is then done; a longer one is copied whole from the flat table).
+    The bytes a move writes past its token are overwritten by the next token's, or lie
+    in the 16 spare bytes past the output.
+
+    Measured (bench/RESULTS.md, one core, cl100k, 2 KB English documents): the old copy
+    from the flat table (an 8-byte move at ``table_offsets[id]``, its length from two int64
+    offsets) ran 4.7-6 ns an id, two dependent random reads per token into 1.5 MB of
+    tables; the slot copy reads one 16-byte slot (the hot tokens' slots stay in cache)
+    and a byte count from a 100 KB array: ~1.8-2.4 ns an id, 2.0-2.6x. The length pass on
+    uint8 lengths is 0.3 ns an id (0.8-1.4 on int64 offsets). Tried: one pass into an
+    output grown by doubling (no length pass): slower (the bound check each token).
     """
     n_docs = doc_offsets.size - 1
+    n_ids = np.uint64(lengths.size)
     total = 0
     for k in range(ids.size):
-        token = ids[k]
-        total += table_offsets[token + 1] - table_offsets[token]
-    out = np.empty(total + _COPY_WORD, np.uint8)
+        token = np.uint64(np.int64(ids[k]))  # a negative id wraps past every id
+        if token >= n_ids or lengths[token] == 0:
+            return np.empty(0, np.uint8), np.zeros(1, np.int64), k
+        total += lengths[token]
+    out = np.empty(total + SLOT_BYTES, np.uint8)
     doc_byte_offsets = np.empty(n_docs + 1, np.int64)
     doc_byte_offsets[0] = 0
     at = np.uint64(0)
-    word, wide_end = np.uint64(_COPY_WORD), np.uint64(max(table_bytes.size - _COPY_WORD, 0))
+    slot, short = np.uint64(SLOT_BYTES), np.uint64(SLOT_BYTES)
     for d in range(n_docs):
         for k in range(doc_offsets[d], doc_offsets[d + 1]):
-            token = ids[k]
-            start = np.uint64(table_offsets[token])
-            length = np.uint64(table_offsets[token + 1]) - start
-            if length <= word and start <= wide_end:
-                _move_word(table_bytes, start, out, at)
-            else:
-                for j in range(length):
-                    out[at + np.uint64(j)] = table_bytes[start + np.uint64(j)]
+            token = np.uint64(ids[k])
+            length = np.uint64(lengths[token])
+            _move_slot(slots, token * slot, out, at)
+            if length > short:
+                start = np.uint64(table_offsets[token])
+                length = np.uint64(table_offsets[token + 1]) - start
+                for j in range(short, length):
+                    out[at + j] = table_bytes[start + j]
             at += length
         doc_byte_offsets[d + 1] = at
-    return out[:total], doc_byte_offsets
-
-
-_COPY_WORD = 8  # bytes moved at once per token by gather_token_bytes_cpu
+    return out[:total], doc_byte_offsets, -1
 
 
 @intrinsic
-def _move_word(typingctx, source, source_at, dest, dest_at):
-    """dest[dest_at:dest_at + 8] = source[source_at:source_at + 8] (uint8 arrays, uint64
-    positions) as one unaligned 8-byte load and store: written as a loop of 8 bytes,
-    LLVM keeps 8 byte moves, not knowing that the two arrays never overlap."""
+def _move_slot(typingctx, source, source_at, dest, dest_at):
+    """dest[dest_at:dest_at + 16] = source[source_at:source_at + 16] (uint8 arrays, uint64
+    positions) as one unaligned 16-byte load and store: written as a loop of 16 bytes,
+    LLVM keeps 16 byte moves, not knowing that the two arrays never overlap."""
     def codegen(context, builder, signature, args):
-        word = ir.IntType(64).as_pointer()
+        word = ir.IntType(8 * SLOT_BYTES).as_pointer()
         pointers = []
         for array_type, array, at in ((signature.args[0], args[0], args[1]),
                                       (signature.args[2], args[2], args[3])):
