@@ -22,6 +22,7 @@ there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import zlib
@@ -249,30 +250,107 @@ def iter_batches(corpus, text_field: str = "text",
         raise CorpusError(
             f"corpus must be a path or an iterable of paths/str/bytes, not {type(corpus).__name__}"
         ) from None
-    pending: list[bytes] = []
-    pending_bytes = 0
-    for index, item in enumerate(items):
-        if type(item) is str and (not item.endswith(_CORPUS_SUFFIXES)
-                                  or not is_corpus_path(item)):  # the common case, made cheap:
-            try:  # no ABC check, regex or message (issue 18: the reader is serial)
-                document = item.encode("utf-8")
-            except UnicodeEncodeError:
-                document = as_bytes(item, f"document {index}")  # raises, naming it
-        elif is_corpus_path(item):
-            if pending:
-                yield _documents_batch(pending, pending_bytes)
-                pending, pending_bytes = [], 0
-            yield from read_file(Path(item), text_field, batch_bytes)
-            continue
-        else:
-            document = as_bytes(item, f"document {index}")
-        pending.append(document)
-        pending_bytes += len(document)
-        if pending_bytes >= batch_bytes:
-            yield _documents_batch(pending, pending_bytes)
-            pending, pending_bytes = [], 0
+    pending = _PendingDocuments()
+    index = 0
+    for chunk in _chunks(items, _READ_CHUNK):
+        documents = _str_documents(chunk)  # the common case: every item a str document
+        index += len(chunk) if documents is not None else 0
+        for item in chunk if documents is None else ():  # paths, bytes, errors: one by one
+            if is_corpus_path(item):
+                if pending:
+                    yield pending.batch()
+                yield from read_file(Path(item), text_field, batch_bytes)
+            else:
+                pending.add(_Documents.of([as_bytes(item, f"document {index}")]))
+            index += 1
+        if documents is not None:
+            pending.add(documents)
+        if pending.size >= batch_bytes:
+            yield pending.batch()
     if pending:
-        yield _documents_batch(pending, pending_bytes)
+        yield pending.batch()
+
+
+_READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches
+
+
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+@dataclass
+class _Documents:
+    """Documents end to end: their UTF-8 and their byte lengths (int64)."""
+
+    data: bytes
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, encoded: list[bytes]) -> _Documents:
+        return cls(b"".join(encoded), np.fromiter(map(len, encoded), np.int64, len(encoded)))
+
+
+class _PendingDocuments:
+    """The documents read since the last batch: parts joined once, into one Batch."""
+
+    def __init__(self):
+        self.parts: list[_Documents] = []
+        self.size = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def add(self, documents: _Documents) -> None:
+        self.parts.append(documents)
+        self.size += len(documents.data)
+
+    def batch(self) -> Batch:
+        lengths = np.concatenate([part.lengths for part in self.parts])
+        data = b"".join(part.data for part in self.parts)
+        self.parts, size, self.size = [], self.size, 0
+        return Batch(data, np.cumsum(lengths), size)
+
+
+_PATH_TAILS = [np.frombuffer(suffix.encode(), np.uint8) for suffix in _CORPUS_SUFFIXES]
+_PATH_LAST_BYTES = np.array([tail[-1] for tail in _PATH_TAILS], np.uint8)
+
+
+def _str_documents(chunk: list) -> _Documents | None:
+    """A chunk whose items are all str documents (str subclasses too; none shaped like a
+    corpus path, none with a lone surrogate) as documents, else None: the caller then takes
+    the items one by one, with their rules and messages.
+
+    Issue 18: the reader of a list of str runs on the calling thread under the GIL and
+    bounds 2-thread counting. Per item it did a type check, an ``endswith``, an encode,
+    an append and a ``len`` in the interpreter loop (~340 ns for a 53-byte line, most of
+    it not the encode); here the encode is one C-level ``map`` over the chunk (a bytes or
+    Path item stops it with TypeError), and the path-name test reads the documents'
+    last bytes with NumPy (``str.endswith`` mapped over the chunk cost ~60-130 ns an
+    item). bench/RESULTS.md has the measured rate.
+    """
+    try:
+        documents = _Documents.of(list(map(str.encode, chunk)))
+    except (TypeError, UnicodeEncodeError):
+        return None
+    if _may_end_like_a_path(documents) and any(map(is_corpus_path, chunk)):
+        return None
+    return documents
+
+
+def _may_end_like_a_path(documents: _Documents) -> bool:
+    """Whether a document's bytes end with a corpus file suffix (a cheap superset of
+    ``is_corpus_path``: the caller checks the few it finds). Documents ending in none of
+    the suffixes' last bytes (a line's "\n") leave after one gather of last bytes."""
+    data = np.frombuffer(documents.data, np.uint8)
+    ends = np.cumsum(documents.lengths)[documents.lengths >= 3]
+    ends = ends[np.isin(data[ends - 1], _PATH_LAST_BYTES)]
+    for tail in _PATH_TAILS:
+        ends_here = ends[ends >= tail.size]
+        if ends_here.size and (data[ends_here[:, None] + np.arange(-tail.size, 0)]
+                               == tail).all(axis=1).any():
+            return True
+    return False
 
 
 def _documents_batch(documents: list[bytes], input_bytes: int) -> Batch:

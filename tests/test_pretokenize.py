@@ -95,3 +95,29 @@ def test_str_items_are_documents_unless_they_name_files(tmp_path):
     from gpubpe.errors import CorpusError
     with pytest.raises(CorpusError, match="no such file"):
         count_words(["missing-corpus.txt"])
+
+
+def test_the_chunked_reader_keeps_item_order_paths_and_error_indexes(tmp_path):
+    """iter_batches takes a list of str a chunk at a time (issue 18); a path, a bytes item, a
+    str subclass or a lone surrogate anywhere in a chunk still gets the one-by-one rules."""
+    import numpy as np
+    import pytest
+
+    from gpubpe.errors import CorpusError
+
+    path = tmp_path / "middle.txt"
+    path.write_bytes(b"from the file\nsecond line\n")
+    n = pretokenize._READ_CHUNK
+    docs = [f"doc {i} \u4e2d\n" for i in range(2 * n + 10)]
+    items = docs[:n + 5] + [str(path), b"raw bytes", np.str_("numpy str")] + docs[n + 5:]
+    batches = list(pretokenize.iter_batches(items, batch_bytes=1 << 30))
+    documents = [bytes(b.data[a:e]) for b in batches
+                 for a, e in zip(np.concatenate([[0], b.doc_ends[:-1]]), b.doc_ends)]
+    expected = ([d.encode() for d in docs[:n + 5]] + [b"from the file\n", b"second line\n",
+                b"raw bytes", b"numpy str"] + [d.encode() for d in docs[n + 5:]])
+    assert documents == expected
+    assert len(batches) == 3  # the documents before the file, the file, the rest
+    with pytest.raises(CorpusError, match=f"document {n + 7} holds a lone surrogate"):
+        list(pretokenize.iter_batches(docs[:n + 7] + ["bad \ud800"] + docs[n + 7:]))
+    assert pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a", b"b.txt"]))
+    assert not pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a.txt\n", b"x"]))
