@@ -384,9 +384,37 @@ class Tokenizer:
         offsets on the device (CuPy arrays; ``torch.from_dlpack`` takes them
         without a copy); it needs ``backend="cuda"``.
         """
+        parts = _pipeline_parts(texts, num_threads) if self._device is None else None
+        if parts is not None:
+            try:
+                return self._encode_parts(parts, allowed_special, disallowed_special,
+                                          num_threads, dtype)
+            except (InputTypeError, CorpusError, SpecialTokenError):
+                pass  # raised again below, naming the document's index in the whole batch
         data, starts, ends = _batch_as_bytes(texts)
         return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
                                       num_threads, device=device, dtype=dtype)
+
+    def _encode_parts(self, parts, allowed_special, disallowed_special, num_threads,
+                      dtype) -> RaggedBatch:
+        """``encode_arrays`` of consecutive parts of a list, each part's str -> UTF-8 done on
+        a reader thread while the previous part encodes (the same ids as one call).
+
+        Issue 18: converting a list of str to bytes holds the GIL (~30% of a 2-thread
+        call on lines, py-spy); done before the encode, it is a serial stretch no
+        thread count shortens. Overlapped, it runs on one core while the kernels
+        (nogil) use the others.
+        """
+        reader = _reader_pool()
+        converting = reader.submit(_batch_as_bytes, parts[0])
+        batches = []
+        for k in range(len(parts)):
+            data, starts, ends = converting.result()
+            if k + 1 < len(parts):
+                converting = reader.submit(_batch_as_bytes, parts[k + 1])
+            batches.append(self._encode_documents(data, starts, ends, allowed_special,
+                                                  disallowed_special, num_threads, dtype=dtype))
+        return _joined(batches)
 
     def encode_buffer(self, data, doc_start, doc_end, *, num_threads: int | None = None,
                       allowed_special: Specials = (), disallowed_special: Specials = (),
@@ -608,7 +636,10 @@ class Tokenizer:
 
     @contextmanager
     def _admit_while_scattering(self, array, new: _NewWords):
-        """Admit ``new`` on a pool thread while the caller (the cache's only reader) writes ids.
+        """Admit ``new`` on a pool thread while the ids are written (the calling thread and
+        the pool; this call the cache's only reader). Issue 18, py-spy on 2 threads: the
+        ids were written on the calling thread alone (admission on the pool took ~6% of
+        that time, the pool idled ~37%); now they are written in shares as always.
 
         Yields True when it admits (the caller then skips ``_admit``). The ids
         read only cache slots older than the call, which admission never
@@ -1004,16 +1035,17 @@ def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
     except TypeError:
         raise InputTypeError(f"texts is a {type(texts).__name__}; expected a sequence of str "
                              "or bytes documents") from None
-    if all(isinstance(text, str) for text in texts):
-        try:
-            encoded = list(map(str.encode, texts))  # UTF-8; serial under the GIL, and
-            # 1.4x faster than a comprehension (issue 18: 53 -> 38 ms for 9.4 MB of lines)
-        except UnicodeEncodeError:
-            encoded = [_utf8(text, f"texts[{i}]") for i, text in enumerate(texts)]
-    elif all(isinstance(text, bytes | bytearray | memoryview) for text in texts):
+    try:  # UTF-8 of str items (subclasses too); a bytes item stops it with TypeError.
+        encoded = list(map(str.encode, texts))  # Serial under the GIL (issue 18): 1.4x
+        # faster than a comprehension; no isinstance pass first (~50 ns an item)
+    except TypeError:
+        if not all(isinstance(text, bytes | bytearray | memoryview) for text in texts):
+            _raise_bad_kind(texts)
         encoded = texts
-    else:
-        _raise_bad_kind(texts)
+    except UnicodeEncodeError:
+        if not all(isinstance(text, str) for text in texts):
+            _raise_bad_kind(texts)
+        encoded = [_utf8(text, f"texts[{i}]") for i, text in enumerate(texts)]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     ends = np.cumsum(lengths)
     return b"".join(encoded), ends - lengths, ends
@@ -1052,6 +1084,45 @@ def _thread_count(num_threads, n_bytes: int) -> int:
     return 1 if n_bytes < _PARALLEL_MIN_BYTES else num_threads
 
 
+_READER: ThreadPoolExecutor | None = None
+_PIPELINE_PART_BYTES = 1 << 20  # about this much text per part of a pipelined encode_arrays
+
+
+def _pipeline_parts(texts, num_threads) -> list | None:
+    """``texts`` cut into parts of about ``_PIPELINE_PART_BYTES`` characters for
+    ``_encode_parts``, or None: one thread, few parts, or not a list of str."""
+    if not isinstance(texts, list | tuple) or not texts or not isinstance(texts[0], str):
+        return None
+    try:
+        n_chars = sum(map(len, texts))
+    except TypeError:  # an item without a length: the one-call path names it
+        return None
+    if _thread_count(num_threads, n_chars) == 1 or n_chars < 4 * _PIPELINE_PART_BYTES:
+        return None
+    n_parts = n_chars // _PIPELINE_PART_BYTES
+    step = -(-len(texts) // n_parts)
+    return [texts[i:i + step] for i in range(0, len(texts), step)]
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    """One thread that converts text while the pool encodes (apart from the pool, whose
+    threads the encode uses)."""
+    global _READER
+    with _POOL_LOCK:
+        if _READER is None:
+            _READER = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-reader")
+        return _READER
+
+
+def _joined(batches: list[RaggedBatch]) -> RaggedBatch:
+    """Consecutive batches as one."""
+    ids = np.concatenate([batch.ids for batch in batches])
+    shifts = np.cumsum([0] + [batch.ids.size for batch in batches[:-1]])
+    offsets = np.concatenate([batches[0].offsets[:1]] + [batch.offsets[1:] + shift
+                                                         for batch, shift in zip(batches, shifts)])
+    return RaggedBatch(ids, offsets)
+
+
 def _pool(n_workers: int) -> ThreadPoolExecutor:
     """The shared pool, grown to at least ``n_workers`` threads."""
     global _POOL
@@ -1076,11 +1147,6 @@ def _run_all(function, calls: list[tuple]) -> list:
     others = [pool.submit(function, *args) for args in calls[1:]]
     first = function(*calls[0])  # the calling thread is awake already: one hand-off fewer
     return [first, *(future.result() for future in others)]
-
-
-def _run_here(function, calls: list[tuple]) -> list:
-    """``function(*args)`` for every args tuple, one after another on the calling thread."""
-    return [function(*args) for args in calls]
 
 
 def _shares(weights: np.ndarray, threads: int) -> list[tuple[int, int]]:
@@ -1170,7 +1236,7 @@ def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads, 
     with admitting(new_words) as admitted:
         ids, piece_offsets = _scatter_ids(pieces, shards, shard_refs, piece_ref_end,
                                           local_to_global, cache, new_ids, new_offsets,
-                                          _run_here if admitted else _run_all)
+                                          _run_all)
     return ids, piece_offsets, None if admitted else new_words
 
 
