@@ -37,6 +37,7 @@ import numpy as np
 import regex
 
 from .errors import ConfigError, CorpusError
+from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
@@ -52,6 +53,7 @@ from .kernels.pretok import (
     SPACE,
     count_scanned_words,
 )
+from .kernels.word_tally import add_words, rehash
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -671,30 +673,69 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
     special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
     counter = _count_scanned_batch if scanner_for(regex_text) is not None else _count_regex_batch
     threads = num_threads or os.cpu_count() or 1
-    totals: Counter = Counter()
-    # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel
-    # plus a dict of the batch's distinct words; reading a list of str into batches
-    # (a type check, a path check and an encode per document) stays on this thread,
-    # under the GIL, and overlaps the counting. CPU time per call was the same on 1
-    # and 2 threads: the threads add no work.
+    tally = _WordTally()
+    # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel;
+    # reading a list of str into batches (encodes, under the GIL) stays on this thread
+    # and overlaps the counting; each share's words are added into one tally by a nogil
+    # kernel (kernels.word_tally), in share order: the same counts and order on every
+    # thread count.
     if threads == 1:  # on the calling thread: one thread means one
         for batch in batches:
-            totals.update(counter(batch.data, *segments(batch, special_bytes), regex_text))
+            tally.add(*counter(batch.data, *segments(batch, special_bytes), regex_text))
             if progress is not None:
                 progress.update(len(batch.data))
-        return dict(totals)
+        return tally.as_dict()
     with ThreadPoolExecutor(threads) as pool:
         pending = []
         for batch in batches:
             for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
                 pending.append(pool.submit(counter, batch.data, starts, ends, regex_text))
             while len(pending) > 2 * threads:
-                totals.update(pending.pop(0).result())
+                tally.add(*pending.pop(0).result())
             if progress is not None:
                 progress.update(len(batch.data))
         for future in pending:
-            totals.update(future.result())
-    return dict(totals)
+            tally.add(*future.result())
+    return tally.as_dict()
+
+
+class _WordTally:
+    """Word counts added share by share (``kernels.word_tally``), as one dict at the end."""
+
+    def __init__(self):
+        self.keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
+        self.slots = np.zeros(1 << 16, dtype=np.int64)
+        self.pool = np.empty(1 << 20, dtype=np.uint8)
+        self.word_at, self.word_len, self.count = (np.empty(1 << 15, dtype=np.int64)
+                                                   for _ in range(3))
+        self.cursor = np.zeros(3, dtype=np.int64)  # distinct words, pool bytes, next word
+
+    def add(self, data: np.ndarray, at: np.ndarray, length: np.ndarray, counts: np.ndarray):
+        """Add words ``data[at[k]:at[k] + length[k]]``, ``counts[k]`` times each, in order."""
+        self.cursor[2] = 0
+        while not add_words(self.keys, self.slots, self.pool, self.word_at, self.word_len,
+                            self.count, self.cursor, data, at, length, counts):
+            self._grow(int(length[self.cursor[2]]))
+
+    def _grow(self, word_bytes: int) -> None:
+        n_words, used = int(self.cursor[0]), int(self.cursor[1])
+        if 2 * (n_words + 1) > self.keys.size:
+            keys = np.full(self.keys.size * 2, EMPTY_KEY, dtype=np.uint64)
+            slots = np.zeros(self.keys.size * 2, dtype=np.int64)
+            rehash(self.keys, self.slots, keys, slots)
+            self.keys, self.slots = keys, slots
+        if n_words == self.word_at.size:
+            self.word_at, self.word_len, self.count = (grown_like(a, 0) for a in
+                                                       (self.word_at, self.word_len, self.count))
+        if used + word_bytes > self.pool.size:
+            self.pool = grown_like(self.pool, used + word_bytes)
+
+    def as_dict(self) -> dict[bytes, int]:
+        n_words = int(self.cursor[0])
+        pool = self.pool[:self.cursor[1]].tobytes()
+        return {pool[at:at + length]: count for at, length, count in zip(
+            self.word_at[:n_words].tolist(), self.word_len[:n_words].tolist(),
+            self.count[:n_words].tolist())}
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -713,8 +754,9 @@ def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.nda
     return [(starts[a:b], ends[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, int]:
-    """Word counts of a batch by the Numba scanner of a named pattern."""
+def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> tuple:
+    """Word counts of a batch by the Numba scanner of a named pattern, as
+    ``(data array, word_at, word_len, word_count)`` for ``_WordTally.add``."""
     array = np.frombuffer(data, dtype=np.uint8)
     scanner = scanner_for(regex_text)
     word_at, word_len, word_count, collided = count_scanned_words(
@@ -722,10 +764,7 @@ def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> dict[bytes, i
     )
     if collided:  # two words shared a 64-bit hash: count this batch exactly instead
         return _count_regex_batch(data, starts, ends, regex_text)
-    return {
-        data[at:at + length]: count
-        for at, length, count in zip(word_at.tolist(), word_len.tolist(), word_count.tolist())
-    }
+    return array, word_at, word_len, word_count
 
 
 def _counting_device(backend: str, regex_text) -> object | None:
@@ -778,9 +817,13 @@ def _count_on_device(batches: Iterable[Batch], regex_text: str, special_tokens, 
         counts.pool_start.tolist(), counts.length.tolist(), counts.count.tolist())}
 
 
-def _count_regex_batch(data: bytes, starts, ends, regex_text) -> Counter:
-    """Word counts of a batch by ``regex`` (a custom pattern, or None: a segment is a word)."""
+def _count_regex_batch(data: bytes, starts, ends, regex_text) -> tuple:
+    """Word counts of a batch by ``regex`` (a custom pattern, or None: a segment is a word),
+    as ``_count_scanned_batch`` gives them."""
     counts: Counter = Counter()
     for start, end in zip(starts.tolist(), ends.tolist()):
         counts.update(split_words(data[start:end].decode("utf-8", "surrogateescape"), regex_text))
-    return Counter({word_bytes(word): count for word, count in counts.items()})
+    words = [word_bytes(word) for word in counts]
+    length = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    return (np.frombuffer(b"".join(words), dtype=np.uint8), np.cumsum(length) - length, length,
+            np.fromiter(counts.values(), dtype=np.int64, count=len(words)))

@@ -121,3 +121,25 @@ def test_the_chunked_reader_keeps_item_order_paths_and_error_indexes(tmp_path):
         list(pretokenize.iter_batches(docs[:n + 7] + ["bad \ud800"] + docs[n + 7:]))
     assert pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a", b"b.txt"]))
     assert not pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a.txt\n", b"x"]))
+
+
+def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
+    """``_WordTally`` (kernels.word_tally) from its small start through growth of the table,
+    the word arrays and the pool: the counts and first-occurrence order of a Counter."""
+    from collections import Counter
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    tally, expected = pretokenize._WordTally(), Counter()
+    for _ in range(4):
+        words = [bytes(rng.integers(97, 100, rng.integers(1, 24)).astype(np.uint8))
+                 for _ in range(40_000)]
+        counts = rng.integers(1, 5, len(words))
+        length = np.array([len(w) for w in words], dtype=np.int64)
+        tally.add(np.frombuffer(b"".join(words), np.uint8), np.cumsum(length) - length, length,
+                  counts.astype(np.int64))
+        for word, count in zip(words, counts.tolist()):
+            expected[word] += count
+    assert len(expected) > 1 << 16 and sum(map(len, expected)) > 1 << 20  # it grew
+    assert list(tally.as_dict().items()) == list(expected.items())
