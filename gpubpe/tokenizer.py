@@ -1093,8 +1093,8 @@ def _pipeline_parts(texts, num_threads) -> list | None:
     ``_encode_parts``, or None: one thread, few parts, or not a list of str."""
     if not isinstance(texts, list | tuple) or not texts or not isinstance(texts[0], str):
         return None
-    try:
-        n_chars = sum(map(len, texts))
+    try:  # estimated from every 16th item: summing every len took ~6% of a 2-thread call
+        n_chars = sum(map(len, texts[::16])) * 16
     except TypeError:  # an item without a length: the one-call path names it
         return None
     if _thread_count(num_threads, n_chars) == 1 or n_chars < 4 * _PIPELINE_PART_BYTES:
