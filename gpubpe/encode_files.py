@@ -111,25 +111,55 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
     writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
+    stream = tok.batch_stream()
+    writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
     input_bytes = 0
     try:
-        for batch in _read_ahead(batches):
-            encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
-                                        num_threads=num_threads, allowed_special=allowed_special)
-            ids, offsets = _with_appended(encoded.ids, encoded.offsets, appended)
-            writer.append(ids, offsets)
+        for batch, staged in _read_ahead(batches, stream.upload):
+            with stream.encoding(staged) as text:
+                encoded = tok.encode_buffer(text, batch.doc_starts, batch.doc_ends,
+                                            num_threads=num_threads, device=stream.device,
+                                            allowed_special=allowed_special)
+            writing.put(stream.download(encoded.ids, encoded.offsets))
             bar.update(batch.input_bytes)
             input_bytes += batch.input_bytes
+        writing.finish()
+        stream.close()
         writer.commit()
     except DeviceError as exc:
+        failed = _stop(stream, writing, finish=True)  # what was encoded is written, then kept
+        if failed is not None and not isinstance(failed, DeviceError):
+            writer.abort()
+            raise failed from exc
         raise _kept_partial(writer, skip_documents, exc) from exc
     except BaseException:
+        _stop(stream, writing, finish=False)
         writer.abort()
         raise
     finally:
         bar.close()
     return EncodedFiles(output, writer.offsets_path, id_dtype, writer.documents, writer.tokens,
                         input_bytes, time.perf_counter() - started)
+
+
+def _write(writer: _TokenFileWriter, down, appended: int | None) -> None:
+    """Write one batch's ids (writer thread): wait for them, append, give the buffers back."""
+    try:
+        ids, offsets = down.wait()
+        writer.append(*_with_appended(ids, offsets, appended))
+    finally:
+        down.release()
+
+
+def _stop(stream, writing: _InOrder, finish: bool) -> BaseException | None:
+    """After a failure: the writer thread works off (``finish``) or drops what is queued,
+    then the stream closes. Returns the writer thread's failure, if any."""
+    failed = writing.stop(finish)
+    try:
+        stream.close()
+    except DeviceError:
+        pass  # the device already failed: that error is being raised
+    return failed
 
 
 def _checked_output(output, inputs: list[Path]) -> Path:
@@ -216,26 +246,30 @@ def _skipping(batches: Iterator[Batch], n_documents: int) -> Iterator[Batch]:
         yield batch
 
 
-def _read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
-    """Read the next batch on a thread while the caller encodes this one."""
+def _read_ahead(batches: Iterator[Batch], stage) -> Iterator[tuple[Batch, object]]:
+    """``(batch, stage(batch.data))``, read and staged on a thread while the caller encodes
+    the batch before (at most one waits in between)."""
     slots: queue.Queue = queue.Queue(maxsize=1)
     done = object()
     stop = threading.Event()
 
+    def offer(item) -> None:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
     def produce():
         try:
             for batch in batches:
-                while not stop.is_set():
-                    try:
-                        slots.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                offer((batch, stage(batch.data)))
                 if stop.is_set():
                     return
-            slots.put(done)
+            offer(done)
         except BaseException as exc:  # handed to the consumer, raised there
-            slots.put(exc)
+            offer(exc)
 
     reader = threading.Thread(target=produce, name="gpubpe-reader", daemon=True)
     reader.start()
@@ -246,6 +280,56 @@ def _read_ahead(batches: Iterator[Batch]) -> Iterator[Batch]:
             yield item
     finally:
         stop.set()
+
+
+class _InOrder:
+    """Runs ``work(item)`` for each item put, in order, on a thread of its own.
+
+    At most one item waits while one is worked on (``put`` blocks beyond that). The
+    first exception of ``work`` is raised by the next ``put`` or by ``finish``, with
+    its type and message; later items are then only released (``item.release()``), so
+    the thread never stops taking items and ``put`` never waits forever.
+    """
+
+    _END = object()
+
+    def __init__(self, work, name: str):
+        self._work = work
+        self._items: queue.Queue = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._dropping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._items.get()) is not self._END:
+            if self._error is not None or self._dropping:
+                item.release()
+                continue
+            try:
+                self._work(item)
+            except BaseException as exc:  # raised on the caller's thread
+                self._error = exc
+
+    def put(self, item) -> None:
+        if self._error is not None:
+            item.release()
+            raise self._error
+        self._items.put(item)
+
+    def finish(self) -> None:
+        """Wait until every item is done; raise the first failure."""
+        error = self.stop(finish=True)
+        if error is not None:
+            raise error
+
+    def stop(self, finish: bool) -> BaseException | None:
+        """Work off (``finish``) or drop what is queued, end the thread; its first failure."""
+        if self._thread.is_alive():
+            self._dropping = not finish
+            self._items.put(self._END)
+            self._thread.join()
+        return self._error
 
 
 def _progress_bar(total: int, enabled: bool):

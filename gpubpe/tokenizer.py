@@ -42,7 +42,7 @@ import regex
 from . import interop
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
-from .device import DeviceCodec, is_device_array
+from .device import DeviceCodec, HostBatchStream, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from .kernels._cuda import to_host
 from .kernels.encode import (
@@ -412,6 +412,11 @@ class Tokenizer:
         data = np.frombuffer(b"".join(words), dtype=np.uint8)
         ids, offsets = self._word_encoder(1)(data, starts, lengths)
         return RaggedBatch(ids, offsets).tolist()
+
+    def batch_stream(self):
+        """How a run of batches reaches this backend and comes back (``encode_files``):
+        a :class:`~gpubpe.device.DeviceBatchStream` with a device, else text and ids stay."""
+        return HostBatchStream() if self._device is None else self._device.batch_stream()
 
     def clear_cache(self) -> None:
         """Forget the word encodings kept across calls (for timing; results never change)."""
