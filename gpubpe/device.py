@@ -55,6 +55,23 @@ on a GPU (enforced there with CuPy's memory-pool limit) and in the simulator
 alike, so chunking can be exercised anywhere. The rule, byte and class tables
 are copied to the device once per tokenizer.
 
+A stream of batches (``gpubpe.encode_files``, ``gpubpe encode --backend cuda``) goes
+through a :class:`DeviceBatchStream`: the reader thread copies each batch's text into
+a reused page-locked (pinned) buffer and queues its copy up on an *up* stream; the
+main thread encodes it on a *compute* stream (``launch`` and CuPy calls follow the
+current stream) as text already on the device, so ``encode_pieces`` above runs
+unchanged; its ids and offsets go down into reused pinned buffers on a *down* stream,
+and the writer thread waits for them and writes. Events order the three streams on
+the device. So on the device, batch n+1's copy up and batch n-1's copy down run beside
+batch n's kernels (the H100's copy engines, one each way), and on the host the next
+batch is read and the last one written while the device works. Syncs per streamed
+batch: the batch's three reads above, one wait for a free text buffer (the reader)
+and one for the batch's ids (the writer): five, as before (three plus ids plus
+offsets); one more per run when the stream closes. ``tests/test_encode_stream.py``
+holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers and id buffers, each pair
+pinned on the host and on the device, reused and grown only for a larger batch (by
+``STREAM_HEADROOM``); ``encode_files`` states the byte bound.
+
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;
 nothing of the call's output is kept, and the tokenizer stays usable (its word
@@ -824,7 +841,7 @@ def _reserved(array, n: int, dtype, make):
     """``array`` when it holds ``n`` items of ``dtype``, else a new one with headroom."""
     if array is not None and array.size >= n and array.dtype == dtype:
         return array
-    return make(n + int(n * STREAM_HEADROOM), dtype)
+    return make(max(n + int(n * STREAM_HEADROOM), 1), dtype)
 
 
 def _leftmost_matches(match_at, match_token, token_length):

@@ -21,9 +21,27 @@ Outputs, chosen by the suffix of ``output``:
 The id dtype is uint16 when every id of the tokenizer fits (``n_vocab`` <=
 65536, special tokens included), else uint32, unless ``dtype`` says otherwise.
 
-Memory stays bounded: input is read in batches of whole documents (about
-``batch_bytes`` each, one batch read ahead while the previous one encodes),
-and ids and offsets go to disk batch by batch. Output is written under
+Three threads overlap: a reader reads (and parses) the next batch of whole
+documents (about ``batch_bytes`` each), the caller's thread encodes one, and a
+writer writes the ids and offsets of the one before to disk. With
+``backend="cuda"`` (a :class:`~gpubpe.device.DeviceBatchStream`) the reader also
+copies each batch's text into a reused pinned host buffer and queues its copy to
+the device, the batch is encoded on a device stream of its own, and its ids come
+back into reused pinned buffers on a third stream: batch n+1's copy up and batch
+n-1's copy down run beside batch n's kernels. Five syncs per batch, plus one per
+run (``gpubpe.device`` says which).
+
+Memory stays bounded, whatever the input's size. With B the largest batch (about
+``batch_bytes``; more only when one document is larger) and I its ids: at most 3
+batches read (one encoding, one waiting, one the reader holds), the ids of at most
+3 batches (one being written, one waiting, one encoded), so on the CPU about
+3 B + 3 x (id bytes + 8 per document). With ``backend="cuda"`` add, reused and never
+allocated per batch: 2 pinned text buffers (2 B) and 2 pinned id buffers (2 x I x 4
+bytes + offsets) on the host; on the device the same 2 text buffers, the ids of at
+most 3 batches, one batch's working memory (``BATCH_DEVICE_BYTES_PER_BYTE`` = 320 per
+input byte, in chunks that fit the free memory) and the device word cache (~34 MB).
+For the default 16 MB batches and ~4 bytes a token: about 200 MB of host memory
+and ~5.3 GB of device memory at most. Output is written under
 temporary names in the output's folder and renamed at the end, so an
 interrupted run leaves no half-written file under the final names; a small
 manifest (``tokens.npy.manifest.json``) written last commits the ids/offsets
@@ -95,7 +113,10 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     special token appended to every document, as nanoGPT does.
     ``skip_documents``: leave out the first N documents (to finish a run a
     device failure stopped). ``backend``: 'auto', 'cpu' or 'cuda' (default: the
-    tokenizer's own).
+    tokenizer's own). Reading, encoding and writing overlap on three threads, and
+    with a device its copies overlap its kernels (see the module docstring, which
+    also gives the memory bound). A failure of the writer thread is raised here with
+    its type and message.
     """
     from .tokenizer import Tokenizer
 
@@ -111,7 +132,7 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
     writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
-    stream = tok.batch_stream()
+    stream = tok.batch_stream(allowed_special)
     writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
     input_bytes = 0
     try:

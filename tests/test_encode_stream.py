@@ -174,3 +174,37 @@ def test_a_streamed_run_costs_a_constant_number_of_syncs_per_batch(tok, tmp_path
         assert stats.syncs == 5 * n_batches + 1
         seen[n_lines] = n_batches
     assert seen[36] >= 2 * seen[12] >= 4
+
+
+def test_a_custom_pattern_streams_through_the_host_and_writes_the_same_files(lines, corpus,
+                                                                             tmp_path):
+    """A pattern the device cannot run: the text stays on the host (no copy up and back)."""
+    custom = gpubpe.train([line.encode() for line in lines[:200]], 400, pattern=r"\S+|\s+",
+                          progress=False, backend="cpu")
+    assert type(custom.with_backend("cuda").batch_stream()) is device.HostBatchStream
+    assert type(custom.batch_stream()) is device.HostBatchStream
+    outputs = {}
+    for backend in ("cpu", "cuda"):
+        outputs[backend] = tmp_path / backend / "tokens.npy"
+        outputs[backend].parent.mkdir()
+        with gpubpe.device_stats() as stats:
+            encode_files(custom, corpus, outputs[backend], progress=False, batch_bytes=400,
+                         backend=backend)
+        assert not any(site.startswith("stream:") for site in stats.sync_sites)
+    assert written_files(outputs["cuda"]) == written_files(outputs["cpu"])
+
+
+def test_cli_encode_with_backend_cuda_writes_the_cpu_files(tok, corpus, tmp_path):
+    from gpubpe.cli import main
+
+    tok_path = tmp_path / "tok.json"
+    tok.save(tok_path)
+    for backend in ("cpu", "cuda"):
+        (tmp_path / backend).mkdir()
+        with gpubpe.device_stats() as stats:
+            assert main(["encode", "-t", str(tok_path), *map(str, corpus), "-o",
+                         str(tmp_path / backend / "tokens.bin"), "--backend", backend,
+                         "--append-special", EOT, "--no-progress"]) == 0
+        assert ("stream: batch ids on the host" in stats.sync_sites) == (backend == "cuda")
+    assert written_files(tmp_path / "cuda" / "tokens.bin") == \
+        written_files(tmp_path / "cpu" / "tokens.bin")
