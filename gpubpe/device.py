@@ -790,11 +790,15 @@ class DeviceBatchStream:
         return _DeviceIds(self, slot, ids, offsets)
 
     def close(self) -> None:
-        """Stop handing out slots; wait for the copies still queued (one sync)."""
+        """Stop handing out slots; wait for the copies still queued (one sync), then free
+        the buffers while their streams are alive."""
         self._closed.set()
         with reporting_device_errors("finishing the copies of a stream"):
             wait_on_device(self._down, record_event(self._up))
             wait_event(record_event(self._down), "stream: closed")  # sync
+        for slots in (self._text, self._ids):
+            while not slots.empty():
+                slots.get_nowait()
 
     def _take(self, slots: queue.Queue):
         while not self._closed.is_set():

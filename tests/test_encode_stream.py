@@ -208,3 +208,29 @@ def test_cli_encode_with_backend_cuda_writes_the_cpu_files(tok, corpus, tmp_path
         assert ("stream: batch ids on the host" in stats.sync_sites) == (backend == "cuda")
     assert written_files(tmp_path / "cuda" / "tokens.bin") == \
         written_files(tmp_path / "cpu" / "tokens.bin")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_an_interrupted_stream_leaves_no_file_and_no_thread(tok, corpus, tmp_path, monkeypatch,
+                                                            backend):
+    import threading
+
+    streaming = tok.with_backend(backend)
+    real_encode = streaming.encode_buffer
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_encode(*args, **kwargs)
+
+    monkeypatch.setattr(streaming, "encode_buffer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        encode_files(streaming, corpus, tmp_path / "tokens.npy", progress=False,
+                     batch_bytes=400)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "corpus.txt"]
+    for thread in threading.enumerate():
+        if thread.name in ("gpubpe-reader", "gpubpe-writer"):
+            thread.join(timeout=5)
+            assert not thread.is_alive(), thread.name
