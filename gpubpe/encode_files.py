@@ -131,8 +131,8 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     started = time.perf_counter()
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
+    stream = tok.batch_stream(allowed_special)  # checks allowed_special before files open
     writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
-    stream = tok.batch_stream(allowed_special)
     writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
     input_bytes = 0
     try:

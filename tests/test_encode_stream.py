@@ -234,3 +234,14 @@ def test_an_interrupted_stream_leaves_no_file_and_no_thread(tok, corpus, tmp_pat
         if thread.name in ("gpubpe-reader", "gpubpe-writer"):
             thread.join(timeout=5)
             assert not thread.is_alive(), thread.name
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_an_unknown_allowed_special_fails_before_any_file_is_opened(tok, corpus, tmp_path,
+                                                                    backend):
+    from gpubpe.errors import SpecialTokenError
+
+    with pytest.raises(SpecialTokenError, match="<nope>"):
+        encode_files(tok, corpus, tmp_path / "tokens.npy", progress=False,
+                     allowed_special=["<nope>"], backend=backend)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "corpus.txt"]
