@@ -214,7 +214,7 @@ class Batch:
 
     @property
     def doc_starts(self) -> np.ndarray:
-        return np.concatenate([[0], self.doc_ends]).astype(np.int64)[:-1]  # none: none
+        return np.concatenate([[0], self.doc_ends]).astype(np.int64)[:-1]  # [] for no documents
 
 
 def iter_batches(corpus, text_field: str = "text",

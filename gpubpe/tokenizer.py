@@ -510,7 +510,7 @@ class Tokenizer:
         if data.dtype != np.uint8 or data.ndim != 1:
             raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
                                  f"{data.ndim}-D {data.dtype}")
-        if not self._device_batches(data.size) or self._host_sees_text(allowed or disallowed):
+        if not self._device_batches(data.size) or self._host_sees_text(bool(allowed or disallowed)):
             return None
         doc_start, doc_end = (to_host(r, "document ranges") if is_device_array(r) else r
                               for r in (doc_start, doc_end))  # sync (device ranges only)

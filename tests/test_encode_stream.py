@@ -245,3 +245,16 @@ def test_an_unknown_allowed_special_fails_before_any_file_is_opened(tok, corpus,
         encode_files(tok, corpus, tmp_path / "tokens.npy", progress=False,
                      allowed_special=["<nope>"], backend=backend)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "corpus.txt"]
+
+
+def test_skipping_whole_batches_gives_the_rest(tok, corpus, tmp_path):
+    """Skipped batches come through as batches of no documents (once an error)."""
+    skipped = sum(b.doc_ends.size for b in list(read_batches(corpus, batch_bytes=400))[:2])
+    encode_files(tok, corpus, tmp_path / "rest.npy", progress=False, batch_bytes=400,
+                 skip_documents=skipped, backend="cpu")
+    encode_files(tok, corpus, tmp_path / "whole.npy", progress=False, backend="cpu")
+    rest_ids, rest_offsets = read_token_file(tmp_path / "rest.npy")
+    whole_ids, whole_offsets = read_token_file(tmp_path / "whole.npy")
+    start = whole_offsets[skipped]
+    assert rest_ids.tolist() == whole_ids[start:].tolist()
+    assert rest_offsets.tolist() == (whole_offsets[skipped:] - start).tolist()
