@@ -68,9 +68,13 @@ batch is read and the last one written while the device works. Syncs per streame
 batch: the batch's three reads above, one wait for a free text buffer (the reader)
 and one for the batch's ids (the writer): five, as before (three plus ids plus
 offsets); one more per run when the stream closes. ``tests/test_encode_stream.py``
-holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers and id buffers, each pair
-pinned on the host and on the device, reused and grown only for a larger batch (by
-``STREAM_HEADROOM``); ``encode_files`` states the byte bound.
+holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers, pinned on the host and
+on the device, and as many pinned id buffers on the host, reused and grown only for
+a larger batch (by ``STREAM_HEADROOM``); a batch's device ids are its own (CuPy's
+pool reuses them), at most three batches' at a time. ``encode_files`` states the
+byte bound. With a custom pattern, NFC or HF's prefix space the text must reach
+the host, so ``Tokenizer.batch_stream`` hands out a :class:`HostBatchStream` there
+(the device still encodes the distinct words).
 
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;

@@ -355,7 +355,7 @@ def copy_to_host_async(array, out: np.ndarray, stream) -> None:
     its bytes are counted, the sync is the :func:`wait_event` on an event recorded after it:
     read ``out`` only then."""
     _record(to_host_bytes=out.nbytes)
-    if isinstance(array, np.ndarray):  # the simulator
+    if isinstance(array, np.ndarray):  # the simulator's device arrays (or host data)
         out[...] = array.view(np.ndarray)
     else:
         import cupy
