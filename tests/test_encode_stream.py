@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -258,3 +259,47 @@ def test_skipping_whole_batches_gives_the_rest(tok, corpus, tmp_path):
     start = whole_offsets[skipped]
     assert rest_ids.tolist() == whole_ids[start:].tolist()
     assert rest_offsets.tolist() == (whole_offsets[skipped:] - start).tolist()
+
+
+def test_launch_queues_on_cupys_current_stream(monkeypatch):
+    """``launch`` passes CuPy's current stream to Numba (wrapped once per stream); the
+    default stream is 0. A stand-in cupy module here; on a GPU the test below runs."""
+    import sys
+    import types
+
+    from numba import cuda
+
+    from gpubpe.kernels import _cuda
+
+    current = types.SimpleNamespace(ptr=0)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: current))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_cuda, "_numba_streams", {})
+    wrapped = []
+    monkeypatch.setattr(cuda, "external_stream", lambda ptr: wrapped.append(ptr) or f"s{ptr}",
+                        raising=False)  # the simulator's numba.cuda has none
+    assert _cuda._current_numba_stream() == 0
+    current.ptr = 0x1234
+    assert _cuda._current_numba_stream() == "s4660" == _cuda._current_numba_stream()
+    assert wrapped == [0x1234]
+
+
+@pytest.mark.skipif(numba.config.ENABLE_CUDASIM, reason="needs a GPU")
+def test_a_device_stream_round_trips_through_pinned_buffers_on_a_gpu():
+    import cupy
+
+    from gpubpe.backend import resolve_backend
+
+    stream = device.DeviceBatchStream(resolve_backend("cuda"))
+    assert stream.compute.ptr != 0
+    for size in (5, 3, 40):  # reuse, then growth
+        data = bytes(range(size))
+        slot = stream.upload(data)
+        with stream.encoding(slot) as text:
+            doubled = text.astype(cupy.uint32) * 2
+            offsets = cupy.arange(3, dtype=cupy.int64)
+        down = stream.download(doubled, offsets)
+        ids, got_offsets = down.wait()
+        assert ids.tolist() == [2 * b for b in data] and got_offsets.tolist() == [0, 1, 2]
+        down.release()
+    stream.close()
