@@ -686,7 +686,7 @@ class HostBatchStream:
     def encoding(self, text):
         return nullcontext(text)
 
-    def download(self, ids: np.ndarray, offsets: np.ndarray) -> _HostIds:
+    def download(self, ids: np.ndarray, offsets: np.ndarray, dtype=None) -> _HostIds:
         return _HostIds(ids, offsets)
 
     def close(self) -> None:
@@ -779,10 +779,13 @@ class DeviceBatchStream:
                 slot.used = record_event(self.compute)
             self._text.put(slot)
 
-    def download(self, ids, offsets) -> _DeviceIds:
-        """Queue copies of a batch's device ids and offsets into a free id slot."""
+    def download(self, ids, offsets, dtype=None) -> _DeviceIds:
+        """Queue copies of a batch's device ids (as ``dtype``, converted on the device:
+        uint16 halves the bytes) and offsets into a free id slot."""
         slot = self._take(self._ids)
         with reporting_device_errors(f"copying {int(ids.size):,} ids to the host"):
+            with on_stream(self.compute):
+                ids = ids.astype(dtype or ids.dtype, copy=False)
             ready = record_event(self.compute)
             slot.ids = _reserved(slot.ids, ids.size, ids.dtype, self._pinned)
             slot.offsets = _reserved(slot.offsets, offsets.size, np.int64, self._pinned)

@@ -36,8 +36,8 @@ Memory stays bounded, whatever the input's size. With B the largest batch (about
 batches read (one encoding, one waiting, one the reader holds), the ids of at most
 3 batches (one being written, one waiting, one encoded), so on the CPU about
 3 B + 3 x (id bytes + 8 per document). With ``backend="cuda"`` add, reused and never
-allocated per batch: 2 pinned text buffers (2 B) and 2 pinned id buffers (2 x I x 4
-bytes + offsets) on the host; on the device the same 2 text buffers, the ids of at
+allocated per batch: 2 pinned text buffers (2 B) and 2 pinned id buffers (2 x I ids
+in the file's dtype, converted on the device, + offsets) on the host; on the device the same 2 text buffers, the ids of at
 most 3 batches, one batch's working memory (``BATCH_DEVICE_BYTES_PER_BYTE`` = 320 per
 input byte, in chunks that fit the free memory) and the device word cache (~34 MB).
 For the default 16 MB batches and ~4 bytes a token: about 200 MB of host memory
@@ -141,7 +141,7 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
                 encoded = tok.encode_buffer(text, batch.doc_starts, batch.doc_ends,
                                             num_threads=num_threads, device=stream.device,
                                             allowed_special=allowed_special)
-            writing.put(stream.download(encoded.ids, encoded.offsets))
+            writing.put(stream.download(encoded.ids, encoded.offsets, id_dtype))
             bar.update(batch.input_bytes)
             input_bytes += batch.input_bytes
         writing.finish()
