@@ -67,7 +67,9 @@ batch n's kernels (the H100's copy engines, one each way), and on the host the n
 batch is read and the last one written while the device works. Syncs per streamed
 batch: the batch's three reads above, one wait for a free text buffer (the reader)
 and one for the batch's ids (the writer): five, as before (three plus ids plus
-offsets); one more per run when the stream closes. ``tests/test_encode_stream.py``
+offsets); one more per run when the stream closes. As in any batch, allowed special
+tokens add one or two reads (``find_specials``), new words over
+``DEVICE_MAX_WORD_BYTES`` four, the bit-level codec one. ``tests/test_encode_stream.py``
 holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers, pinned on the host and
 on the device, and as many pinned id buffers on the host, reused and grown only for
 a larger batch (by ``STREAM_HEADROOM``); a batch's device ids are its own (CuPy's
