@@ -788,6 +788,7 @@ class DeviceBatchStream:
         with reporting_device_errors(f"copying {int(ids.size):,} ids to the host"):
             with on_stream(self.compute):
                 ids = ids.astype(dtype or ids.dtype, copy=False)
+                offsets = offsets.astype(np.int64, copy=False)
             ready = record_event(self.compute)
             slot.ids = _reserved(slot.ids, ids.size, ids.dtype, self._pinned)
             slot.offsets = _reserved(slot.offsets, offsets.size, np.int64, self._pinned)
