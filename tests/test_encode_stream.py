@@ -303,3 +303,22 @@ def test_a_device_stream_round_trips_through_pinned_buffers_on_a_gpu():
         assert ids.tolist() == [2 * b for b in data] and got_offsets.tolist() == [0, 1, 2]
         down.release()
     stream.close()
+
+
+def test_pinned_buffers_are_reused_not_allocated_per_batch(tok, tmp_path, monkeypatch):
+    allocated = []
+    real_pinned = device.pinned_empty
+
+    def counting(xp, n, dtype):
+        allocated.append(np.dtype(dtype).name)
+        return real_pinned(xp, n, dtype)
+
+    monkeypatch.setattr(device, "pinned_empty", counting)
+    corpus = tmp_path / "same.txt"
+    corpus.write_text("".join(f"line {i:04d} of words\n" for i in range(120)), encoding="utf-8")
+    n_batches = sum(1 for _ in read_batches([corpus], batch_bytes=240))
+    encode_files(tok, [corpus], tmp_path / "tokens.npy", progress=False, batch_bytes=240,
+                 backend="cuda")
+    assert n_batches >= 10
+    # two text slots, two id slots of (ids, offsets): allocated once each
+    assert sorted(allocated) == ["int64"] * 2 + ["uint16"] * 2 + ["uint8"] * 2
