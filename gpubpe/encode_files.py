@@ -132,9 +132,9 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
     stream = tok.batch_stream(allowed_special)  # checks allowed_special before files open
-    writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
     writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
     input_bytes = 0
+    writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
     try:
         for batch, staged in _read_ahead(batches, stream.upload):
             with stream.encoding(staged) as text:
@@ -309,7 +309,8 @@ class _InOrder:
     At most one item waits while one is worked on (``put`` blocks beyond that). The
     first exception of ``work`` is raised by the next ``put`` or by ``finish``, with
     its type and message; later items are then only released (``item.release()``), so
-    the thread never stops taking items and ``put`` never waits forever.
+    the thread never stops taking items and ``put`` never waits forever. The thread
+    starts with the first ``put`` (making one waits, and a wait can take an interrupt).
     """
 
     _END = object()
@@ -320,7 +321,6 @@ class _InOrder:
         self._error: BaseException | None = None
         self._dropping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
     def _run(self) -> None:
         while (item := self._items.get()) is not self._END:
@@ -336,6 +336,8 @@ class _InOrder:
         if self._error is not None:
             item.release()
             raise self._error
+        if self._thread.ident is None:
+            self._thread.start()
         self._items.put(item)
 
     def finish(self) -> None:
@@ -415,16 +417,16 @@ class _TokenFileWriter:
         self._ids_temp = temporary_path(output)
         self._offsets_temp = temporary_path(self.offsets_path)
         self._ids = open_new(self._ids_temp)
-        try:
+        self._offsets = None
+        try:  # an interrupt or a full disk from here on leaves no temporary file
             self._offsets = open_new(self._offsets_temp)
+            if self.npy:
+                self._ids.write(npy_header(dtype, 0))
+                self._offsets.write(npy_header(np.dtype("<i8"), 0))
+            self._offsets.write(np.zeros(1, dtype="<i8").tobytes())
         except BaseException:
-            self._ids.close()
-            self._ids_temp.unlink(missing_ok=True)
+            self.abort()
             raise
-        if self.npy:
-            self._ids.write(npy_header(dtype, 0))
-            self._offsets.write(npy_header(np.dtype("<i8"), 0))
-        self._offsets.write(np.zeros(1, dtype="<i8").tobytes())
 
     def append(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         # Arrays are written through their buffers: ``tobytes()`` copied each batch once
@@ -466,8 +468,9 @@ class _TokenFileWriter:
 
     def abort(self) -> None:
         for handle, path in ((self._ids, self._ids_temp), (self._offsets, self._offsets_temp)):
-            handle.close()
-            path.unlink(missing_ok=True)
+            if handle is not None:
+                handle.close()
+                path.unlink(missing_ok=True)
 
 
 def _identity(stat: os.stat_result) -> list[int]:
