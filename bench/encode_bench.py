@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -366,6 +367,7 @@ def cuda_rows(megabytes: float, repeats: int) -> None:
     import numpy as np
 
     import gpubpe
+    from gpubpe.encode_files import BATCH_BYTES, read_batches
     from gpubpe.kernels._cuda import synchronize, to_device, to_host
 
     simulated = bool(numba.config.ENABLE_CUDASIM)
@@ -390,6 +392,19 @@ def cuda_rows(megabytes: float, repeats: int) -> None:
     if got.ids.tolist() != expected.ids.tolist() or \
             to_host(on_device.ids).tolist() != expected.ids.tolist():
         sys.exit("cuda: ids differ from the CPU path")
+    folder = Path(tempfile.mkdtemp(prefix="gpubpe-stream-"))
+    lines_file = folder / "documents.txt"  # the same bytes; its documents are the lines
+    lines_file.write_bytes(data)
+    batch_bytes = 1000 if simulated else BATCH_BYTES
+    n_batches = sum(1 for _ in read_batches([lines_file], batch_bytes=batch_bytes))
+
+    def streamed(backend_tok, name):
+        gpubpe.encode_files(backend_tok, [lines_file], folder / name, progress=False,
+                            batch_bytes=batch_bytes)
+        return (folder / name).read_bytes()
+
+    if streamed(tok, "cuda.npy") != streamed(cpu_tok, "cpu.npy"):
+        sys.exit("cuda: encode_files wrote other ids than the CPU path")
     calls = {
         "encode_arrays, list of str in, host ids out (cold cache)":
             lambda: (tok.clear_cache(), tok.encode_arrays(docs)),
@@ -400,6 +415,8 @@ def cuda_rows(megabytes: float, repeats: int) -> None:
             lambda: tok.encode_buffer(device_text, *device_ranges),
         "decode_arrays, device ids in, device bytes out":
             lambda: tok.decode_arrays(on_device.ids, on_device.offsets),
+        f"encode_files, .txt in, .npy out, streamed ({n_batches} batches, warm cache)":
+            lambda: streamed(tok, "cuda.npy"),
     }
     print(f"\n### CUDA rows: {len(data) / 1e6:.3f} MB in {len(docs):,} documents of ~2 KB "
           f"(tests/data/multiscript.txt, a 4,096-id vocabulary); "
@@ -426,6 +443,7 @@ def cuda_rows(megabytes: float, repeats: int) -> None:
     print("\nSync sites of the last call of each kind are in gpubpe.device_stats(); a batch "
           "with new words over DEVICE_MAX_WORD_BYTES adds the long-word reads.")
     print(f"\nDevice word cache: {tok._device.cache_stats()}")
+    shutil.rmtree(folder)
 
 
 def main() -> None:

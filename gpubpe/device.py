@@ -55,6 +55,29 @@ on a GPU (enforced there with CuPy's memory-pool limit) and in the simulator
 alike, so chunking can be exercised anywhere. The rule, byte and class tables
 are copied to the device once per tokenizer.
 
+A stream of batches (``gpubpe.encode_files``, ``gpubpe encode --backend cuda``) goes
+through a :class:`DeviceBatchStream`: the reader thread copies each batch's text into
+a reused page-locked (pinned) buffer and queues its copy up on an *up* stream; the
+main thread encodes it on a *compute* stream (``launch`` and CuPy calls follow the
+current stream) as text already on the device, so ``encode_pieces`` above runs
+unchanged; its ids and offsets go down into reused pinned buffers on a *down* stream,
+and the writer thread waits for them and writes. Events order the three streams on
+the device. So on the device, batch n+1's copy up and batch n-1's copy down run beside
+batch n's kernels (the H100's copy engines, one each way), and on the host the next
+batch is read and the last one written while the device works. Syncs per streamed
+batch: the batch's three reads above, one wait for a free text buffer (the reader)
+and one for the batch's ids (the writer): five, as before (three plus ids plus
+offsets); one more per run when the stream closes. As in any batch, allowed special
+tokens add one or two reads (``find_specials``), new words over
+``DEVICE_MAX_WORD_BYTES`` four, the bit-level codec one. ``tests/test_encode_stream.py``
+holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers, pinned on the host and
+on the device, and as many pinned id buffers on the host, reused and grown only for
+a larger batch (by ``STREAM_HEADROOM``); a batch's device ids are its own (CuPy's
+pool reuses them), at most three batches' at a time. ``encode_files`` states the
+byte bound. With a custom pattern, NFC or HF's prefix space the text must reach
+the host, so ``Tokenizer.batch_stream`` hands out a :class:`HostBatchStream` there
+(the device still encodes the distinct words).
+
 A device failure (out of memory, a fault, a lost device) raises
 :class:`~gpubpe.errors.DeviceError` naming the step and the device's message;
 nothing of the call's output is kept, and the tokenizer stays usable (its word
@@ -65,9 +88,10 @@ documents finished before the failure (see there).
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,15 +100,23 @@ from .backend import Backend
 from .errors import ConfigError, DeviceError
 from .kernels._cuda import (
     SimulatedDeviceArray,
+    copy_to_device_async,
+    copy_to_host_async,
     device_empty,
     device_full,
     device_zeros,
     exclusive_scan,
     kernel_view,
     launch,
+    new_stream,
+    on_stream,
+    pinned_empty,
     read_scalar,
+    record_event,
     to_device,
     to_host,
+    wait_event,
+    wait_on_device,
 )
 from .kernels.encode import (
     DECODE_DEVICE_BYTES_PER_ID,
@@ -120,6 +152,12 @@ DEVICE_CHUNK_RESERVE = 64 << 10
 # Free bytes the simulator reports (NUMBA_ENABLE_CUDASIM=1 has no device to ask).
 SIMULATED_DEVICE_BYTES = 1 << 30
 DEVICE_BYTES_VARIABLE = "GPUBPE_DEVICE_BYTES"
+# Batches a stream (``DeviceBatchStream``) holds buffers for, each way: one batch's text
+# goes up while another is encoded, one batch's ids come down while the one before is
+# written. More would only hold more memory: the device encodes one batch at a time.
+STREAM_SLOTS = 2
+# A reused buffer that is too small grows to the size needed plus this share.
+STREAM_HEADROOM = 0.25
 
 
 def device_bytes_cap() -> int | None:
@@ -347,6 +385,10 @@ class DeviceCodec:
     def upload(self, array):
         """A host array copied to the device (counted)."""
         return to_device(self.backend.xp, array)
+
+    def batch_stream(self) -> DeviceBatchStream:
+        """Pinned buffers and streams for a run of batches (``gpubpe.encode_files``)."""
+        return DeviceBatchStream(self.backend)
 
     def clear_cache(self) -> None:
         with self._lock:
@@ -628,6 +670,192 @@ class DeviceCodec:
         positions = np.concatenate(positions)
         out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
         return out, positions[doc_offsets]
+
+
+class HostBatchStream:
+    """Batches through a backend without a device: the text and the ids stay where they are.
+
+    The interface :func:`gpubpe.encode_files` drives, as :class:`DeviceBatchStream`:
+    ``upload`` (reader thread), ``encoding`` and ``download`` (main thread), ``wait`` and
+    ``release`` of what ``download`` returns (writer thread), ``close``.
+    """
+
+    device = False
+
+    def upload(self, data: bytes):
+        return data
+
+    def encoding(self, text):
+        return nullcontext(text)
+
+    def download(self, ids: np.ndarray, offsets: np.ndarray, dtype=None) -> _HostIds:
+        return _HostIds(ids, offsets)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _HostIds:
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.ids, self.offsets
+
+    def release(self) -> None:
+        pass
+
+
+@dataclass
+class _TextSlot:
+    """One batch's text in flight: reused pinned and device buffers, and when they are free."""
+
+    copied: object  # event: the last copy up from ``host`` has ended
+    used: object  # event: the device is done with ``device``
+    host: np.ndarray | None = None
+    device: object = None
+    size: int = 0
+
+
+@dataclass
+class _IdSlot:
+    """One batch's ids and offsets on their way down: reused pinned buffers."""
+
+    copied: object  # event: the last copy down into them has ended
+    ids: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+
+
+class DeviceBatchStream:
+    """Batches through the device with copies that overlap the work of other batches.
+
+    Three streams of its own: ``upload`` (on the reader thread) copies a batch's text
+    from a reused pinned buffer on the *up* stream while the batch before is encoded
+    on the *compute* stream; ``download`` queues its ids and offsets into reused pinned
+    buffers on the *down* stream, which the writer thread waits for (``wait``) while
+    the next batch is encoded. Events order the streams on the device; the host waits
+    twice per batch: for a text buffer to be free before refilling it (in practice long
+    free), and for a batch's ids before writing them. ``close`` waits once for both copy
+    streams. ``STREAM_SLOTS`` text slots and id slots: when both are taken, ``upload`` or
+    ``download`` waits for one (the memory bound).
+    """
+
+    device = True
+
+    def __init__(self, backend: Backend, slots: int = STREAM_SLOTS):
+        xp = self.xp = backend.xp
+        self.compute, self._up, self._down = new_stream(xp), new_stream(xp), new_stream(xp)
+        self._text: queue.Queue = queue.Queue()
+        self._ids: queue.Queue = queue.Queue()
+        for _ in range(slots):  # events recorded on idle streams: passed at once
+            self._text.put(_TextSlot(record_event(self._up), record_event(self._up)))
+            self._ids.put(_IdSlot(record_event(self._down)))
+        self._closed = threading.Event()
+
+    def upload(self, data: bytes) -> _TextSlot:
+        """Queue a copy of ``data`` to the device through a free text slot (reader thread)."""
+        slot = self._take(self._text)
+        n = len(data)
+        with reporting_device_errors(f"copying {n:,} bytes of text to the device"):
+            wait_event(slot.copied, "stream: text buffer free")  # sync
+            slot.host = _reserved(slot.host, n, np.uint8, self._pinned)
+            slot.host[:n] = np.frombuffer(data, dtype=np.uint8)
+            with on_stream(self._up):
+                wait_on_device(self._up, slot.used)
+                slot.device = _reserved(slot.device, n, np.uint8, self._device_buffer)
+                copy_to_device_async(slot.host[:n], slot.device[:n], self._up)
+                slot.copied = record_event(self._up)
+        slot.size = n
+        return slot
+
+    @contextmanager
+    def encoding(self, slot: _TextSlot):
+        """The slot's text on the device, with the compute stream current (main thread)."""
+        try:
+            with on_stream(self.compute):
+                wait_on_device(self.compute, slot.copied)
+                yield slot.device[:slot.size]
+        finally:
+            with reporting_device_errors("freeing a text buffer"):
+                slot.used = record_event(self.compute)
+            self._text.put(slot)
+
+    def download(self, ids, offsets, dtype=None) -> _DeviceIds:
+        """Queue copies of a batch's device ids (as ``dtype``, converted on the device:
+        uint16 halves the bytes) and offsets into a free id slot."""
+        slot = self._take(self._ids)
+        with reporting_device_errors(f"copying {int(ids.size):,} ids to the host"):
+            with on_stream(self.compute):
+                ids = ids.astype(dtype or ids.dtype, copy=False)
+                offsets = offsets.astype(np.int64, copy=False)
+            ready = record_event(self.compute)
+            slot.ids = _reserved(slot.ids, ids.size, ids.dtype, self._pinned)
+            slot.offsets = _reserved(slot.offsets, offsets.size, np.int64, self._pinned)
+            with on_stream(self._down):
+                wait_on_device(self._down, ready)
+                copy_to_host_async(ids, slot.ids[:ids.size], self._down)
+                copy_to_host_async(offsets, slot.offsets[:offsets.size], self._down)
+                slot.copied = record_event(self._down)
+        return _DeviceIds(self, slot, ids, offsets)
+
+    def close(self) -> None:
+        """Stop handing out slots; wait for the copies still queued (one sync), then free
+        the buffers while their streams are alive."""
+        self._closed.set()
+        with reporting_device_errors("finishing the copies of a stream"):
+            wait_on_device(self._down, record_event(self._up))
+            wait_event(record_event(self._down), "stream: closed")  # sync
+        for slots in (self._text, self._ids):
+            while not slots.empty():
+                slots.get_nowait()
+
+    def _take(self, slots: queue.Queue):
+        while not self._closed.is_set():
+            try:
+                return slots.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        raise DeviceError("the batch stream was closed while a batch waited for a buffer")
+
+    def _pinned(self, n: int, dtype):
+        return pinned_empty(self.xp, n, dtype)
+
+    def _device_buffer(self, n: int, dtype):
+        return device_empty(self.xp, n, dtype)
+
+
+class _DeviceIds:
+    """A batch's ids on their way down; the device arrays are held until the copy ends."""
+
+    def __init__(self, stream: DeviceBatchStream, slot: _IdSlot, ids, offsets):
+        self._stream, self._slot = stream, slot
+        self._device = (ids, offsets)
+        self._sizes = (int(ids.size), int(offsets.size))
+
+    def wait(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ids and offsets in pinned host memory, valid until ``release``."""
+        with reporting_device_errors("copying a batch's ids to the host"):
+            wait_event(self._slot.copied, "stream: batch ids on the host")  # sync
+        self._device = None
+        n_ids, n_offsets = self._sizes
+        return self._slot.ids[:n_ids], self._slot.offsets[:n_offsets]
+
+    def release(self) -> None:
+        """Give the pinned buffers back (after ``wait``, or unread when a run stops)."""
+        if self._device is not None:  # unread: the copy into them must end first
+            try:
+                wait_event(self._slot.copied, "stream: dropped batch")  # sync (failures only)
+            except device_error_types():
+                pass  # the device failed; its error is reported where it was seen
+        self._stream._ids.put(self._slot)
+
+
+def _reserved(array, n: int, dtype, make):
+    """``array`` when it holds ``n`` items of ``dtype``, else a new one with headroom."""
+    if array is not None and array.size >= n and array.dtype == dtype:
+        return array
+    return make(max(n + int(n * STREAM_HEADROOM), 1), dtype)
 
 
 def _leftmost_matches(match_at, match_token, token_length):

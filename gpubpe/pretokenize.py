@@ -217,7 +217,7 @@ class Batch:
 
     @property
     def doc_starts(self) -> np.ndarray:
-        return np.concatenate([[0], self.doc_ends[:-1]]).astype(np.int64)
+        return np.concatenate([[0], self.doc_ends]).astype(np.int64)[:-1]  # [] for no documents
 
 
 def iter_batches(corpus, text_field: str = "text",

@@ -42,7 +42,7 @@ import regex
 from . import interop
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
-from .device import DeviceCodec, is_device_array
+from .device import DeviceCodec, HostBatchStream, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from .kernels._cuda import to_host
 from .kernels.encode import (
@@ -444,6 +444,22 @@ class Tokenizer:
         ids, offsets = self._word_encoder(1)(data, starts, lengths)
         return RaggedBatch(ids, offsets).tolist()
 
+    def batch_stream(self, allowed_special: Specials = ()):
+        """How a run of batches reaches this backend and comes back (``encode_files``):
+        a :class:`~gpubpe.device.DeviceBatchStream` when the device encodes text it holds,
+        else text and ids stay on the host (where the device may still encode words)."""
+        if self._device is None or self._scanner is None or \
+                self._host_sees_text(bool(self._special_set(allowed_special))):
+            return HostBatchStream()
+        return self._device.batch_stream()
+
+    def _host_sees_text(self, specials: bool) -> bool:
+        """Whether encoding needs the text on the host: NFC, HF's prefix space, or special
+        tokens with HF's flags (imported vocabularies)."""
+        layout = self._vocab.layout
+        return layout is not None and (layout.normalizer == "NFC" or layout.prefix_space
+                                       or specials and layout.special_flags)
+
     def clear_cache(self) -> None:
         """Forget the word encodings kept across calls (for timing; results never change)."""
         with self._cache_lock:
@@ -525,10 +541,7 @@ class Tokenizer:
         if data.dtype != np.uint8 or data.ndim != 1:
             raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
                                  f"{data.ndim}-D {data.dtype}")
-        layout = self._vocab.layout
-        if (not self._device_batches(data.size) or layout is not None and (
-                layout.normalizer == "NFC" or layout.prefix_space
-                or (allowed or disallowed) and layout.special_flags)):
+        if not self._device_batches(data.size) or self._host_sees_text(bool(allowed or disallowed)):
             return None
         doc_start, doc_end = (to_host(r, "document ranges") if is_device_array(r) else r
                               for r in (doc_start, doc_end))  # sync (device ranges only)

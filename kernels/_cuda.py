@@ -31,6 +31,7 @@ device arrays through these helpers, and then fails loudly, never silently.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -279,6 +280,89 @@ def device_full(xp, shape, value, dtype):
     return _on_device(xp, xp.full(shape, value, dtype=dtype))
 
 
+# ---------------------------------------------------------------- streams and pinned copies
+#
+# For overlapping copies with device work (``gpubpe.device.DeviceBatchStream``). Under the
+# simulator there is no concurrency: a stream is None, an event a placeholder, a copy an
+# assignment; the counts are the GPU's (a wait on an event is a sync, a copy moves bytes).
+
+_SIMULATED_EVENT = "simulated event"
+
+
+def pinned_empty(xp, n: int, dtype) -> np.ndarray:
+    """A host array in page-locked memory (``cupyx.empty_pinned``): copies from and into
+    it run asynchronously at the bus's full speed. Under the simulator: ``np.empty``."""
+    if xp is np:
+        return np.empty(n, dtype=dtype)
+    import cupyx
+
+    return cupyx.empty_pinned(n, dtype=dtype)
+
+
+def new_stream(xp):
+    """A CUDA stream of its own (a blocking CuPy stream: still ordered against work on the
+    legacy default stream); None under the simulator."""
+    return None if xp is np else xp.cuda.Stream()
+
+
+@contextmanager
+def on_stream(stream):
+    """Make ``stream`` current: CuPy calls and :func:`launch` queue work on it."""
+    if stream is None:
+        yield
+        return
+    with stream:
+        yield
+
+
+def record_event(stream):
+    """An event marking the work queued on ``stream`` so far (no wait, no count)."""
+    if stream is None:
+        return _SIMULATED_EVENT
+    import cupy
+
+    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event.record(stream)
+    return event
+
+
+def wait_on_device(stream, event) -> None:
+    """Make later work on ``stream`` wait for ``event`` on the device (the host does not wait)."""
+    if stream is not None:
+        stream.wait_event(event)
+
+
+def wait_event(event, what: str = "wait") -> None:
+    """The host waits until ``event`` has passed: one counted sync."""
+    if event is not _SIMULATED_EVENT:
+        event.synchronize()
+    _record(sync_site=what)
+
+
+def copy_to_device_async(host: np.ndarray, out, stream) -> None:
+    """Queue a copy of ``host`` (pinned, see :func:`pinned_empty`) into the device array
+    ``out`` of the same size on ``stream``; its bytes are counted. ``host`` must not change
+    until an event recorded after it has passed."""
+    _record(to_device_bytes=host.nbytes)
+    if isinstance(out, np.ndarray):  # the simulator
+        out[...] = host
+    else:
+        out.set(host, stream=stream)
+
+
+def copy_to_host_async(array, out: np.ndarray, stream) -> None:
+    """Queue a copy of device ``array`` into ``out`` (pinned, the same size) on ``stream``;
+    its bytes are counted, the sync is the :func:`wait_event` on an event recorded after it:
+    read ``out`` only then."""
+    _record(to_host_bytes=out.nbytes)
+    if isinstance(array, np.ndarray):  # the simulator's device arrays (or host data)
+        out[...] = array.view(np.ndarray)
+    else:
+        import cupy
+
+        cupy.asnumpy(array, stream=stream, out=out, blocking=False)
+
+
 def kernel_view(array):
     """``array`` as kernels take it fastest: on a GPU a Numba device array over the
     CuPy memory (no copy, no stream sync), made once and reused for every launch;
@@ -319,10 +403,30 @@ def launch(kernel, n_items: int, *args) -> None:
     simulated = numba.config.ENABLE_CUDASIM
     threads = SIMULATOR_THREADS if simulated else THREADS_PER_BLOCK
     blocks = min((n_items + threads - 1) // threads, 2 if simulated else MAX_BLOCKS)
-    kernel[blocks, threads](*(_unguarded(args) if simulated else _without_stream_sync(args)))
+    if simulated:
+        kernel[blocks, threads](*_unguarded(args))
+    else:
+        kernel[blocks, threads, _current_numba_stream()](*_without_stream_sync(args))
     name = kernel.py_func.__name__
     launch_counts[name] += 1
     _record(launch_name=name)
+
+
+_numba_streams: dict[int, object] = {}
+
+
+def _current_numba_stream():
+    """CuPy's current stream as Numba names it (0: the default stream), so kernels queue
+    behind the CuPy work of the same stream (``on_stream``); wrapped once per stream."""
+    cupy = sys.modules.get("cupy")
+    pointer = cupy.cuda.get_current_stream().ptr if cupy is not None else 0
+    if pointer == 0:
+        return 0
+    if pointer not in _numba_streams:
+        from numba import cuda
+
+        _numba_streams[pointer] = cuda.external_stream(pointer)
+    return _numba_streams[pointer]
 
 
 def _unguarded(args) -> tuple:
@@ -336,7 +440,8 @@ def _without_stream_sync(args) -> tuple:
 
     Numba synchronises the stream a ``__cuda_array_interface__`` names, once per
     array argument, at every launch (a hidden sync each); CuPy and these kernels
-    share the default stream, so the order of work is kept without it.
+    share CuPy's current stream (``launch`` passes it), so the order of work is kept
+    without it.
     """
     from numba import cuda
 
@@ -435,11 +540,13 @@ def sum_by_key(xp, keys, values):
 #   over copying the worst-case buffer in one read: the worst case is ~4x the bytes.
 # - Numba's launch syncs the stream that a CuPy array's __cuda_array_interface__
 #   names, once per array argument (a hidden sync each). ``launch`` hands CuPy arrays
-#   over with ``as_cuda_array(..., sync=False)``; CuPy and Numba both use the legacy
-#   default stream here, so order is kept. Tables that only kernels read are wrapped
-#   once (``kernel_view``) and reused.
-# - Copies go through pageable host memory both ways (NumPy arrays in, ``.get()``
-#   out): the driver stages them, so they cannot overlap kernels. Not changed yet:
-#   pinned staging needs a pinned pool sized to the chunk, and no GPU has been here
-#   to measure whether it pays at the chunk sizes encoding uses. Bytes each way are
-#   counted (``bytes_to_device``/``bytes_to_host``) so the cost is visible.
+#   over with ``as_cuda_array(..., sync=False)`` and launches on CuPy's current stream
+#   (the legacy default stream unless ``on_stream`` chose another), so order is
+#   kept. Tables that only kernels read are wrapped once (``kernel_view``) and reused.
+# - ``to_device``/``to_host`` copy through pageable host memory (NumPy arrays in,
+#   ``.get()`` out): the driver stages them, so they cannot overlap kernels. A stream
+#   of batches (``gpubpe.encode_files`` through ``gpubpe.device.DeviceBatchStream``)
+#   copies through reused pinned buffers on streams of its own instead
+#   (``copy_to_device_async``/``copy_to_host_async``), so one batch's copies overlap
+#   another's kernels; one-off calls keep the pageable copies (a pinned allocation
+#   costs more than it saves on one copy). Bytes each way are counted either way.
