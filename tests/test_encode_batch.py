@@ -398,6 +398,9 @@ def test_decoding_foreign_ids_names_the_first_bad_one(tok):
         tok.decode([2.5])
     with pytest.raises(ValueError, match="out of range"):
         tok.decode([2**70])
+    for ids in (np.array([5, tok.n_vocab + 3], np.uint32), np.array([5, -2], np.int64)):
+        with pytest.raises(ValueError, match="at position 1 is out of range"):  # gather checks
+            tok.decode_batch(RaggedBatch(ids, np.array([0, 1, 2], np.int64)))
 
 
 def test_gather_token_bytes_matches_a_python_join():
