@@ -84,7 +84,7 @@ def _emit_text(data, start, end, cut_bytes, scanner, table, pieces, n):
     """Emit ordinary text as pieces, cut near every ``cut_bytes`` at ``pretok.safe_cut`` points."""
     if cut_bytes > 0:
         while end - start > cut_bytes:
-            cut = safe_cut(data, start + cut_bytes, end, scanner, table)
+            cut = safe_cut(data, start, start + cut_bytes, end, scanner, table)
             if cut >= end:
                 break
             n = _emit_piece(pieces, n, start, cut, -1)
