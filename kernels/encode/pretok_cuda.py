@@ -80,12 +80,13 @@ overlapped copies are the next steps when a GPU can measure it
 (``bench/count_bench.py --megabytes 308`` times both rows, checked equal). Text
 without ASCII spaces (Chinese, Japanese) was one chunk per document while the
 only safe cut was a space after ASCII; with the cuts before punctuation and
-after newlines (``pretok`` notes) its chunks are clauses: on
-``tests/data/multiscript.txt``'s zh and ja text, mean chunk 80-400 bytes ->
-30-40 bytes, longest chunk a whole 2 KB document -> a few hundred bytes
-(``bench/RESULTS.md``). A run of letters is never cut (a letter run never
-ends at a letter), so a 1 MB document with no punctuation or newline is
-still one thread's work.
+after newlines (``pretok`` notes) its chunks are clauses: on the zh and ja
+lines of ``tests/data/multiscript.txt`` (238 KB each, as one document) the
+mean chunk went from 58 / 84 bytes to 10.5 / 16 (cl100k, o200k; GPT-2 8.6 /
+13.5) and the longest from 1,961 / 2,855 bytes to 99 / 177
+(``bench/chunk_lengths.py``, ``bench/RESULTS.md``). A run of letters is never
+cut (a letter run never ends at a letter), so a 1 MB document with no
+punctuation, space or newline is still one thread's work.
 
 Performance notes:
 - PTX without a device: Numba compiles the ``@njit`` helpers that a kernel
