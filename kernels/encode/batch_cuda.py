@@ -16,6 +16,10 @@ in byte order). Every step is a kernel or an array primitive (scan, gather);
 4. ``claim_new_words_kernel``: cache misses claim a cell of a batch hash table
    (atomicCAS on the uint64 key); ``atomic.min`` keeps the first occurrence as
    the cell's representative, so the result does not depend on thread order.
+   The table is sized for the misses the caller expects (``gpubpe.device``:
+   the last chunk's miss rate, no sync); a claim that probes ``MAX_PROBES``
+   taken cells gives up and flags the table as too small, and the caller runs
+   this step again with room for every item.
    ``check_new_words_kernel`` counts long words whose key matches a different
    word (a 56-bit hash collision); the caller then takes the host path.
 5. ``list_new_words_kernel`` numbers the claimed cells (exclusive scan of the
@@ -37,11 +41,14 @@ import numpy as np
 from numba import cuda, njit
 
 from .._cuda import device_function
-from ..hashing import EMPTY_KEY, STRING_HASH_BASE, claim_cell, mix64
+from ..hashing import EMPTY_KEY, STRING_HASH_BASE, claim_cell_within, mix64
 
 LONG_WORD_TAG = np.uint64(8) << np.uint64(56)  # as words.LONG_WORD_TAG
 _LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
 NO_ITEM = np.int64(1) << np.int64(62)
+# The batch table: control[] of the claim and check kernels, and the probes a claim makes.
+COLLISIONS, TABLE_FULL = 0, 1
+MAX_PROBES = 64
 
 # Device bytes a batch plans per input byte (flags, scan, per-item arrays, the batch
 # table at up to 4 cells per item, packed words and BPE scratch; one item per byte is
@@ -193,25 +200,32 @@ def item_lookup_kernel(data, item_start, item_len, item_special, cache_table, ca
 
 
 @cuda.jit
-def claim_new_words_kernel(item_key, item_slot, item_special, new_keys, new_rep, item_cell):
+def claim_new_words_kernel(item_key, item_slot, item_special, new_keys, new_rep, item_cell,
+                           control):
     """Cache misses claim a cell of the batch table by key; the first occurrence represents it.
 
     Launch: a thread per item. ``new_keys`` starts all EMPTY_KEY (a power of two
-    cells, at most half used), ``new_rep`` all NO_ITEM. Linear probing; atomicCAS
-    claims a free cell, ``atomic.min`` keeps the smallest item index.
+    cells, sized for the misses the caller expects), ``new_rep`` all NO_ITEM.
+    Linear probing; atomicCAS claims a free cell, ``atomic.min`` keeps the
+    smallest item index. A miss that finds ``MAX_PROBES`` cells taken by other
+    keys gives up and sets ``control[TABLE_FULL]``: the caller runs the step
+    again with a larger table (a half-full table needs ~2.5 probes on average).
     """
     for k in range(cuda.grid(1), item_key.size, cuda.gridsize(1)):
         item_cell[k] = -1
         if item_special[k] >= 0 or item_slot[k] >= 0:
             continue
-        cell, _ = claim_cell(new_keys, item_key[k])
+        cell, outcome = claim_cell_within(new_keys, item_key[k], MAX_PROBES)
+        if outcome < 0:
+            control[TABLE_FULL] = 1
+            continue
         cuda.atomic.min(new_rep, cell, k)
         item_cell[k] = np.int64(cell)
 
 
 @cuda.jit
-def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, collisions):
-    """collisions[0] += 1 for each long word whose cell's representative is another word.
+def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, control):
+    """control[COLLISIONS] += 1 for each long word whose cell's representative is another word.
 
     Launch: a thread per item. Words of up to 7 bytes are their own key: no compare.
     """
@@ -222,7 +236,7 @@ def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, colli
         rep = new_rep[cell]
         if rep != k and (item_len[rep] != item_len[k] or not _same_bytes_on_device(
                 data, item_start[k], data, item_start[rep], item_len[k])):
-            cuda.atomic.add(collisions, 0, 1)
+            cuda.atomic.add(control, COLLISIONS, 1)
 
 
 @cuda.jit
@@ -373,7 +387,8 @@ BATCH_CUDA_SIGNATURES = {
     item_spans_kernel: f"void({_I64}, {_I64}, {_I64}, {_I64}, {_I64})",
     item_lookup_kernel: f"void(uint8[::1], {_I64}, {_I64}, {_I64}, uint64[::1], {_I64}, "
                         f"uint8[::1], uint64[::1], {_I64})",
-    claim_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, uint64[::1], {_I64}, {_I64})",
+    claim_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, uint64[::1], {_I64}, {_I64}, "
+                              f"{_I64})",
     check_new_words_kernel: f"void(uint8[::1], {_I64}, {_I64}, {_I64}, {_I64}, {_I64})",
     list_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, {_I64}, {_I64}, {_I64}, "
                            f"uint64[::1], {_I64})",
