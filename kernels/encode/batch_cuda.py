@@ -41,10 +41,9 @@ import numpy as np
 from numba import cuda, njit
 
 from .._cuda import device_function
-from ..hashing import EMPTY_KEY, STRING_HASH_BASE, claim_cell_within, mix64
+from ..hashing import EMPTY_KEY, claim_cell_within, mix64
+from .words import equal_bytes, interleaved_find, word_key
 
-LONG_WORD_TAG = np.uint64(8) << np.uint64(56)  # as words.LONG_WORD_TAG
-_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
 NO_ITEM = np.int64(1) << np.int64(62)
 # The batch table: control[] of the claim and check kernels, and the probes a claim makes.
 COLLISIONS, TABLE_FULL = 0, 1
@@ -58,53 +57,9 @@ BATCH_DEVICE_BYTES_PER_PIECE = 64
 
 
 # ---------------------------------------------------------------- device helpers
-# ``njit(inline="always")``: inlined into the kernels when built for a GPU (PTX without a
-# device needs that, see ``hashing``); the simulator calls them through device_function.
-
-
-@njit(inline="always", cache=True)
-def _word_key(data, start, length):
-    """``words.word_key`` of ``data[start:start + length]`` (the same value)."""
-    if length <= 7:
-        key = np.uint64(length) << np.uint64(56)
-        for k in range(length):
-            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
-        return key
-    value = np.uint64(0)
-    for i in range(start, start + length):
-        value = value * STRING_HASH_BASE + np.uint64(data[i]) + np.uint64(1)
-    return (value & _LOW_56) | LONG_WORD_TAG
-
-
-@njit(inline="always", cache=True)
-def _same_bytes(a, a_at, b, b_at, length):
-    for k in range(length):
-        if a[a_at + k] != b[b_at + k]:
-            return False
-    return True
-
-
-@njit(inline="always", cache=True)
-def _interleaved_find(data, start, length, key, cells, pool, offsets):
-    """Value under ``key`` in interleaved (key, value) cells whose entry v spells
-    ``pool[offsets[v]:offsets[v + 1]]`` (bytes compared for long words), or -1.
-
-    The device copy of ``words.interleaved_find`` (the word cache and the whole-token table).
-    """
-    if cells.size == 0:
-        return np.int64(-1)
-    wrap = np.uint64(cells.size - 1)
-    cell = (mix64(key) & np.uint64((cells.size >> 1) - 1)) << np.uint64(1)
-    while cells[cell] != EMPTY_KEY:
-        if cells[cell] == key:
-            value = np.int64(cells[cell + np.uint64(1)])
-            if key < LONG_WORD_TAG:
-                return value
-            at = offsets[value]
-            if offsets[value + 1] - at == length and _same_bytes(data, start, pool, at, length):
-                return value
-        cell = (cell + np.uint64(2)) & wrap
-    return np.int64(-1)
+# ``@njit`` helpers as the kernels call them (``_cuda.device_function``): built for a
+# GPU, Numba compiles them into the kernel (``cuda_kernels.compile_ptx`` names the
+# architecture where there is no device); the simulator runs them compiled for the CPU.
 
 
 @njit(inline="always", cache=True)
@@ -135,9 +90,10 @@ def _lower_bound(values, value):
     return lo
 
 
-word_key_on_device = device_function(_word_key)
-_same_bytes_on_device = device_function(_same_bytes)
-interleaved_find_on_device = device_function(_interleaved_find)
+# The CPU's own helpers (``words``): one source for both targets.
+word_key_on_device = device_function(word_key)
+_same_bytes_on_device = device_function(equal_bytes)
+interleaved_find_on_device = device_function(interleaved_find)
 _upper_bound_on_device = device_function(_upper_bound)
 _lower_bound_on_device = device_function(_lower_bound)
 
@@ -192,7 +148,7 @@ def item_lookup_kernel(data, item_start, item_len, item_special, cache_table, ca
             continue
         # np.uint64: under the simulator the helper returns a Python int, which would
         # type the lookup's key as int64 (another hash); on a GPU it is a no-op.
-        key = np.uint64(word_key_on_device(data, item_start[k], item_len[k]))
+        key = np.uint64(word_key_on_device(data, item_start[k], item_start[k] + item_len[k]))
         item_key[k] = key
         item_slot[k] = interleaved_find_on_device(data, item_start[k], item_len[k], key,
                                                   cache_table, cache_pool_bytes,

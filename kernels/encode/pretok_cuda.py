@@ -121,7 +121,7 @@ from .._cuda import (
 )
 from ..hashing import EMPTY_KEY, claim_cell, mix64
 from ..pretok import is_safe_cut, piece_end
-from .words import word_key
+from .words import equal_bytes, word_key
 
 PIECE_START = 1
 SEGMENT_STOP = 2
@@ -135,6 +135,7 @@ _piece_end = device_function(piece_end)
 _is_safe_cut = device_function(is_safe_cut)
 _word_key = device_function(word_key)
 _mix64 = device_function(mix64)
+_same_bytes = device_function(equal_bytes)
 
 
 # ---------------------------------------------------------------- piece starts
@@ -313,15 +314,6 @@ def count_insert_kernel(data, positions, scan, marks, base, keys, counts, first,
         cuda.atomic.min(first, cell, base + start)
 
 
-@njit(inline="always")
-def _same_bytes_inline(a, a_at, b, b_at, length):
-    for j in range(length):
-        if a[a_at + j] != b[b_at + j]:
-            return False
-    return True
-
-
-_same_bytes = device_function(_same_bytes_inline)
 
 
 @cuda.jit
