@@ -29,10 +29,10 @@ whatever came before, read from the two characters around it (a space
 after a non-space, a letter before punctuation, a newline before text...;
 the proofs are in the notes above ``char_before``), so a device kernel cuts
 the text there (one thread per position, bounded look-around), then one
-thread per cut-out chunk runs the same piece-end function. The CPU does the same to share one
-long document among threads; ``encode.pretok_cuda`` is the device version. A
-CUDA kernel calls these ``@njit`` helpers as they are (Numba compiles each as
-a device function); a PTX build without a device goes through
+thread per cut-out chunk runs the same piece-end function. The CPU does the
+same to share one long document among threads; ``encode.pretok_cuda`` is the
+device version. A CUDA kernel calls these ``@njit`` helpers as they are
+(Numba compiles each as a device function); a PTX build without a device goes through
 ``cuda_kernels.compile_ptx``, which names the architecture Numba would ask a
 device for. Tried before that: with every cl100k/o200k helper inlined at
 Numba IR level, one-thread-per-chunk kernels took 53 s (cl100k) and 207 s
@@ -173,7 +173,9 @@ def gpt2_word_end(data, i, end, classes):
 # The test reads only b, the character before p, and c, the one at p (p a
 # character start). Classes: L letter, M mark, N number, S whitespace (``\s``),
 # CRLF "\r" "\n", Q anything else (punctuation, symbols, controls, marks for
-# cl100k, an invalid byte). Every rule below holds for every left context:
+# cl100k, an invalid byte). Every rule below holds for every left context.
+# cl100k and o200k cut by the first five (``_tiktoken_cut``); GPT-2 by the last,
+# which holds every case of the first four there (``_gpt2_cut``).
 #
 # - L then not L, M or "'": in every pattern a letter lies only in a letter
 #   run (GPT-2 `` ?\p{L}+``, cl100k ``\p{L}++``, o200k's ``[U]*[W]+`` /
@@ -182,7 +184,7 @@ def gpt2_word_end(data, i, end, classes):
 #   the first char of none of its classes, and o200k's letter piece can only
 #   go on with a contraction, which needs "'". So the piece holding b ends at
 #   p; before p, end of text stops the run exactly as c does. (cl100k alone
-#   would also allow M and "'", and GPT-2 M; the one rule keeps the proof short.)
+#   would also allow M and "'"; one rule for both keeps the proof short.)
 # - N then not N: numbers lie only in number runs (`` ?\p{N}+``,
 #   ``\p{N}{1,3}``): no prefix class, punctuation class or letter class holds N.
 # - Q then N, or Q then S other than CR/LF (b not whitespace, c one of those):
