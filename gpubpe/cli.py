@@ -59,6 +59,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# ---------------------------------------------------------------- options several commands share
+
+
+def _add_corpus_files(p) -> None:
+    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+
+
+def _add_tokenizer_option(p) -> None:
+    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+
+
+def _add_pattern_option(p) -> None:
+    p.add_argument("--pattern", default="gpt2",
+                   help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+
+
+def _pattern_of(args) -> str | None:
+    """``--pattern`` as the API takes it: None for 'none' (no split)."""
+    return None if args.pattern == "none" else args.pattern
+
+
+def _add_text_field_option(p) -> None:
+    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+
+
+def _add_alpha_option(p) -> None:
+    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+
+
+def _add_progress_option(p, bars: str = "progress bars") -> None:
+    p.add_argument("--no-progress", action="store_true", help=f"hide {bars}")
+
+
+def _tokenizer_and_corpus(args):
+    """The ``-t`` tokenizer and the corpus files of a measuring command."""
+    from .pretokenize import corpus_paths
+    from .tokenizer import Tokenizer
+
+    return Tokenizer.load(args.tokenizer), corpus_paths(args.files)
+
+
 def _add_train(commands) -> None:
     p = commands.add_parser(
         "train", help="train a BPE vocabulary on text files",
@@ -72,8 +113,7 @@ def _add_train(commands) -> None:
                    help="normal tokens to reach, the 256 bytes included, special tokens excluded")
     p.add_argument("--min-frequency", type=int, default=0,
                    help="stop when the best pair occurs fewer times (default: 0, no threshold)")
-    p.add_argument("--pattern", default="gpt2",
-                   help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+    _add_pattern_option(p)
     p.add_argument("--scaffold", action="store_true",
                    help="train Scaffold-BPE (Lian et al.): rare intermediate tokens become "
                         "scaffold tokens, demolished when encoding; --vocab-size counts the rest")
@@ -85,11 +125,11 @@ def _add_train(commands) -> None:
 def _add_training_options(p) -> None:
     p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
                    help="a special token (repeat for several); never split or merged")
-    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    _add_text_field_option(p)
     p.add_argument("--threads", type=_positive_int, default=None,
                    help="threads for word counting (default: all cores)")
     _add_backend_option(p)
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_progress_option(p)
 
 
 def _add_encode(commands) -> None:
@@ -110,7 +150,7 @@ def _add_encode(commands) -> None:
                     "and the error says which --skip-documents finishes the job.")
     p.add_argument("files", nargs="*", type=Path,
                    help="input files (.txt, .jsonl, .parquet; a .gz is read decompressed)")
-    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    _add_tokenizer_option(p)
     p.add_argument("--text", help="encode this text instead of files (ids are printed)")
     p.add_argument("-o", "--output", type=Path,
                    help="token file (.npy or .bin), or a text file for printed ids")
@@ -130,7 +170,7 @@ def _add_encode(commands) -> None:
     p.add_argument("--skip-documents", type=int, default=0, metavar="N",
                    help="leave out the first N documents (to finish a run a GPU failure "
                         "stopped; the error names N)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_progress_option(p, "the progress bar")
     _add_scheduler_options(p)
     p.add_argument("--overwrite", action="store_true",
                    help="with --scheduler: replace another job's output in the -o folder")
@@ -161,7 +201,7 @@ def _add_decode(commands) -> None:
                     "token file made from text files are written end to end, byte for byte; "
                     "others one per line, a newline added where a document has none.")
     p.add_argument("ids", nargs="*", help="ids, or one .npy/.bin token file (default: stdin)")
-    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    _add_tokenizer_option(p)
     p.add_argument("--dtype", choices=["uint16", "uint32"],
                    help="id type of a .bin file (default: uint16 when every id fits)")
     _add_backend_option(p)
@@ -175,7 +215,7 @@ def _add_demo(commands) -> None:
                     "documentation, PSF licence) and report time, bytes/token, merges and a "
                     "round-trip check.")
     p.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_progress_option(p)
     p.set_defaults(run=_run_demo)
 
 
@@ -280,7 +320,7 @@ def _run_train(args) -> int:
         return _run_train_counts(args)
     if not args.files or args.vocab_size is None:
         raise _usage("train needs corpus files (or --counts FILE) and --vocab-size")
-    pattern = None if args.pattern == "none" else args.pattern
+    pattern = _pattern_of(args)
     files = corpus_paths(args.files)
     check_output(args.output, files)
     _note_first_compile()
@@ -457,7 +497,7 @@ def _add_export(commands) -> None:
                     "transformers' AutoTokenizer.from_pretrained(folder) loads it ready to use; "
                     "or, with -o NAME.tiktoken, as tiktoken's rank file (the split pattern and "
                     "special tokens to give tiktoken.Encoding are printed).")
-    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    _add_tokenizer_option(p)
     p.add_argument("-o", "--output", type=Path, required=True,
                    help="a folder, a path ending in tokenizer.json, or one ending in .tiktoken")
     for role in ROLES:
@@ -571,20 +611,17 @@ def _add_stats(commands) -> None:
         "stats", help="measure a tokenizer on a corpus",
         description="Encode a corpus and print bytes/token, Shannon entropy, redundancy "
                     "(Lian et al. eq. 4-5) and Rényi efficiency (Zouhar et al.).")
-    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
-    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
-    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
-    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    _add_corpus_files(p)
+    _add_tokenizer_option(p)
+    _add_alpha_option(p)
+    _add_text_field_option(p)
     p.set_defaults(run=_run_stats)
 
 
 def _run_stats(args) -> int:
     from .compare import tokenization_stats
-    from .pretokenize import corpus_paths
-    from .tokenizer import Tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
-    files = corpus_paths(args.files)
+    tok, files = _tokenizer_and_corpus(args)
     _note_first_compile()
     stats = tokenization_stats(tok, files, args.alpha, args.text_field)
     for key, value in stats.items():
@@ -598,12 +635,12 @@ def _add_compare(commands) -> None:
         description="Train both at one vocabulary size on one corpus and print the paper's "
                     "Tables 7-8 (entropy, redundancy, bytes/token, scaffold share) and its "
                     "Figure 5 report (tokens dropped and the frequency of their replacements).")
-    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
+    _add_corpus_files(p)
     p.add_argument("--vocab-size", type=int, required=True, help="normal tokens of both vocabularies")
     p.add_argument("--plot", type=Path, help="draw the sorted token-frequency curves to this PNG")
     p.add_argument("--save", type=Path, help="save both tokenizers as PREFIX.bpe.json and "
                                              "PREFIX.scaffold.json")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_progress_option(p)
     p.set_defaults(run=_run_compare)
 
 
@@ -745,11 +782,11 @@ def _add_bitlevel_report(commands) -> None:
                     "fallbacks with the bit-level codec, and print the paper's Table 3 columns: "
                     "tokens and byte-fallback tokens before/after, their reductions, Rényi "
                     "efficiency of the whole and of the byte portion, and the relative gain.")
-    p.add_argument("files", nargs="+", type=Path, help="corpus files (.txt, .jsonl)")
-    p.add_argument("-t", "--tokenizer", type=Path, required=True, help="tokenizer file")
+    _add_corpus_files(p)
+    _add_tokenizer_option(p)
     p.add_argument("--paper-leads", action="store_true",
                    help="lead bytes E4-EF as the paper (default: E0-EF)")
-    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+    _add_alpha_option(p)
     p.set_defaults(run=_run_bitlevel_report)
 
 
@@ -757,11 +794,8 @@ def _run_bitlevel_report(args) -> int:
     from .bitlevel import PAPER_LEAD_BYTES, BitLevelCodec
     from .compare import corpus_ids
     from .metrics import bitlevel_report
-    from .pretokenize import corpus_paths
-    from .tokenizer import Tokenizer
 
-    tok = Tokenizer.load(args.tokenizer)
-    files = corpus_paths(args.files)
+    tok, files = _tokenizer_and_corpus(args)
     leads = PAPER_LEAD_BYTES if args.paper_leads else range(0xE0, 0xF0)
     codec = BitLevelCodec(tok.n_vocab, leads)
     print("| corpus | tokens | after | Δ% | byte tokens | after | Δ% | eff. | after | "
@@ -792,16 +826,15 @@ def _add_count(commands) -> None:
                    help="corpus files (.txt, .jsonl), or with --merge counts files")
     p.add_argument("-o", "--output", type=Path, required=True, help="counts file to write")
     p.add_argument("--merge", action="store_true", help="sum the counts files given")
-    p.add_argument("--pattern", default="gpt2",
-                   help="split pattern: gpt2 (default), cl100k, o200k, a regex, or 'none'")
+    _add_pattern_option(p)
     p.add_argument("--special-token", action="append", default=[], metavar="TEXT",
                    help="a special token (repeat for several); its text is never counted")
-    p.add_argument("--text-field", default="text", help="field of .jsonl records (default: text)")
+    _add_text_field_option(p)
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--backend", default="cpu", choices=["auto", "cpu", "cuda"],
                    help="cpu (default), or cuda: count gpt2/cl100k/o200k words on the GPU "
                         "(the same counts)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_progress_option(p, "the progress bar")
     _add_scheduler_options(p)
     p.set_defaults(run=_run_count)
 
@@ -820,7 +853,7 @@ def _run_count(args) -> int:
     elif args.scheduler is not None:
         counts = _count_on_dask(args)
     else:
-        pattern = None if args.pattern == "none" else args.pattern
+        pattern = _pattern_of(args)
         counts = count_words([str(f) for f in args.files], pattern=pattern,
                              special_tokens=args.special_token, text_field=args.text_field,
                              num_threads=args.threads, progress=not args.no_progress,
@@ -841,7 +874,7 @@ def _count_on_dask(args):
     check_output(args.output, files)
     with connect(args.scheduler, args.scheduler_timeout) as client:
         return count_words(files, client=client,
-                           pattern=None if args.pattern == "none" else args.pattern,
+                           pattern=_pattern_of(args),
                            special_tokens=args.special_token, text_field=args.text_field)
 
 
@@ -871,7 +904,7 @@ def _run_train_counts(args) -> int:
         warnings.simplefilter("always")
         tok = train(counts=args.counts, vocab_size=args.vocab_size, extend=args.extend,
                     add=args.add, min_frequency=args.min_frequency,
-                    pattern=None if args.pattern == "none" else args.pattern,
+                    pattern=_pattern_of(args),
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, scaffold=args.scaffold)
     for warning in caught:
@@ -898,9 +931,9 @@ def _add_sweep(commands) -> None:
     p.add_argument("--json", type=Path, help="write the rows as JSON here")
     p.add_argument("--plot", type=Path, help="plot each metric against size to this PNG")
     p.add_argument("--min-frequency", type=int, default=0, help="as for train (default: 0)")
-    p.add_argument("--alpha", type=float, default=2.5, help="Rényi order (default: 2.5)")
+    _add_alpha_option(p)
     _add_backend_option(p)
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_progress_option(p)
     p.set_defaults(run=_run_sweep)
 
 

@@ -131,7 +131,7 @@ from .kernels.encode import (
 )
 from .kernels.encode import batch_cuda as batch
 from .kernels.encode.cuda import copy_token_bytes_kernel
-from .kernels.encode.pretok_cuda import word_start_flags_cuda
+from .kernels.encode.pretok_cuda import table_cells_for, word_start_flags_cuda
 
 # RuleTable fields only the CPU's word BPE reads (``bpe.bpe_scan_word``; ~10 MB for
 # cl100k): the device gets them empty.
@@ -144,6 +144,9 @@ DEVICE_CACHE_POOL_BYTES = 16 * DEVICE_CACHE_WORDS
 DEVICE_CACHE_MIN_HIT_RATE = 0.5
 # Longer words are encoded on the CPU (see the module docstring).
 DEVICE_MAX_WORD_BYTES = 64
+# Misses above twice the expected ones that a batch table has room for (a small
+# chunk's table is small anyway).
+BATCH_TABLE_SLACK = 1024
 # Share of the free device memory one chunk may take (the rest: CuPy's pool, other work).
 DEVICE_MEMORY_SHARE = 0.5
 # Bytes a chunk's plan keeps back for what the per-byte costs do not see: CuPy's pool
@@ -325,6 +328,7 @@ class DeviceCodec:
         self._scanner_tables: dict[int, object] = {}
         self._gaps = None
         self._cache: DeviceWordCache | None = None
+        self._miss_rate = 1.0  # share of the last chunk's words the device cache missed
         self._lock = threading.Lock()
         self.cache_words = DEVICE_CACHE_WORDS
         self.cache_pool_bytes = DEVICE_CACHE_POOL_BYTES
@@ -478,42 +482,74 @@ class DeviceCodec:
         return items
 
     def _new_words(self, chunk, items, n_items: int) -> dict | None:
-        """Steps 4-5: the cache misses deduplicated, packed and encoded (None: a collision)."""
+        """Steps 4-5: the cache misses deduplicated, packed and encoded (None: a collision).
+
+        The batch table is sized for the misses the last chunk's hit rate
+        predicts, not for every item: a warm cache answers most words, and the
+        table's fill, scan and listing are passes over its cells. The miss
+        count itself is known only after the lookups, past this batch's only
+        host read before the table (the item count, which sizes the lookups);
+        reading it would cost a sync per batch. If the table proves too small
+        (a claim gives up, ``batch.MAX_PROBES``), the step runs again with
+        room for every item: one more sync, only then.
+        """
+        n_cells = self._batch_table_cells(n_items)
+        found = self._dedupe(chunk, items, n_items, n_cells)
+        if found["table_full"]:
+            found = self._dedupe(chunk, items, n_items, table_cells_for(n_items))
+        if found["collisions"]:
+            return None
+        n_new, n_words, n_hits = found["n_words"], found["n_items_words"], found["n_hits"]
+        self._miss_rate = 1.0 - n_hits / n_words if n_words else self._miss_rate
+        word_start = found["word_start"][:n_new + 1]
+        packed = device_empty(self.backend.xp, found["n_bytes"], self.backend.xp.uint8)
+        launch(batch.pack_new_words_kernel, n_new, chunk, items["start"], found["word_rep"],
+               word_start, packed)
+        ids, offsets = self._encode_packed(packed, word_start, found["n_long"])
+        return {"item_cell": found["item_cell"], "cell_word": found["cell_word"], "ids": ids,
+                "offsets": offsets, "packed": packed, "word_start": word_start,
+                "key": found["word_key"][:n_new], "n_words": n_new, "n_bytes": found["n_bytes"],
+                "hit_rate": n_hits / n_words if n_words else 1.0}
+
+    def _batch_table_cells(self, n_items: int) -> int:
+        """Cells of the batch table: twice the expected misses (the last chunk's miss rate)
+        at half load, never more than for every item; every item on a cold cache."""
+        if self._word_cache().words == 0:
+            return table_cells_for(n_items)
+        expected_misses = int(n_items * self._miss_rate) + 1
+        return min(table_cells_for(n_items),
+                   table_cells_for(2 * expected_misses + BATCH_TABLE_SLACK))
+
+    def _dedupe(self, chunk, items, n_items: int, n_cells: int) -> dict:
+        """Step 4 and the listing of step 5 in a table of ``n_cells``; one sync."""
         xp = self.backend.xp
-        n_cells = 1 << (2 * n_items - 1).bit_length()
         new_keys = device_full(xp, n_cells, batch.EMPTY_KEY, xp.uint64)
         new_rep = device_full(xp, n_cells, batch.NO_ITEM, xp.int64)
         item_cell = device_empty(xp, n_items, xp.int64)
+        control = device_zeros(xp, 2, xp.int64)
         launch(batch.claim_new_words_kernel, n_items, items["key"], items["slot"],
-               items["special"], new_keys, new_rep, item_cell)
-        collisions = device_zeros(xp, 1, xp.int64)
+               items["special"], new_keys, new_rep, item_cell, control)
         launch(batch.check_new_words_kernel, n_items, chunk, items["start"], items["len"],
-               item_cell, new_rep, collisions)
+               item_cell, new_rep, control)
         distinct_index = exclusive_scan(xp, new_keys != batch.EMPTY_KEY)
-        word_rep = device_empty(xp, n_items, xp.int64)
-        word_len = device_zeros(xp, n_items, xp.int64)
-        word_key = device_empty(xp, n_items, xp.uint64)
-        cell_word = device_empty(xp, n_cells, xp.int64)
+        n_slots = min(n_items, n_cells)  # distinct words: at most one per cell
+        found = {"word_rep": device_empty(xp, n_slots, xp.int64),
+                 "word_key": device_empty(xp, n_slots, xp.uint64),
+                 "cell_word": device_empty(xp, n_cells, xp.int64), "item_cell": item_cell}
+        word_len = device_zeros(xp, n_slots, xp.int64)
         launch(batch.list_new_words_kernel, n_cells, new_keys, new_rep, distinct_index,
-               items["len"], word_rep, word_len, word_key, cell_word)
-        word_start = exclusive_scan(xp, word_len)
+               items["len"], found["word_rep"], word_len, found["word_key"], found["cell_word"])
+        found["word_start"] = exclusive_scan(xp, word_len)
         n_long = (word_len > DEVICE_MAX_WORD_BYTES).sum(dtype=xp.int64).reshape(1)
         n_hits = (items["slot"] >= 0).sum(dtype=xp.int64).reshape(1)
         n_words = (items["special"] < 0).sum(dtype=xp.int64).reshape(1)
-        n_new, n_bytes, n_collisions, n_long, n_hits, n_words = to_host(xp.concatenate(
-            (distinct_index[-1:], word_start[-1:], collisions, n_long, n_hits, n_words)),
-            "batch new words").tolist()  # sync
-        if n_collisions:
-            return None
-        word_start = word_start[:n_new + 1]
-        packed = device_empty(xp, n_bytes, xp.uint8)
-        launch(batch.pack_new_words_kernel, n_new, chunk, items["start"], word_rep, word_start,
-               packed)
-        ids, offsets = self._encode_packed(packed, word_start, n_long)
-        return {"item_cell": item_cell, "cell_word": cell_word, "ids": ids, "offsets": offsets,
-                "packed": packed, "word_start": word_start, "key": word_key[:n_new],
-                "n_words": n_new, "n_bytes": n_bytes,
-                "hit_rate": n_hits / n_words if n_words else 1.0}
+        counts = to_host(xp.concatenate((distinct_index[-1:], found["word_start"][-1:], control,
+                                         n_long, n_hits, n_words)),
+                         "batch new words").tolist()  # sync
+        names = ("n_words", "n_bytes", "collisions", "table_full", "n_long", "n_hits",
+                 "n_items_words")
+        found.update(zip(names, counts))
+        return found
 
     def _encode_packed(self, packed, word_start, n_long: int):
         """BPE of the packed new words on the device; with long words among them, the

@@ -114,17 +114,27 @@ cuda = helper_cuda()  # claim_cell runs in kernels of several modules
 
 
 @device_phase
-def claim_cell(keys, key):
+def claim_cell_within(keys, key, max_probes):
     """``key``'s cell in a device hash table (linear probing, a power-of-two size), claimed
-    with atomicCAS when absent: (cell, whether this thread claimed it)."""
+    with atomicCAS when absent: (cell, 1 if this thread claimed it, 0 if it was there,
+    -1 if ``max_probes`` cells all held other keys: the table is fuller than planned)."""
     mask = np.uint64(keys.size - 1)
     cell = mix64(key) & mask
-    while True:
+    for _ in range(max_probes):
         stored = keys[cell]
         if stored == EMPTY_KEY:
             stored = cuda.atomic.cas(keys, cell, EMPTY_KEY, key)
             if stored == EMPTY_KEY:
-                return cell, True
+                return cell, 1
         if stored == key:
-            return cell, False
+            return cell, 0
         cell = (cell + np.uint64(1)) & mask
+    return cell, -1
+
+
+@device_phase
+def claim_cell(keys, key):
+    """``key``'s cell, claimed when absent: (cell, whether this thread claimed it). The
+    table must have a free cell."""
+    cell, outcome = claim_cell_within(keys, key, keys.size)
+    return cell, outcome == 1

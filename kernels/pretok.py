@@ -24,13 +24,15 @@ last CR/LF of a whitespace run, ``\\s++$`` depends on whether the run reaches
 the end, a punctuation char joins a following letter run only at a piece
 start ("..a" -> "..", "a" but "x.a" -> "x", ".a"), and o200k's upper-case
 run ends after its last Lm/Lo/M char unless a lower-case char follows the
-run. What is local is ``safe_cut``: a space or tab after an ASCII non-space
-is always a piece boundary, so a device kernel cuts the text there (one
-thread per position, bounded look-around), then one thread per cut-out
-chunk runs the same piece-end function. The CPU does the same to share one
-long document among threads; ``encode.pretok_cuda`` is the device version. A
-CUDA kernel calls these ``@njit`` helpers as they are (Numba compiles each as
-a device function); a PTX build without a device goes through
+run. What is local is ``is_safe_cut``: a position that is a piece boundary
+whatever came before, read from the two characters around it (a space
+after a non-space, a letter before punctuation, a newline before text...;
+the proofs are in the notes above ``char_before``), so a device kernel cuts
+the text there (one thread per position, bounded look-around), then one
+thread per cut-out chunk runs the same piece-end function. The CPU does the
+same to share one long document among threads; ``encode.pretok_cuda`` is the
+device version. A CUDA kernel calls these ``@njit`` helpers as they are
+(Numba compiles each as a device function); a PTX build without a device goes through
 ``cuda_kernels.compile_ptx``, which names the architecture Numba would ask a
 device for. Tried before that: with every cl100k/o200k helper inlined at
 Numba IR level, one-thread-per-chunk kernels took 53 s (cl100k) and 207 s
@@ -157,36 +159,136 @@ def gpt2_word_end(data, i, end, classes):
 
 
 # ---------------------------------------------------------------- cutting long segments
+#
+# A *safe cut* is a position p inside a segment where, whatever text comes
+# before, (1) the pattern's split of the whole segment has a piece boundary at
+# p, and (2) the text before p, split alone, gives the same pieces. (2) is
+# needed because a chunk is scanned up to its end: end of text is not the char
+# at p for ``(?!\S)`` and ``\s++$``. The split after p is the same anyway: a
+# match starting at p reads only what follows (no pattern has a look-behind).
+# Splitting a segment at safe cuts and scanning the parts gives the pieces of
+# the whole; so one long document is shared among threads (``pieces``), or
+# among device threads (``encode.pretok_cuda``, one thread per chunk).
+#
+# The test reads only b, the character before p, and c, the one at p (p a
+# character start). Classes: L letter, M mark, N number, S whitespace (``\s``),
+# CRLF "\r" "\n", Q anything else (punctuation, symbols, controls, marks for
+# cl100k, an invalid byte). Every rule below holds for every left context.
+# cl100k and o200k cut by the first five (``_tiktoken_cut``); GPT-2 by the last,
+# which holds every case of the first four there (``_gpt2_cut``).
+#
+# - L then not L, M or "'": in every pattern a letter lies only in a letter
+#   run (GPT-2 `` ?\p{L}+``, cl100k ``\p{L}++``, o200k's ``[U]*[W]+`` /
+#   ``[U]+[W]*``, U and W holding only letters and marks) or in a contraction
+#   (``'s`` ... whose letters are the last chars of the piece). A run ends at
+#   the first char of none of its classes, and o200k's letter piece can only
+#   go on with a contraction, which needs "'". So the piece holding b ends at
+#   p; before p, end of text stops the run exactly as c does. (cl100k alone
+#   would also allow M and "'"; one rule for both keeps the proof short.)
+# - N then not N: numbers lie only in number runs (`` ?\p{N}+``,
+#   ``\p{N}{1,3}``): no prefix class, punctuation class or letter class holds N.
+# - Q then N, or Q then S other than CR/LF (b not whitespace, c one of those):
+#   b lies in a punctuation run, which ends there (its tail takes only CR/LF,
+#   and "/" in o200k), in an o200k letter run as a mark (ends: c is no letter
+#   or mark, and no "'"), or could prefix a letter run / start a contraction,
+#   which needs a letter next. GPT-2's optional space only leads a piece.
+# - L or N then S: covered above (S is none of L, M, N, "'").
+# - cl100k and o200k only, CRLF then not S and not "/": b ends a run of
+#   whitespace [r, p), possibly after a punctuation run's CR/LF tail (which
+#   stops at c). From r, ``\s*[\r\n]`` (cl100k; ``\s++$`` fails, c being
+#   no space) and ``\s*[\r\n]+`` (o200k) back off to the run's last CR/LF,
+#   which is b: [r, p). Split alone, the run reaches the end: cl100k's
+#   ``\s++$`` and o200k's same alternative give [r, p) again. No alternative
+#   earlier in the list starts at r inside a whitespace run followed by a
+#   whitespace char (a prefix or a space needs a non-space next). o200k's
+#   ``[\r\n/]*`` would take a "/" at p, so not before "/".
+# - GPT-2 only, b not S and c of another class (S included), unless b is "'"
+#   and c a letter (a contraction may start there): GPT-2's non-space pieces
+#   are runs of one class with an optional leading space, and contractions.
+#
+# Not safe (counterexamples in ``tests/test_safe_cuts.py``):
+# - GPT-2 after CR/LF: "a \nb" splits as "a", " ", "\n", "b", but "a \n"
+#   alone as "a", " \n" (``\s+(?!\S)`` gives nothing back at the end).
+# - Between two letters of any script, CJK ideographs included: a letter run
+#   never ends at a letter (Lo is in \p{L}, and in both o200k's U and W), so
+#   "中文" is one piece in every pattern. Chinese and Japanese prose is cut at
+#   its punctuation and newlines, not inside a clause.
+# - Q then L (cl100k / o200k: "，中文" is one piece, the comma prefixing the
+#   letters), Q then Q (one punctuation run), Q then CR/LF (cl100k's and
+#   o200k's punctuation runs take trailing CR/LF), S then S (whitespace runs
+#   depend on how they end), and any whitespace then a non-space in GPT-2.
 
 
 @hot
-def safe_cut(data, at, end, scanner, table):
-    """First byte p in [at, end) where the split surely has a piece boundary, else ``end``.
+def char_before(data, p, first):
+    """Code point of the character ending at byte p (a character start), as a scan of a
+    segment starting at ``first`` (or earlier) decodes it; -1 for an invalid byte."""
+    z = p - 1
+    while z > first and z > p - 4 and (data[z] & 0xC0) == 0x80:
+        z -= 1
+    code_point, length = decode_utf8(data, z, p)
+    if z + length != p:  # p-1 is a continuation byte that no lead byte covers
+        return np.int64(-1)
+    return code_point
 
-    p qualifies when byte p is a space or a tab and byte p-1 is ASCII and not
-    whitespace. No alternative of the GPT-2, cl100k or o200k pattern matches
-    a non-space character followed by a space or tab (a space can only lead a
-    piece, whitespace runs hold only whitespace, and only CR/LF may trail a
-    punctuation run), and no decision before p looks past p, so the piece
-    holding p-1 ends at p whatever the scan did before. Splitting the segment
-    at p and scanning both halves gives the same pieces as scanning it whole,
-    which lets one long document be split over threads: a per-position test a
-    device kernel can run at every byte. ``at`` must be past the segment's first byte.
+
+@hot
+def _class_of(code_point, table):
+    """A code point's entry in ``table``; 0 (``OTHER``, no flag) for an invalid byte."""
+    if code_point < 0:
+        return np.int64(0)
+    return np.int64(table[code_point])
+
+
+@hot
+def _gpt2_cut(before, before_class, class_at):
+    if before_class == SPACE or before_class == class_at:
+        return False
+    return not (before == 39 and class_at == LETTER)
+
+
+@hot
+def _tiktoken_cut(before, at, flags_before, flags_at):
+    if flags_before & CHAR_L:
+        return flags_at & (CHAR_U | CHAR_W) == 0 and at != 39
+    if flags_before & CHAR_N:
+        return flags_at & CHAR_N == 0
+    if flags_before & CHAR_CRLF:
+        return flags_at & CHAR_S == 0 and at != 47
+    if flags_before & CHAR_S:
+        return False
+    return flags_at & CHAR_N != 0 or (flags_at & CHAR_S != 0 and flags_at & CHAR_CRLF == 0)
+
+
+@hot
+def is_safe_cut(data, p, first, end, scanner, table):
+    """Whether byte p of a segment holding ``[first, end)`` is a safe cut (notes above).
+
+    ``first < p < end``; the test reads bytes p-4 .. p+3, none outside
+    ``[first, end)``. A byte that starts no character (a continuation byte)
+    is never a cut, so a device kernel writing cuts never writes inside a
+    character.
+    """
+    if (data[p] & 0xC0) == 0x80:
+        return False
+    before = char_before(data, p, first)
+    at, _ = decode_utf8(data, p, end)
+    if scanner == GPT2:
+        return _gpt2_cut(before, _class_of(before, table), _class_of(at, table))
+    return _tiktoken_cut(before, at, _class_of(before, table), _class_of(at, table))
+
+
+@hot
+def safe_cut(data, first, at, end, scanner, table):
+    """First safe cut p in [at, end) of a segment (or text) starting at ``first``, else ``end``.
+
+    ``at`` must be past ``first``. Splitting there and scanning both parts gives
+    the pieces of the whole (see the notes above).
     """
     for p in range(at, end):
-        byte = data[p]
-        before = data[p - 1]
-        if (byte == 32 or byte == 9) and before < 0x80 and not _is_space_byte(before, scanner,
-                                                                               table):
+        if is_safe_cut(data, p, first, end, scanner, table):
             return p
     return end
-
-
-@hot
-def _is_space_byte(byte, scanner, table):
-    if scanner == GPT2:
-        return table[byte] == SPACE
-    return table[byte] & CHAR_S != 0
 
 
 # Inlined into the caller at Numba IR level: called once per word, it is small

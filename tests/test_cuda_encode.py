@@ -32,8 +32,8 @@ from gpubpe.backend import resolve_backend
 from gpubpe.encode_files import encode_files, read_token_file
 from gpubpe.errors import DeviceError
 from gpubpe.kernels import _cuda
-from gpubpe.kernels._cuda import to_device, to_host
-from gpubpe.pretokenize import NAMED_PATTERNS
+from gpubpe.kernels._cuda import device_stats, to_device, to_host
+from gpubpe.pretokenize import NAMED_PATTERNS, split_words
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "multiscript.txt"
@@ -532,3 +532,59 @@ def test_a_full_device_cache_is_kept_while_it_answers_most_words(cpu_tok):
         seen.append((stats["words"], stats["restarts"]))
     # Full after the first; the second answers 3 of 4 words: kept; the third none: restarted.
     assert seen == [(3, 0), (3, 0), (0, 1)]
+
+
+# ---------------------------------------------------------------- the batch table's size
+# Sized by the expected cache misses (the last chunk's miss rate), not the word
+# count; a batch that misses far more than predicted gives up on the small table
+# (``batch_cuda.MAX_PROBES``) and runs the step again with room for every word.
+
+
+@pytest.fixture()
+def table_sizes(monkeypatch) -> list[int]:
+    """Cells of every batch table made, in order; no slack above the expected misses."""
+    sizes = []
+    dedupe = device.DeviceCodec._dedupe
+
+    def recording(self, chunk, items, n_items, n_cells):
+        sizes.append(n_cells)
+        return dedupe(self, chunk, items, n_items, n_cells)
+
+    monkeypatch.setattr(device.DeviceCodec, "_dedupe", recording)
+    monkeypatch.setattr(device, "BATCH_TABLE_SLACK", 0)
+    return sizes
+
+
+def test_a_warm_cache_gets_a_table_sized_by_its_misses(cpu_tok, lines, table_sizes):
+    texts = lines[600:606]
+    expected = cpu_tok.encode_batch(texts)
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    assert gpu_tok.encode_batch(texts) == expected  # cold: room for every word
+    assert gpu_tok.encode_batch(texts) == expected  # the last chunk missed every word
+    with device_stats() as warm:
+        assert gpu_tok.encode_batch(texts) == expected  # the last chunk missed none
+    n_words = sum(len(split_words(text, cpu_tok.vocabulary.pattern)) for text in texts)
+    assert table_sizes[0] == table_sizes[1] >= 2 * n_words
+    assert table_sizes[2:] == [16]  # no miss expected: the smallest table
+    with device_stats() as cold_again:
+        gpu_tok.clear_cache()
+        gpu_tok.encode_batch(texts)
+    assert warm.syncs == cold_again.syncs  # sizing by misses costs no sync
+
+
+def test_more_misses_than_expected_run_the_step_again(cpu_tok, lines, table_sizes):
+    gpu_tok = cpu_tok.with_backend("cuda")
+    gpu_tok.clear_cache()
+    warm_texts = lines[600:603]
+    gpu_tok.encode_batch(warm_texts)
+    gpu_tok.encode_batch(warm_texts)  # the last chunk missed nothing
+    new_texts = lines[700:730]  # hundreds of words the cache has not seen
+    del table_sizes[:]
+    with device_stats() as stats:
+        assert gpu_tok.encode_batch(new_texts) == cpu_tok.encode_batch(new_texts)
+    assert table_sizes[0] == 16 and table_sizes[1] > 16  # gave up, then room for all
+    with device_stats() as planned:
+        gpu_tok.clear_cache()
+        gpu_tok.encode_batch(new_texts)
+    assert stats.syncs == planned.syncs + 1  # the retry's one sync

@@ -25,7 +25,14 @@ from gpubpe.cli import main
 from gpubpe.kernels._cuda import device_stats, device_zeros, launch, to_device, to_host
 from gpubpe.kernels.encode import pretok_cuda
 from gpubpe.kernels.encode.pretok_cuda import count_words_cuda, word_start_flags_cuda
-from gpubpe.kernels.pretok import CL100K, GPT2, O200K, count_scanned_words, split_ends
+from gpubpe.kernels.pretok import (
+    CL100K,
+    GPT2,
+    O200K,
+    count_scanned_words,
+    is_safe_cut,
+    split_ends,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K}
@@ -276,3 +283,31 @@ def test_count_words_with_backend_cuda_equals_the_cpu(tmp_path):
                  "--no-progress"]) == 0
     assert gpubpe.WordCounts.load(counts_file).as_dict() == gpubpe.count_words(
         [path], progress=False).as_dict()
+
+
+def cjk_lines(limit: int) -> bytes:
+    """Chinese and Japanese lines of tests/data/multiscript.txt, about ``limit`` bytes."""
+    lines = (ROOT / "tests" / "data" / "multiscript.txt").read_text("utf-8").splitlines(True)
+    kana_or_han = regex.compile("[\u3040-\u30ff\u4e00-\u9fff]")
+    text = "".join(line for line in lines if kana_or_han.search(line)).encode()
+    return text[len(text) // 3:][:limit]
+
+
+def test_cuts_and_flags_on_chinese_and_japanese_text():
+    # The device cuts CJK text where the CPU's is_safe_cut does (a letter before
+    # punctuation, a newline before text), segments starting and ending mid-character
+    # included; then the chunks' piece starts equal the CPU's.
+    document = cjk_lines(1200)
+    n = len(document)
+    bounds = [(0, 301), (301, 302), (302, 640), (641, 641), (643, 900), (900, n)]
+    starts, ends = zip(*bounds)
+    for name, scanner in SCANNERS.items():
+        marks = to_host(pretok_cuda.cut_marks_cuda(*device_args(document, starts, ends, scanner)))
+        data = np.frombuffer(document, np.uint8)
+        table = pretokenize.scanner_table(scanner)
+        expected = [p for start, end in bounds for p in range(start + 1, end)
+                    if is_safe_cut(data, p, start, end, scanner, table)]
+        got = np.flatnonzero(marks == pretok_cuda.PIECE_START).tolist()
+        assert got == expected, name
+        assert len(got) > n // 60  # clauses, not documents
+    check_flags(document, starts, ends)

@@ -16,6 +16,10 @@ in byte order). Every step is a kernel or an array primitive (scan, gather);
 4. ``claim_new_words_kernel``: cache misses claim a cell of a batch hash table
    (atomicCAS on the uint64 key); ``atomic.min`` keeps the first occurrence as
    the cell's representative, so the result does not depend on thread order.
+   The table is sized for the misses the caller expects (``gpubpe.device``:
+   the last chunk's miss rate, no sync); a claim that probes ``MAX_PROBES``
+   taken cells gives up and flags the table as too small, and the caller runs
+   this step again with room for every item.
    ``check_new_words_kernel`` counts long words whose key matches a different
    word (a 56-bit hash collision); the caller then takes the host path.
 5. ``list_new_words_kernel`` numbers the claimed cells (exclusive scan of the
@@ -37,11 +41,13 @@ import numpy as np
 from numba import cuda, njit
 
 from .._cuda import device_function
-from ..hashing import EMPTY_KEY, STRING_HASH_BASE, claim_cell, mix64
+from ..hashing import EMPTY_KEY, claim_cell_within, mix64
+from .words import equal_bytes, interleaved_find, word_key
 
-LONG_WORD_TAG = np.uint64(8) << np.uint64(56)  # as words.LONG_WORD_TAG
-_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
 NO_ITEM = np.int64(1) << np.int64(62)
+# The batch table: control[] of the claim and check kernels, and the probes a claim makes.
+COLLISIONS, TABLE_FULL = 0, 1
+MAX_PROBES = 64
 
 # Device bytes a batch plans per input byte (flags, scan, per-item arrays, the batch
 # table at up to 4 cells per item, packed words and BPE scratch; one item per byte is
@@ -51,53 +57,9 @@ BATCH_DEVICE_BYTES_PER_PIECE = 64
 
 
 # ---------------------------------------------------------------- device helpers
-# ``njit(inline="always")``: inlined into the kernels when built for a GPU (PTX without a
-# device needs that, see ``hashing``); the simulator calls them through device_function.
-
-
-@njit(inline="always", cache=True)
-def _word_key(data, start, length):
-    """``words.word_key`` of ``data[start:start + length]`` (the same value)."""
-    if length <= 7:
-        key = np.uint64(length) << np.uint64(56)
-        for k in range(length):
-            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
-        return key
-    value = np.uint64(0)
-    for i in range(start, start + length):
-        value = value * STRING_HASH_BASE + np.uint64(data[i]) + np.uint64(1)
-    return (value & _LOW_56) | LONG_WORD_TAG
-
-
-@njit(inline="always", cache=True)
-def _same_bytes(a, a_at, b, b_at, length):
-    for k in range(length):
-        if a[a_at + k] != b[b_at + k]:
-            return False
-    return True
-
-
-@njit(inline="always", cache=True)
-def _interleaved_find(data, start, length, key, cells, pool, offsets):
-    """Value under ``key`` in interleaved (key, value) cells whose entry v spells
-    ``pool[offsets[v]:offsets[v + 1]]`` (bytes compared for long words), or -1.
-
-    The device copy of ``words.interleaved_find`` (the word cache and the whole-token table).
-    """
-    if cells.size == 0:
-        return np.int64(-1)
-    wrap = np.uint64(cells.size - 1)
-    cell = (mix64(key) & np.uint64((cells.size >> 1) - 1)) << np.uint64(1)
-    while cells[cell] != EMPTY_KEY:
-        if cells[cell] == key:
-            value = np.int64(cells[cell + np.uint64(1)])
-            if key < LONG_WORD_TAG:
-                return value
-            at = offsets[value]
-            if offsets[value + 1] - at == length and _same_bytes(data, start, pool, at, length):
-                return value
-        cell = (cell + np.uint64(2)) & wrap
-    return np.int64(-1)
+# ``@njit`` helpers as the kernels call them (``_cuda.device_function``): built for a
+# GPU, Numba compiles them into the kernel (``cuda_kernels.compile_ptx`` names the
+# architecture where there is no device); the simulator runs them compiled for the CPU.
 
 
 @njit(inline="always", cache=True)
@@ -128,9 +90,10 @@ def _lower_bound(values, value):
     return lo
 
 
-word_key_on_device = device_function(_word_key)
-_same_bytes_on_device = device_function(_same_bytes)
-interleaved_find_on_device = device_function(_interleaved_find)
+# The CPU's own helpers (``words``): one source for both targets.
+word_key_on_device = device_function(word_key)
+_same_bytes_on_device = device_function(equal_bytes)
+interleaved_find_on_device = device_function(interleaved_find)
 _upper_bound_on_device = device_function(_upper_bound)
 _lower_bound_on_device = device_function(_lower_bound)
 
@@ -185,7 +148,7 @@ def item_lookup_kernel(data, item_start, item_len, item_special, cache_table, ca
             continue
         # np.uint64: under the simulator the helper returns a Python int, which would
         # type the lookup's key as int64 (another hash); on a GPU it is a no-op.
-        key = np.uint64(word_key_on_device(data, item_start[k], item_len[k]))
+        key = np.uint64(word_key_on_device(data, item_start[k], item_start[k] + item_len[k]))
         item_key[k] = key
         item_slot[k] = interleaved_find_on_device(data, item_start[k], item_len[k], key,
                                                   cache_table, cache_pool_bytes,
@@ -193,25 +156,32 @@ def item_lookup_kernel(data, item_start, item_len, item_special, cache_table, ca
 
 
 @cuda.jit
-def claim_new_words_kernel(item_key, item_slot, item_special, new_keys, new_rep, item_cell):
+def claim_new_words_kernel(item_key, item_slot, item_special, new_keys, new_rep, item_cell,
+                           control):
     """Cache misses claim a cell of the batch table by key; the first occurrence represents it.
 
     Launch: a thread per item. ``new_keys`` starts all EMPTY_KEY (a power of two
-    cells, at most half used), ``new_rep`` all NO_ITEM. Linear probing; atomicCAS
-    claims a free cell, ``atomic.min`` keeps the smallest item index.
+    cells, sized for the misses the caller expects), ``new_rep`` all NO_ITEM.
+    Linear probing; atomicCAS claims a free cell, ``atomic.min`` keeps the
+    smallest item index. A miss that finds ``MAX_PROBES`` cells taken by other
+    keys gives up and sets ``control[TABLE_FULL]``: the caller runs the step
+    again with a larger table (a half-full table needs ~2.5 probes on average).
     """
     for k in range(cuda.grid(1), item_key.size, cuda.gridsize(1)):
         item_cell[k] = -1
         if item_special[k] >= 0 or item_slot[k] >= 0:
             continue
-        cell, _ = claim_cell(new_keys, item_key[k])
+        cell, outcome = claim_cell_within(new_keys, item_key[k], MAX_PROBES)
+        if outcome < 0:
+            control[TABLE_FULL] = 1
+            continue
         cuda.atomic.min(new_rep, cell, k)
         item_cell[k] = np.int64(cell)
 
 
 @cuda.jit
-def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, collisions):
-    """collisions[0] += 1 for each long word whose cell's representative is another word.
+def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, control):
+    """control[COLLISIONS] += 1 for each long word whose cell's representative is another word.
 
     Launch: a thread per item. Words of up to 7 bytes are their own key: no compare.
     """
@@ -222,7 +192,7 @@ def check_new_words_kernel(data, item_start, item_len, item_cell, new_rep, colli
         rep = new_rep[cell]
         if rep != k and (item_len[rep] != item_len[k] or not _same_bytes_on_device(
                 data, item_start[k], data, item_start[rep], item_len[k])):
-            cuda.atomic.add(collisions, 0, 1)
+            cuda.atomic.add(control, COLLISIONS, 1)
 
 
 @cuda.jit
@@ -373,7 +343,8 @@ BATCH_CUDA_SIGNATURES = {
     item_spans_kernel: f"void({_I64}, {_I64}, {_I64}, {_I64}, {_I64})",
     item_lookup_kernel: f"void(uint8[::1], {_I64}, {_I64}, {_I64}, uint64[::1], {_I64}, "
                         f"uint8[::1], uint64[::1], {_I64})",
-    claim_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, uint64[::1], {_I64}, {_I64})",
+    claim_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, uint64[::1], {_I64}, {_I64}, "
+                              f"{_I64})",
     check_new_words_kernel: f"void(uint8[::1], {_I64}, {_I64}, {_I64}, {_I64}, {_I64})",
     list_new_words_kernel: f"void(uint64[::1], {_I64}, {_I64}, {_I64}, {_I64}, {_I64}, "
                            f"uint64[::1], {_I64})",

@@ -65,7 +65,7 @@ def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, ru
         if whole_table.size > 0 and n >= 2:
             token = interleaved_find_on_device(word_bytes, start, n,
                                                np.uint64(word_key_on_device(word_bytes,
-                                                                            start, n)),
+                                                                            start, start + n)),
                                                whole_table, token_pool, token_offsets)
         if token >= 0:
             symbols[start] = token

@@ -7,7 +7,7 @@ from numba import njit
 
 from .._jit import hot
 from ..pretok import safe_cut
-from .words import _equal_bytes
+from .words import equal_bytes
 
 # ---------------------------------------------------------------- special tokens and pieces
 
@@ -17,7 +17,7 @@ def _special_at(data, i, end, token_bytes, token_offsets):
     """Index of the first token (the caller sorts them longest first) found at byte i, or -1."""
     for t in range(token_offsets.size - 1):
         length = token_offsets[t + 1] - token_offsets[t]
-        if i + length <= end and _equal_bytes(data, i, token_bytes, token_offsets[t], length):
+        if i + length <= end and equal_bytes(data, i, token_bytes, token_offsets[t], length):
             return t
     return -1
 
@@ -84,7 +84,7 @@ def _emit_text(data, start, end, cut_bytes, scanner, table, pieces, n):
     """Emit ordinary text as pieces, cut near every ``cut_bytes`` at ``pretok.safe_cut`` points."""
     if cut_bytes > 0:
         while end - start > cut_bytes:
-            cut = safe_cut(data, start + cut_bytes, end, scanner, table)
+            cut = safe_cut(data, start, start + cut_bytes, end, scanner, table)
             if cut >= end:
                 break
             n = _emit_piece(pieces, n, start, cut, -1)

@@ -4,8 +4,10 @@ The device runs the CPU's own scanner (``kernels.pretok``) in parallel, in two
 steps (the plan the ``pretok`` docstring sets out):
 
 1. Cut the text where a piece boundary is certain: every segment start, and
-   every ``safe_cut`` position (a space or tab after an ASCII non-space), a
-   local test run by one thread per byte. Segment ends are marked as stops.
+   every ``is_safe_cut`` position (a space after a non-space, a letter before
+   punctuation or a newline, a newline before text...: the two characters
+   around the byte decide), a local test run by one thread per byte. Segment
+   ends are marked as stops.
 2. One thread per chunk between consecutive cuts runs ``pretok.piece_end``
    from the chunk's start to its end, marking each piece start. Because a
    safe cut is a boundary whatever came before, the pieces equal
@@ -76,9 +78,15 @@ scan, ``segments``) and copies it through pageable memory with no overlap,
 likely ~1-2 GB/s on its own. Finding newlines on the device and pinned,
 overlapped copies are the next steps when a GPU can measure it
 (``bench/count_bench.py --megabytes 308`` times both rows, checked equal). Text
-without ASCII spaces (Chinese, Japanese) has few safe cuts: a segment is one
-chunk, so one thread scans a whole document; 2 KB documents are fine, a single
-100 MB document is not (a thread runs at perhaps 50-200 MB/s).
+without ASCII spaces (Chinese, Japanese) was one chunk per document while the
+only safe cut was a space after ASCII; with the cuts before punctuation and
+after newlines (``pretok`` notes) its chunks are clauses: on the zh and ja
+lines of ``tests/data/multiscript.txt`` (238 KB each, as one document) the
+mean chunk went from 58 / 84 bytes to 10.5 / 16 (cl100k, o200k; GPT-2 8.6 /
+13.5) and the longest from 1,961 / 2,855 bytes to 99 / 177
+(``bench/chunk_lengths.py``, ``bench/RESULTS.md``). A run of letters is never
+cut (a letter run never ends at a letter), so a 1 MB document with no
+punctuation, space or newline is still one thread's work.
 
 Performance notes:
 - PTX without a device: Numba compiles the ``@njit`` helpers that a kernel
@@ -89,6 +97,13 @@ Performance notes:
   so each helper compiles once and NVVM inlines it: the chunk kernel (all
   three scanners) compiles in ~8 s of CPU time per architecture (8-25 s wall on
   the loaded 2-core VM), the other kernels of this module in under 1 s each.
+- ``mark_cuts_kernel`` decodes two characters per byte (the one before, the
+  one at p: bytes p-4 .. p+3, which a warp's neighbouring threads read from the
+  same cache lines) where it compared two bytes before: some 30-60
+  instructions per byte instead of ~5, an estimate, not timed. English text
+  gets more cuts too (a letter before a space or punctuation), so its chunks
+  are pieces: the chunk kernel then runs one ``piece_end`` per thread, and the
+  marks compacted are the piece starts, as many as before.
 - The chunk kernel writes its piece starts into the marks it reads its chunks
   from: a piece start lies strictly inside its chunk, never at another chunk's
   start, so no thread reads what another writes.
@@ -112,20 +127,22 @@ from .._cuda import (
     to_host,
 )
 from ..hashing import EMPTY_KEY, claim_cell, mix64
-from ..pretok import piece_end, safe_cut
-from .words import word_key
+from ..pretok import is_safe_cut, piece_end
+from .words import equal_bytes, word_key
 
 PIECE_START = 1
 SEGMENT_STOP = 2
+SEGMENT_START = 3  # until the chunk kernel: a segment start, told apart from the cuts
 NO_POSITION = np.iinfo(np.int64).max
 MIN_TABLE_CELLS = 16
 # batch_control[] of a counted batch, read back in one copy.
 N_NEW, NEW_BYTES, COLLIDED = 0, 1, 2
 
 _piece_end = device_function(piece_end)
-_safe_cut = device_function(safe_cut)
+_is_safe_cut = device_function(is_safe_cut)
 _word_key = device_function(word_key)
 _mix64 = device_function(mix64)
+_same_bytes = device_function(equal_bytes)
 
 
 # ---------------------------------------------------------------- piece starts
@@ -133,7 +150,8 @@ _mix64 = device_function(mix64)
 
 @cuda.jit
 def segment_bounds_kernel(seg_start, seg_end, depth, marks):
-    """Mark each non-empty segment's start; +1 at its start and -1 at its end into ``depth``.
+    """Mark each non-empty segment's start (``SEGMENT_START``); +1 at its start and -1 at
+    its end into ``depth``.
 
     Launch: a thread per segment, grid-stride. ``depth`` (int32, n + 1) starts at 0.
     """
@@ -141,9 +159,32 @@ def segment_bounds_kernel(seg_start, seg_end, depth, marks):
         start = seg_start[k]
         end = seg_end[k]
         if start < end:
-            marks[start] = PIECE_START
+            marks[start] = SEGMENT_START
             cuda.atomic.add(depth, start, 1)
             cuda.atomic.add(depth, end, -1)
+
+
+@njit(inline="always")
+def _cut_window_inline(data, inside, marks, p):
+    """(first, end): the bytes around p that lie in p's segment, as far as ``is_safe_cut``
+    reads (the character before p, the one at p).
+
+    Walks over continuation bytes only, stopping at a segment start
+    (``SEGMENT_START``) or a byte outside every segment. The kernel writes
+    cuts only at bytes that start a character, so the marks it reads here are
+    never written while it runs.
+    """
+    first = p - 1
+    while first > p - 4 and (data[first] & 0xC0) == 0x80 and marks[first] != SEGMENT_START:
+        first -= 1
+    end = p + 1
+    while (end < p + 4 and end < data.size and (data[end] & 0xC0) == 0x80
+           and inside[end] != 0 and marks[end] != SEGMENT_START):
+        end += 1
+    return first, end
+
+
+_cut_window = device_function(_cut_window_inline)
 
 
 @cuda.jit
@@ -151,13 +192,15 @@ def mark_cuts_kernel(data, inside, scanner, table, marks):
     """Mark safe cuts inside segments (``PIECE_START``) and segment stops (``SEGMENT_STOP``).
 
     ``inside[p]`` is nonzero for a byte inside a segment. A byte inside that is
-    not a segment start has its predecessor in the same segment, as
-    ``safe_cut`` needs. Launch: a thread per byte, grid-stride; no scratch.
+    not a segment start has its predecessor in the same segment. Launch: a
+    thread per byte, grid-stride; no scratch.
     """
     for p in range(cuda.grid(1), data.size, cuda.gridsize(1)):
         if inside[p] != 0:
-            if marks[p] == 0 and _safe_cut(data, p, p + 1, scanner, table) == p:
-                marks[p] = PIECE_START
+            if marks[p] == 0:
+                first, end = _cut_window(data, inside, marks, p)
+                if _is_safe_cut(data, p, first, end, scanner, table):
+                    marks[p] = PIECE_START
         elif p > 0 and inside[p - 1] != 0:
             marks[p] = SEGMENT_STOP
 
@@ -188,6 +231,8 @@ def piece_starts_kernel(data, positions, scan, scanner, table, marks):
     n_chunks = scan[scan.size - 1]
     for c in range(cuda.grid(1), n_chunks, cuda.gridsize(1)):
         start = positions[c]
+        if marks[start] == SEGMENT_START:
+            marks[start] = PIECE_START  # only this thread reads its chunk's start
         if marks[start] == PIECE_START:
             end = positions[c + 1]
             at = _piece_end(scanner, data, start, end, table)
@@ -204,16 +249,23 @@ def _positions_of_marks(marks, xp):
     return scan, positions
 
 
-def piece_marks_cuda(data, seg_start, seg_end, scanner, table, xp):
-    """uint8 marks of ``data``: ``PIECE_START`` at piece starts, ``SEGMENT_STOP`` after
-    segments. All on the device, no sync (see the module notes)."""
+def cut_marks_cuda(data, seg_start, seg_end, scanner, table, xp):
+    """Step 1's uint8 marks: ``SEGMENT_START``, ``PIECE_START`` at safe cuts,
+    ``SEGMENT_STOP`` after segments. No sync."""
     n = data.size
     marks = device_zeros(xp, n, xp.uint8)
     depth = device_zeros(xp, n + 1, xp.int32)
     launch(segment_bounds_kernel, seg_start.size, seg_start, seg_end, depth, marks)
     inside = xp.cumsum(depth[:n], dtype=xp.int32)
     launch(mark_cuts_kernel, n, data, inside, scanner, table, marks)
-    del depth, inside
+    return marks
+
+
+def piece_marks_cuda(data, seg_start, seg_end, scanner, table, xp):
+    """uint8 marks of ``data``: ``PIECE_START`` at piece starts, ``SEGMENT_STOP`` after
+    segments. All on the device, no sync (see the module notes)."""
+    n = data.size
+    marks = cut_marks_cuda(data, seg_start, seg_end, scanner, table, xp)
     scan, positions = _positions_of_marks(marks, xp)
     launch(piece_starts_kernel, n, data, positions, scan, scanner, table, marks)
     return marks
@@ -269,15 +321,6 @@ def count_insert_kernel(data, positions, scan, marks, base, keys, counts, first,
         cuda.atomic.min(first, cell, base + start)
 
 
-@njit(inline="always")
-def _same_bytes_inline(a, a_at, b, b_at, length):
-    for j in range(length):
-        if a[a_at + j] != b[b_at + j]:
-            return False
-    return True
-
-
-_same_bytes = device_function(_same_bytes_inline)
 
 
 @cuda.jit

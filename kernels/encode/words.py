@@ -26,7 +26,8 @@ _LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
 
 
 @inlined
-def _equal_bytes(a, a_at, b, b_at, length):
+def equal_bytes(a, a_at, b, b_at, length):
+    """Whether ``a[a_at:a_at + length]`` spells ``b[b_at:b_at + length]``."""
     for k in range(length):
         if a[a_at + k] != b[b_at + k]:
             return False
@@ -75,8 +76,12 @@ def interleaved_find(data, start, length, key, cells, pool, offsets):
     """Value under word key ``key`` in interleaved (key, value) cells whose value v
     spells ``pool[offsets[v]:offsets[v + 1]]`` (bytes compared for long words), or -1.
 
-    The word cache and the whole-token table (``rules``) share this layout.
+    The word cache and the whole-token table (``rules``) share this layout, on
+    the CPU and on the device (``batch_cuda`` calls this function). No cells (an
+    empty table): -1.
     """
+    if cells.size == 0:
+        return -1
     cell = _first_cell(cells, key)
     while cells[cell] != EMPTY_KEY:
         if cells[cell] == key:
@@ -84,7 +89,7 @@ def interleaved_find(data, start, length, key, cells, pool, offsets):
             if key < LONG_WORD_TAG:
                 return value
             at = offsets[value]
-            if offsets[value + 1] - at == length and _equal_bytes(data, start, pool, at, length):
+            if offsets[value + 1] - at == length and equal_bytes(data, start, pool, at, length):
                 return value
         cell = _next_cell(cells, cell)
     return -1
@@ -107,7 +112,7 @@ def _new_word_index(data, start, length, key, new, n_new):
     while table[cell] != EMPTY_KEY:
         if table[cell] == key:
             index = np.int64(table[cell + np.uint64(1)])
-            if key < LONG_WORD_TAG or (new.length[index] == length and _equal_bytes(
+            if key < LONG_WORD_TAG or (new.length[index] == length and equal_bytes(
                     data, start, data, new.at[index], length)):
                 new.count[index] += 1
                 return index, n_new
@@ -293,7 +298,7 @@ def merge_new_words_cpu(data, word_at, word_len, word_count, word_keys):
             g = np.int64(table[cell + np.uint64(1)])
             if table[cell] == key and (key < LONG_WORD_TAG or (
                     word_len[first[g]] == word_len[w]
-                    and _equal_bytes(data, word_at[w], data, word_at[first[g]], word_len[w]))):
+                    and equal_bytes(data, word_at[w], data, word_at[first[g]], word_len[w]))):
                 found = g
                 break
             cell = _next_cell(table, cell)
