@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder
+from ._lanes import LANES, LaneBuilder, Lanes
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -352,6 +352,8 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence that no
     chunk reached starts at the end of the output.
     """
+    n_sequences = sequence_out.size - chunk_lengths.size  # then one spare slot per chunk
+    sequence_out, sequence_chunk = sequence_out[:n_sequences], sequence_chunk[:n_sequences]
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
@@ -406,6 +408,8 @@ def _popcount(typingctx, word):
 
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
+WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
+WIDE_ENCODE_REACH = (3, WIDE_LANES + 2)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
 _CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
@@ -428,12 +432,12 @@ def _cut_map(offsets, n):
 
 @njit(inline="always", cache=True)
 def _cut_window(cuts, p):
-    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 32 - EDGE."""
+    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 64 - EDGE."""
     bit = p - EDGE + _CUT_MARGIN
     word, shift = bit >> 6, np.uint64(bit & 63)
     low = cuts[word] >> shift
     high = (cuts[word + 1] << np.uint64(1)) << (np.uint64(63) - shift)
-    return (low | high) & np.uint64(0xFFFFFFFF)
+    return low | high
 
 
 @njit(inline="always", cache=True)
@@ -457,7 +461,21 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
                             chunk, sequence_out, sequence_chunk):
     """Enter every sequence that starts before ``stop``; the one starting at p + k begins
     at output position o + (the kept bits below bit k * lanes_per_position). Returns
-    the sequence holding stop - 1."""
+    the sequence holding stop - 1.
+
+    A step holds at most one sequence start nearly always (documents of ~60 ids, steps
+    of 16 or 32): that case is branch-free, the record written to this chunk's spare
+    slot (``offsets.size + chunk``) when no sequence starts; a data-dependent loop here
+    mispredicted about once a document (~5 of 20 ms, real zh+ja encoding)."""
+    if sequence + 2 >= offsets.size or offsets[sequence + 2] >= stop:
+        next_start = offsets[sequence + 1]
+        enters = next_start < stop
+        below = min(next_start - p, 32) * lanes_per_position
+        mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
+        slot = sequence + 1 if enters else offsets.size + chunk
+        sequence_out[slot] = o + _popcount(np.uint64(kept_bits) & mask)
+        sequence_chunk[slot] = chunk
+        return sequence + np.int64(enters)
     while offsets[sequence + 1] < stop:
         sequence += 1
         below = (offsets[sequence] - p) * lanes_per_position
@@ -474,6 +492,12 @@ def _array_data(context, builder, array_type, array):
 
 def _i64(k):
     return ir.Constant(ir.IntType(64), k)
+
+
+def _fits_wide_lanes(base_vocab_size, *tables):
+    """Whether the codec's ids (and so every id below base_vocab_size) are below 0xFFFF,
+    the largest value of a 16-bit lane, which stands for every id at or above it."""
+    return max(base_vocab_size, *(int(t.max()) for t in tables)) < 0xFFFF
 
 
 def _lane_table(derive, *tables):
@@ -566,54 +590,104 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     return coded, keep, bad
 
 
-@intrinsic
-def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
-    """Encode positions p .. p + 15 (the first ``n_in_span`` are in the chunk) into
-    out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits, kept
-    bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
-    """
-    def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
-        lanes = LaneBuilder(builder)
-        ids_data = _array_data(context, builder, signature.args[0], ids_v)
-        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[4]))]
+def _ids_views(lanes, ids_data, p, reach):
+    """``ids_at(k)``: Lanes of ids[p + k : p + k + count] for -reach[0] <= k < reach[0].
+    32-bit lanes load each; narrow lanes load (and saturate) the two views k = -reach[0]
+    and k = +reach[0] and shuffle the others out of them (one vpermi2w each, where a
+    narrowing load is two loads, two vpmovusdw and an insert)."""
+    builder = lanes.builder
 
-        def ids_at(k):
-            return lanes.load(ids_data, builder.add(p_v, _i64(k)))
+    def load(k):
+        return lanes.load(ids_data, builder.add(p, _i64(k)))
 
-        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
-                                         cut_v, lanes.splat(base_v))
-        lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
-                         o_v)
-        return context.make_tuple(builder, signature.return_type,
-                                  [lanes.count(keep), bad.bits(), keep.bits()])
-    return_type = types.UniTuple(types.int64, 3)
-    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+    if lanes.bits == 32:
+        return load
+    back = reach[0]
+    first, last = load(-back), load(back)
+    views = {-back: first, back: last}
+
+    def ids_at(k):
+        if k not in views:  # lane j: position k + j, in ``first`` up to its lane count - 1
+            order = [j + k + back if j + k + back < lanes.count else lanes.count + j + k - back
+                     for j in range(lanes.count)]
+            views[k] = Lanes(lanes, lanes.shuffle(first.value, last.value, order))
+        return views[k]
+    return ids_at
+
+
+def _encode_step_of(count, bits):
+    """The encoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
+    @intrinsic
+    def encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+        """Encode positions p .. p + count - 1 (the first ``n_in_span`` are in the chunk)
+        into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
+        kept bits, the bits of positions whose id is too large for the lanes: where any is
+        set nothing of the step holds and the caller redoes it with 32-bit lanes). Reads
+        ids[p - 3 : p + count + 2] and writes out[o : o + count].
+        """
+        def codegen(context, builder, signature, args):
+            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
+            lanes = LaneBuilder(builder, count, bits)
+            ids_data = _array_data(context, builder, signature.args[0], ids_v)
+            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                            for k in range(len(signature.args[4]))]
+
+            ids_at = _ids_views(lanes, ids_data, p_v, ENCODE_REACH)
+            coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words,
+                                             lanes.splat(n_in_span_v), cut_v,
+                                             lanes.splat(base_v))
+            lanes.store_kept(coded, keep,
+                             _array_data(context, builder, signature.args[6], out_v), o_v)
+            too_large = ids_at(0).eq(lanes.largest).bits() if bits < 32 else _i64(0)
+            return context.make_tuple(builder, signature.return_type,
+                                      [lanes.count_of(keep), bad.bits(), keep.bits(),
+                                       too_large])
+        return_type = types.UniTuple(types.int64, 4)
+        return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+    return encode_step
+
+
+_encode_step = _encode_step_of(LANES, 32)
+_encode_wide_step = _encode_step_of(WIDE_LANES, 16)
 
 
 @njit(cache=True)
-def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, out, sequence_out,
-                  sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
-    record where its sequences begin. Writes up to LANES ids past its output."""
+def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
+                  sequence_out, sequence_chunk):
+    """Encode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    in 16-bit lanes where ``wide`` (the codec's ids fit) and the ids do, else 16 in 32-bit
+    lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its output
+    only where its input is that much longer."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    o = source
+    p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    for p in range(start, stop, LANES):
-        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+    while p < stop:
+        cut = _cut_window(cuts, p)
+        if wide and p + WIDE_LANES <= stop and not _needs_edge_copy(p, ids.size,
+                                                                    WIDE_ENCODE_REACH):
+            written, bad, kept, too_large = _encode_wide_step(ids, p, WIDE_LANES, cut, layout,
+                                                              base, out, o)
+            if too_large == 0:
+                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
+                                                   1, p, chunk, sequence_out, sequence_chunk)
+                if bad != 0 and first_bad < 0:
+                    first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
+                p, o = p + WIDE_LANES, o + written
+                continue
+        n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, ENCODE_REACH):
             _edge_copy(ids, p, scratch)
-            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out, o)
+            written, bad, kept, _ = _encode_step(scratch, EDGE, n_in_span, cut, layout, base,
+                                                 out, o)
         else:
-            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+            written, bad, kept, _ = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
         sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
                                            chunk, sequence_out, sequence_chunk)
         if bad != 0 and first_bad < 0:
             first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-        o += written
+        p, o = p + LANES, o + written
     return o - source, first_bad
 
 
@@ -632,25 +706,26 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
                           lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
+    wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
     chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
-        ids, offsets, bounds, sources, layout, base_vocab_size, out)
+        ids, offsets, bounds, sources, layout, base_vocab_size, wide, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
+def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide, out):
     """Run ``_encode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
-                               base_vocab_size, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
     return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
@@ -788,7 +863,7 @@ def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, 
             keep = second_of_pair.lt(lanes.interleaved(written, written, half))
             at = builder.add(o_v, counts[0]) if counts else o_v
             lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
-            counts.append(lanes.count(keep))
+            counts.append(lanes.count_of(keep))
             kept.append(keep.bits())
         seen_last = builder.zext(seen.last(), ir.IntType(64))
         prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
@@ -965,8 +1040,8 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,

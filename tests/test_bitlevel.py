@@ -452,6 +452,63 @@ def test_cpu_steps_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
                                              n_chunks=n_chunks)])
 
 
+@pytest.mark.parametrize("spacing", ["dense", "sparse", "empty"])
+def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
+    """Sequence starts at every spacing: several (and empty sequences) in one 32-position
+    step take the records' loop, at most one its branch-free path; documents end inside
+    the wide steps and the 16-lane steps alike. Encoding and decoding both."""
+    rng = np.random.default_rng(len(spacing))
+    codec = DEFAULT_CODECS["cpu"]
+    t = codec._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    ids = _density_segments(rng, 8)
+    gaps = {"dense": (0, 6), "sparse": (20, 90), "empty": (0, 3)}[spacing]
+    cuts = np.cumsum(rng.integers(*gaps, ids.size // max(1, sum(gaps) // 2)))
+    if spacing == "empty":
+        cuts = np.repeat(cuts, rng.integers(1, 4, cuts.size))  # empty sequences
+    offsets = np.r_[0, cuts[cuts < ids.size], ids.size].astype(np.int64)
+    expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=1)
+    assert_same([expected, got])
+    coded, coded_offsets, _ = got
+    assert_same([bitpack.bitlevel_decode_numpy(coded, coded_offsets, table, BASE),
+                 bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, BASE)])
+
+
+def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
+    """A wide step holds ids in 16-bit lanes; an id of 0xFFFF or more (here: bad ids,
+    above the base vocabulary) makes its 32 positions run as two 32-bit steps. 0x100E4
+    would read as the lead byte 0xE4 if the lanes truncated instead of saturating."""
+    rng = np.random.default_rng(5)
+    t = DEFAULT_CODECS["cpu"]._tables
+    lead, values = t["lead_prefix_ids"], t["value_ids"]
+    ids = _density_segments(rng, 6)
+    offsets = np.array([0, ids.size // 3, ids.size], dtype=np.int64)
+    for large in (0xFFFF, 0x10000 + 0xE4, 0x10000 + 0x80, 0xFFFFFFFF):
+        sprinkled = ids.copy()
+        where = np.sort(rng.integers(0, ids.size - 2, 30))
+        sprinkled[where] = large
+        sprinkled[where + 1] = 0xBC  # as if a character began at the large id
+        expected = bitpack.bitlevel_encode_numpy(sprinkled, offsets, lead, values, BASE)
+        got = bitpack.bitlevel_encode_cpu(sprinkled, offsets, lead, values, BASE)
+        assert_same([expected, got])
+        assert got[2] == where[0]
+
+
+def test_cpu_steps_pass_ids_above_16_bits_below_a_large_base_vocabulary():
+    """base_vocab_size above 0xFFFF: the codec's ids need 32-bit lanes, which then run
+    everything, and ids such as 0x100E4 pass through."""
+    base = 70_000
+    codecs = codecs_for(range(0xE0, 0xF0), base=base)
+    rng = np.random.default_rng(6)
+    ids = _density_segments(rng, 4)
+    ids[rng.integers(0, ids.size, 200)] = 0x100E4
+    offsets = np.array([0, ids.size // 2, ids.size], dtype=np.int64)
+    encoded = [codecs[name].encode_batch(ids, offsets) for name in ("numpy", "cpu")]
+    assert_same(encoded)
+    assert codecs["cpu"].decode_batch(*encoded[1])[0].tolist() == ids.tolist()
+
+
 # --- the CPU's vector steps: every lane, every malformation, any CPU -------------------------
 
 
