@@ -23,6 +23,28 @@ from llvmlite import ir
 
 LANES = 16
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+# One instruction that permutes a whole 512-bit vector by a vector of lane numbers, by
+# lane shape, and the CPU feature it needs (target-specific IR, used only where present).
+_PERMUTES = {(32, 16): ("llvm.x86.avx512.permvar.hi.512", "+avx512bw"),
+             (16, 32): ("llvm.x86.avx512.permvar.si.512", "+avx512f")}
+
+
+def cpu_features() -> str:
+    """The features Numba compiles for (``NUMBA_CPU_FEATURES``, else the host's), as
+    LLVM spells them: "+avx512bw,+avx512f,..."."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return config.CPU_FEATURES
+    from llvmlite import binding
+
+    return binding.get_host_cpu_features().flatten()
+
+
+def can_permute(count: int, bits: int) -> bool:
+    """Whether ``LaneBuilder.permuted`` is one instruction for these lanes on this CPU."""
+    shape = _PERMUTES.get((count, bits))
+    return shape is not None and shape[1] in cpu_features().split(",")
 
 
 class _Vector:
@@ -207,6 +229,13 @@ class LaneBuilder:
         """How many of the flags are set, as an i64 IR value."""
         popcount = self._intrinsic("llvm.ctpop.i64", _I64, [_I64])
         return self.builder.call(popcount, [flags.bits()])
+
+    def permuted(self, table: Lanes, index: Lanes) -> Lanes:
+        """Lane k takes lane index[k] % count of ``table``: a table lookup in one vpermw /
+        vpermd. Only where ``can_permute(count, bits)``: it is target-specific IR."""
+        name = _PERMUTES[(self.count, self.bits)][0]
+        function = self._intrinsic(name, self.values_type, [self.values_type] * 2)
+        return Lanes(self, self.builder.call(function, [table.value, index.value]))
 
     def interleaved(self, first: Lanes, second: Lanes, half: int) -> Lanes:
         """Lanes of half ``half`` (0 or 1) of ``first`` and ``second`` taken in turn:

@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder, Lanes
+from ._lanes import LANES, LaneBuilder, Lanes, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -470,7 +470,7 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
     if sequence + 2 >= offsets.size or offsets[sequence + 2] >= stop:
         next_start = offsets[sequence + 1]
         enters = next_start < stop
-        below = min(next_start - p, 32) * lanes_per_position
+        below = min(next_start - p, 31) * lanes_per_position  # (no start: any value)
         mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
         slot = sequence + 1 if enters else offsets.size + chunk
         sequence_out[slot] = o + _popcount(np.uint64(kept_bits) & mask)
@@ -495,9 +495,12 @@ def _i64(k):
 
 
 def _fits_wide_lanes(base_vocab_size, *tables):
-    """Whether the codec's ids (and so every id below base_vocab_size) are below 0xFFFF,
-    the largest value of a 16-bit lane, which stands for every id at or above it."""
-    return max(base_vocab_size, *(int(t.max()) for t in tables)) < 0xFFFF
+    """Whether wide steps run: the codec's ids (and so every id below base_vocab_size)
+    are below 0xFFFF, the largest value of a 16-bit lane, which stands for every id at
+    or above it; and the CPU permutes 16-bit lanes (AVX-512BW: without it LLVM spells
+    out the 32-lane compress lane by lane, slower than two 16-lane steps)."""
+    fits = max(base_vocab_size, *(int(t.max()) for t in tables)) < 0xFFFF
+    return fits and can_permute(WIDE_LANES, 16)
 
 
 def _lane_table(derive, *tables):
@@ -554,7 +557,7 @@ def _select_of(lanes, word, entries):
     return picked
 
 
-def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
+def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
     bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
     (coded ids, which of them are kept, which positions hold a bad id).
@@ -566,21 +569,35 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
     blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
-    def prefix_ids(b1):
-        return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+    numbers = lanes.lane_numbers()
+    if permute:  # tables of the lane number (hoisted out of the loop), looked up in one step
+        quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+        leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
+        prefix_table = leads.select(quad_prefix, 0)  # lane b & 31 for lead byte b: its prefix id
+        hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
+        lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
 
     def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
         b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
-        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
         continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
         inside = ~lanes.flags_of_bits(blocked, EDGE + d)
-        return (is_lead & continues & inside).select(prefix_ids(b1), 0)
+        if permute:
+            return ((b1 & ~15).eq(0xE0) & continues & inside).select(
+                lanes.permuted(prefix_table, b1), 0)
+        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
+        prefix_id = _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+        return (is_lead & continues & inside).select(prefix_id, 0)
 
     here, back3 = char_prefix(0), char_prefix(-3)
     back1, back2 = here.shifted_up(back3, 1, 3), here.shifted_up(back3, 2, 3)
     before, x = ids_at(-1), ids_at(0)
-    hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) + ((x >> 1) & 31)
-    lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
+    if permute:
+        hi_ids = lanes.permuted(hi_table, before) + ((x >> 1) & 31)
+        lo_ids = lanes.permuted(lo_table, before) + (x & 63)
+    else:
+        hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) \
+            + ((x >> 1) & 31)
+        lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
     starts = here.ne(0)
     coded = starts.select(here, back1.ne(0).select(hi_ids, back2.ne(0).select(lo_ids, x)))
     repeats_prefix = starts & here.eq(back3) & ~lanes.flags_of_bits(cut, EDGE)
@@ -635,7 +652,7 @@ def _encode_step_of(count, bits):
             ids_at = _ids_views(lanes, ids_data, p_v, ENCODE_REACH)
             coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words,
                                              lanes.splat(n_in_span_v), cut_v,
-                                             lanes.splat(base_v))
+                                             lanes.splat(base_v), can_permute(count, bits))
             lanes.store_kept(coded, keep,
                              _array_data(context, builder, signature.args[6], out_v), o_v)
             too_large = ids_at(0).eq(lanes.largest).bits() if bits < 32 else _i64(0)
