@@ -410,6 +410,7 @@ EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
 WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
 WIDE_ENCODE_REACH = (3, WIDE_LANES + 2)
+WIDE_DECODE_REACH = (0, WIDE_LANES)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
 _CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
@@ -499,7 +500,7 @@ def _fits_wide_lanes(base_vocab_size, *tables):
     are below 0xFFFF, the largest value of a 16-bit lane, which stands for every id at
     or above it; and the CPU permutes 16-bit lanes (AVX-512BW: without it LLVM spells
     out the 32-lane compress lane by lane, slower than two 16-lane steps)."""
-    fits = max(base_vocab_size, *(int(t.max()) for t in tables)) < 0xFFFF
+    fits = max([base_vocab_size, *(int(t.max()) for t in tables)]) < 0xFFFF
     return fits and can_permute(WIDE_LANES, 16)
 
 
@@ -754,14 +755,15 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide,
 # the decode table and checks that the table has this shape): 4 ints = for each
 # run of 32 value ids (k >> 5 of id base + k), its first value >> 5 in 4 bits; bit
 # k >> 5 set for runs of hi values; for each prefix id, its prefix - 0x38 in 2 bits;
-# the number of prefix ids.
-_RUN_VALUES, _RUN_IS_HI, _PREFIX_VALUES, _N_PREFIXES = 0, 1, 2, 3
+# the number of prefix ids; then each run's first value >> 5 again, one word each (for
+# 16-bit lanes, which cannot shift the packed word).
+_RUN_VALUES, _RUN_IS_HI, _PREFIX_VALUES, _N_PREFIXES, _RUN_VALUE_OF = 0, 1, 2, 3, 4
 _NONE, _UNSEEN = 1, 0  # the decoding step's "no prefix in force", "no event yet" (prefixes
 # are 0x38-0x3B)
 
 
 def _decode_lane_table(decode_table):
-    """The decoding step's layout table (4 ints); ValueError if the table does not fit it."""
+    """The decoding step's layout table (12 ints); ValueError if the table does not fit it."""
     kinds, payloads = decode_table >> 16, decode_table & 0xFFFF
     n_prefixes = decode_table.size - N_VALUE_IDS
     run_values = payloads[:N_VALUE_IDS:32] >> 5
@@ -779,7 +781,8 @@ def _decode_lane_table(decode_table):
         raise ValueError("decode_table does not follow the layout of DESIGN §3 (256 value ids "
                          "in runs of 32 consecutive values, then up to 4 prefix ids of lead "
                          "bytes 0xE0-0xEF): build it with gpubpe.bitlevel")
-    table = np.zeros(4, dtype=np.uint32)
+    table = np.zeros(_RUN_VALUE_OF + 8, dtype=np.uint32)
+    table[_RUN_VALUE_OF:] = run_values
     table[_RUN_VALUES] = np.bitwise_or.reduce(run_values.astype(np.int64) << (4 * np.arange(8)))
     table[_RUN_IS_HI] = np.bitwise_or.reduce((run_kinds == KIND_HI) << np.arange(8))
     table[_PREFIX_VALUES] = np.bitwise_or.reduce(prefixes << (2 * np.arange(n_prefixes)),
@@ -793,30 +796,44 @@ def _decode_lane_table(decode_table):
 _HI, _LO, _PREFIX, _PLAIN, _INVALID = 1, 2, 4, 8, 16
 
 
-def _classes(x, layout, base):
-    """(class of each id, its 9-bit value where it is a value id, its index among the
-    codec's ids)."""
+def _classes(lanes, x, layout, base, permute):
+    """(class of each id, its 9-bit value where it is a value id, the prefix - 0x38 + 0x38
+    where it is a prefix id). With ``permute``, one table lookup gives a value id's run
+    (first value and class) and one a prefix id's prefix."""
     index = x - base
     run = (index >> 5) & 7
-    value_class = (((layout[_RUN_IS_HI] >> run) & 1) ^ 1) + _HI  # _HI or _LO
     is_prefix = (index - N_VALUE_IDS).lt(layout[_N_PREFIXES])
     other_class = x.lt(base).select(_PLAIN, is_prefix.select(_PREFIX, _INVALID))
-    value = (((layout[_RUN_VALUES] >> (run << 2)) & 15) << 5) | (index & 31)
-    return index.lt(N_VALUE_IDS).select(value_class, other_class), value, index
+    if permute:  # tables of the lane number, hoisted out of the loop
+        numbers = lanes.lane_numbers()
+        run_classes = (((layout[_RUN_IS_HI] >> (numbers & 7)) & 1) ^ 1) + _HI
+        runs = (_select_of(lanes, numbers & 7, layout[_RUN_VALUE_OF : _RUN_VALUE_OF + 8]) << 5) \
+            | (run_classes << 12)
+        prefixes = ((layout[_PREFIX_VALUES] >> ((numbers & 3) << 1)) & 3) + 0x38
+        entry = lanes.permuted(runs, index >> 5)
+        value_class, value = entry >> 12, (entry & 0x1E0) | (index & 31)
+        payload = lanes.permuted(prefixes, index)  # ids base + 256 + k: lane k (k < 4)
+    else:
+        value_class = (((layout[_RUN_IS_HI] >> run) & 1) ^ 1) + _HI  # _HI or _LO
+        first_of_run = _select_of(lanes, run, layout[_RUN_VALUE_OF : _RUN_VALUE_OF + 8])
+        value = (first_of_run << 5) | (index & 31)
+        payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
+    return index.lt(N_VALUE_IDS).select(value_class, other_class), value, payload
 
 
 def _last_prefix_seen(is_event, event_prefix):
-    """The "last prefix seen" scan over 16 lanes: at each lane the prefix set by the last
-    event at or before it, _UNSEEN if there is none. Four rounds of doubling; none of
-    it waits on the previous step (its prefix is put in afterwards), so steps overlap."""
+    """The "last prefix seen" scan over the lanes: at each lane the prefix set by the last
+    event at or before it, _UNSEEN if there is none. Rounds of doubling (4 for 16 lanes);
+    none of it waits on the previous step (its prefix is put in afterwards), so steps
+    overlap."""
     seen = is_event.select(event_prefix, _UNSEEN)
-    for distance in (1, 2, 4, 8):
+    for distance in (1, 2, 4, 8, 16)[: is_event.lanes.count.bit_length() - 1]:
         seen = seen.ne(_UNSEEN).select(seen, seen.shifted_up(_UNSEEN, distance))
     return seen
 
 
-def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
-    """What ids x = ids[p : p + 16] decode to: (first id, second id, how many of the two
+def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried, permute):
+    """What ids x = ids[p : p + count] decode to: (first id, second id, how many of the two
     each position writes, malformed bits, last prefix seen, classes, 9-bit values).
 
     A base id writes itself, a hi id the lead byte, a lo id the middle and last bytes
@@ -832,11 +849,10 @@ def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
     prefix_before, class_before, value_before = carried
     in_span = lanes.lane_numbers().lt(n_in_span)
     starts_sequence = lanes.flags_of_bits(cut, EDGE)
-    klass, value, index = _classes(x, layout, base)
+    klass, value, payload = _classes(lanes, x, layout, base, permute)
     klass = in_span.select(klass, _PLAIN)
     before_in_sequence = klass.shifted_up(class_before, 1)
     before = starts_sequence.select(_PLAIN, before_in_sequence)
-    payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
     event_prefix = (klass & _PREFIX).ne(0).select(payload, _NONE)
     seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0) | starts_sequence, event_prefix)
     prefix = seen.eq(_UNSEEN).select(prefix_before, seen)
@@ -855,44 +871,56 @@ def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
             seen, klass, value)
 
 
-@intrinsic
-def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
-    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the chunk) into out[o:];
-    ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it. Returns
-    (ids written, malformed bits, what to carry to the next step, kept bits: 2k and
-    2k + 1 for the two ids position p + k may write). Reads ids[p : p + 16], writes
-    out[o : o + 32]. Where a bit of "malformed" is set what was written is not the
-    decoding (the caller redoes those positions)."""
-    def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
-        lanes = LaneBuilder(builder)
-        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[4]))]
-        carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
-        x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
-        first, last, written, malformed, seen, klass, value = _decode_lanes(
-            lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
-            carried)
-        out_data = _array_data(context, builder, signature.args[7], out_v)
-        second_of_pair = lanes.constants([0, 1] * (LANES // 2))
-        counts, kept = [], []
-        for half in (0, 1):  # positions 0-7, then 8-15: first and second ids in turn
-            keep = second_of_pair.lt(lanes.interleaved(written, written, half))
-            at = builder.add(o_v, counts[0]) if counts else o_v
-            lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
-            counts.append(lanes.count_of(keep))
-            kept.append(keep.bits())
-        seen_last = builder.zext(seen.last(), ir.IntType(64))
-        prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
-                                      builder.extract_value(carried_v, 0), seen_last)
-        carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
-        return context.make_tuple(builder, signature.return_type, [
-            builder.add(*counts), malformed,
-            context.make_tuple(builder, signature.return_type[2], carry),
-            builder.or_(kept[0], builder.shl(kept[1], _i64(LANES)))])
-    carried_type = types.UniTuple(types.int64, 3)
-    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
-    return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
+def _decode_step_of(count, bits):
+    """The decoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
+    @intrinsic
+    def decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
+        """Decode ids[p : p + count] (the first ``n_in_span`` are in the chunk) into
+        out[o:]; ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it.
+        Returns (ids written, malformed bits, what to carry to the next step, kept bits:
+        2k and 2k + 1 for the two ids position p + k may write). Reads ids[p : p + count],
+        writes out[o : o + 2 * count]. Where a bit of "malformed" is set what was written
+        is not the decoding (the caller redoes those positions); in 16-bit lanes an id of
+        0xFFFF or more reads as 0xFFFF, past the codec's ids (the caller makes sure), so
+        it is malformed there too."""
+        def codegen(context, builder, signature, args):
+            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
+            lanes = LaneBuilder(builder, count, bits)
+            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                            for k in range(len(signature.args[4]))]
+            carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
+            x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
+            first, last, written, malformed, seen, klass, value = _decode_lanes(
+                lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
+                carried, can_permute(count, bits))
+            out_data = _array_data(context, builder, signature.args[7], out_v)
+            second_of_pair = lanes.constants([0, 1] * (count // 2))
+            counts, kept = [], []
+            for half in (0, 1):  # the first half of the positions, then the second: the
+                # first and second ids of each in turn
+                keep = second_of_pair.lt(lanes.interleaved(written, written, half))
+                at = builder.add(o_v, counts[0]) if counts else o_v
+                lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
+                counts.append(lanes.count_of(keep))
+                kept.append(keep.bits())
+            seen_last = builder.zext(seen.last(), ir.IntType(64))
+            prefix_after = builder.select(builder.icmp_unsigned("==", seen_last,
+                                                                _i64(_UNSEEN)),
+                                          builder.extract_value(carried_v, 0), seen_last)
+            carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64))
+                                      for v in (klass, value)]
+            return context.make_tuple(builder, signature.return_type, [
+                builder.add(*counts), malformed,
+                context.make_tuple(builder, signature.return_type[2], carry),
+                builder.or_(kept[0], builder.shl(kept[1], _i64(count)))])
+        carried_type = types.UniTuple(types.int64, 3)
+        return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
+        return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
+    return decode_step
+
+
+_decode_step = _decode_step_of(LANES, 32)
+_decode_wide_step = _decode_step_of(WIDE_LANES, 16)
 
 
 @njit(inline="always", cache=True)
@@ -995,11 +1023,12 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 
 @njit(cache=True)
-def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, out,
-                  sequence_out, sequence_chunk):
-    """Decode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
-    record where its sequences begin. Steps with a malformed unit are redone one unit at
-    a time (``_redo_units``). Writes up to 2 * LANES ids past its output."""
+def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
+                  out, sequence_out, sequence_chunk):
+    """Decode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    in 16-bit lanes where ``wide`` (the codec's ids fit), else 16 in 32-bit lanes; record
+    where its sequences begin. Steps with a malformed unit are redone one unit at a time
+    (``_redo_units``). Writes up to 2 * LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
@@ -1007,7 +1036,24 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
     while p < stop:
-        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        cut = _cut_window(cuts, p)
+        if wide and p + WIDE_LANES < stop and not _needs_edge_copy(p, ids.size,
+                                                                   WIDE_DECODE_REACH):
+            written, malformed, carry, kept = _decode_wide_step(ids, p, WIDE_LANES, cut, layout,
+                                                                base, carried, out, o)
+            if malformed == 0:
+                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2,
+                                                   p, chunk, sequence_out, sequence_chunk)
+                p, o, carried = p + WIDE_LANES, o + written, carry
+                continue
+            p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
+                ids, offsets, sequence, p, p + WIDE_LANES, decode_table, base, out, o,
+                carried, chunk, sequence_out, sequence_chunk)
+            n_bad += run_bad
+            if first_bad < 0:
+                first_bad = run_first_bad
+            continue
+        n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, DECODE_REACH):
             _edge_copy(ids, p, scratch)
             written, malformed, carry, kept = _decode_step(scratch, EDGE, n_in_span, cut, layout,
@@ -1043,15 +1089,17 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=No
                           decode_table, base_vocab_size, decode_table.size)
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
+    wide = _fits_wide_lanes(base_vocab_size + decode_table.size)
     chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = _decode_chunks(
-        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out)
+        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out):
+def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide,
+                   out):
     """Run ``_decode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
@@ -1062,7 +1110,7 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
-                               base_vocab_size, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]

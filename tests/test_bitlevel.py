@@ -477,8 +477,9 @@ def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
 
 def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
     """A wide step holds ids in 16-bit lanes; an id of 0xFFFF or more (here: bad ids,
-    above the base vocabulary) makes its 32 positions run as two 32-bit steps. 0x100E4
-    would read as the lead byte 0xE4 if the lanes truncated instead of saturating."""
+    above the base vocabulary) makes its 32 positions run as two 32-bit steps when
+    encoding, and is malformed when decoding (redone one unit at a time). 0x100E4 would
+    read as the lead byte 0xE4 if the lanes truncated instead of saturating."""
     rng = np.random.default_rng(5)
     t = DEFAULT_CODECS["cpu"]._tables
     lead, values = t["lead_prefix_ids"], t["value_ids"]
@@ -493,6 +494,15 @@ def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
         got = bitpack.bitlevel_encode_cpu(sprinkled, offsets, lead, values, BASE)
         assert_same([expected, got])
         assert got[2] == where[0]
+    coded, coded_offsets, _ = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE)
+    table = t["decode_table"]
+    for large in (0xFFFF, 0x10000 + BASE + 5, 0x10000 + 65):  # truncated: a value id, 'A'
+        sprinkled = coded.copy()
+        sprinkled[np.sort(rng.integers(0, coded.size, 30))] = large
+        expected = bitpack.bitlevel_decode_numpy(sprinkled, coded_offsets, table, BASE)
+        got = bitpack.bitlevel_decode_cpu(sprinkled, coded_offsets, table, BASE)
+        assert_same([expected[:2], got[:2]])
+        assert got[2:] == expected[2:] and got[2] >= 30
 
 
 def test_cpu_steps_pass_ids_above_16_bits_below_a_large_base_vocabulary():
@@ -533,14 +543,15 @@ def _malformed_pieces(codec):
 
 def _malformed_variants(coded, codec):
     """(name, where, ids, offsets): a malformed piece put in at each unit boundary of the
-    first 200 ids (a base or prefix id starts there), and after 0-31 base ids, so that it
-    meets every lane of the CPU's 16-position steps; pieces named "at the end" end a
-    sequence."""
+    first 200 ids (a base or prefix id starts there), and after 0-63 base ids, so that it
+    meets every lane of the CPU's 16- and 32-position steps; pieces named "at the end" end
+    a sequence."""
     is_value = (coded >= BASE) & (coded < BASE + 256)
     boundaries = [b for b in range(min(coded.size, 200)) if not is_value[b]]
-    padded = np.concatenate([np.full(2 * bitpack.LANES, 65), coded])  # every lane, surely
+    padded = np.concatenate([np.full(2 * bitpack.WIDE_LANES, 65), coded])  # every lane
     for name, piece in _malformed_pieces(codec).items():
-        for stream, b in [(coded, b) for b in boundaries] + [(padded, k) for k in range(32)]:
+        for stream, b in [(coded, b) for b in boundaries] + [
+                (padded, k) for k in range(2 * bitpack.WIDE_LANES)]:
             ids = np.concatenate([stream[:b], piece, stream[b:]]).astype(np.uint32)
             cut = [b + len(piece)] if name.endswith("at the end") else []
             yield name, b, ids, np.array([0, *cut, ids.size], dtype=np.int64)
@@ -548,8 +559,9 @@ def _malformed_variants(coded, codec):
 
 @pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
 def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
-    """Each malformation at each of 3 steps' 16 lanes: the step is redone one unit at a time,
-    from the unit the step before left open, to exactly the NumPy backend's output."""
+    """Each malformation at each lane of the 16- and 32-lane steps: the step is redone one
+    unit at a time, from the unit the step before left open, to exactly the NumPy
+    backend's output."""
     codec = codecs["cpu"]
     coded = _dense_coded(codec, 120, seed=len(codec.prefixes))
     table = codec._tables["decode_table"]
@@ -560,8 +572,8 @@ def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
         assert got[2:] == expected[2:], (name, where)
         assert expected[2] >= 1
         assert_same([expected[:2], got[:2]])
-        lanes_met.add(where % bitpack.LANES)
-    assert lanes_met == set(range(bitpack.LANES))
+        lanes_met.add(where % bitpack.WIDE_LANES)
+    assert lanes_met == set(range(bitpack.WIDE_LANES))
 
 
 def test_lane_tables_refuse_tables_of_another_layout():
