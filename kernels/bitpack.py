@@ -26,7 +26,7 @@ Scalar logic (the bit formulas, "does a character start here", what a coded id
 decodes to) is written once as ``@njit`` functions and called by the CUDA kernels
 and the CPU's one-unit-at-a-time decoder; the NumPy target calls the same
 functions' ``py_func`` on whole arrays where the function is branch-free. The CPU
-target's main path is a 16-lane vector step per 16 positions, written as LLVM IR
+target's main path is a vector step per 32 (or 16) positions, written as LLVM IR
 (``kernels/_lanes.py``) because a loop whose positions write 0, 1 or 2 ids each is
 not one LLVM vectorises; it restates the formulas on lanes and is tested equal to
 the NumPy target.
@@ -294,9 +294,12 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk the positions are taken 16 at a time by one vector step
-# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``), across
-# sequence ends: every lane works out what its position writes from the ids around it
+# Within a chunk the positions are taken 32 at a time by one wide step in 16-bit lanes
+# (``_encode_wide_step``, ``_decode_wide_step``) where the codec's ids fit in 16 bits and
+# the CPU has AVX-512BW, else (and at the edges, the chunk's tail, and around ids of
+# 0xFFFF or more) 16 at a time in 32-bit lanes (``_encode_step``, ``_decode_step``); all
+# are LLVM IR written with ``_lanes``, and run across sequence ends: every lane works
+# out what its position writes from the ids around it
 # and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
 # kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
 # starting inside it gets its output offset from a popcount.
@@ -1455,3 +1458,49 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   512-bit instruction as two 256-bit halves: ~1 ns per id of compute, where 0.5x of
 #   np.copy would allow ~0.4 after the faults. Reaching it needs a step with far fewer
 #   instructions per id (e.g. 16-bit lanes where the ids allow), not less overhead.
+#
+# Wide steps (2026-11-23 15:25-16:05 UTC, same VM, load 0.5-5; process CPU time, 20M
+# ids, one thread; bench/RESULTS.md "Issue 18, codec helper, part 2"):
+# - Real zh+ja is byte fallbacks throughout: 93% of its ids are bytes >= 0x80 and only
+#   0.8% of 16-id windows (0.2% of 32-id ones) are all ASCII, so a "plain window, copy
+#   it" fast path has nothing to skip there. Each step's work was cut instead.
+# - 32 positions in 16-bit lanes (``LaneBuilder(builder, 32, 16)``): loads saturate each
+#   id to 0xFFFF (vpmovusdw; truncating would read 0x100E4 as the lead byte 0xE4),
+#   stores widen the kept lanes (vpcompressw, vpmovzxwd). Encoding reads six shifted
+#   views of the ids (-3..+2): two saturating loads and four vpermi2w shuffles of them,
+#   not six loads (each two loads, two vpmovusdw and an insert): one document 15.4 ->
+#   13.8 ms. An id of 0xFFFF or more makes encoding redo the 32 positions as two 32-bit
+#   steps; when decoding it is past the codec's ids, so malformed, and redone one unit
+#   at a time, as before.
+# - Table lookups as one vpermw / vpermd (target-specific IR, only with AVX-512:
+#   ``_lanes.can_permute``): lead byte -> prefix id, hi and lo value ids, a value id's
+#   run, a prefix id's prefix; the tables are vectors of the lane number, hoisted out
+#   of the loop. Replaced select chains of 3-4 compares and blends each.
+# - Sequence records: a step holds at most one sequence start nearly always; that case
+#   is now branch-free (written to the chunk's spare slot when there is none). The
+#   loop mispredicted about once a document: 20.2 -> 16.3 ms (output pre-faulted).
+# - Joining: the sequences' output offsets in one compiled pass (NumPy gathers over
+#   320 K documents: 1.6 -> 0.45 ms).
+# - Before -> after, interleaved in one process (HEAD's kernels imported beside these,
+#   medians of 11, ratio to np.copy): real encode 0.31 -> 0.43, decode 0.18 -> 0.29;
+#   mixed 0.29 -> 0.39 / 0.21 -> 0.33; bytes 0.32 -> 0.45 / 0.22 -> 0.32.
+# - Where the time goes now (real zh+ja, 20M ids): encode 12.7 ms of compute (output
+#   pre-faulted; 0.58-0.69 ns/id, the same with the input in L2, so not memory bound) +
+#   ~7 ms of first touch of its 65 MB of output + ~1 ms of planning and joining, against
+#   np.copy's 7.4-9 ms; decode 14.6 ms of compute + ~8.5 ms of first touch (80 MB out).
+#   First touch of fresh memory costs ~0.1 ms per MB on this VM (madvise
+#   MADV_POPULATE_WRITE of 80 MB alone: 8.8 ms; the same write to touched pages: 3 ms);
+#   np.copy pays it too, but decoding writes 1.23 ids per id read, so its floor from
+#   page faults alone is above half of np.copy's time: 0.5x needs the output buffer
+#   reused (an ``out=`` argument), not a faster step.
+# - What limits a step (experiments, not kept): a wide encoding step with the
+#   computation replaced by "write the id" (loads, narrowing, compress, stores, records)
+#   ran 0.33 ns/id; with the six views built and summed, 0.59-0.68, as much as the whole
+#   step (0.58): the shuffles that build the views and narrow the ids (vpmovusdw,
+#   vpermi2w/vpermt2w on 16-bit lanes) are the bottleneck, not the logic. Not
+#   computing the character starts three back (char_prefix(-3)): -7%. vpackusdw +
+#   vpermq instead of vpmovusdw + insert for the narrowing: no change measurable.
+#   A further 2x would need fewer cross-lane shuffles per id: 8-bit lanes (64 positions
+#   of vpmovusdb-narrowed ids) for the byte classification, or the character starts of
+#   positions p-3..p-1 carried from the step before instead of recomputed.
+
