@@ -1497,10 +1497,13 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   computation replaced by "write the id" (loads, narrowing, compress, stores, records)
 #   ran 0.33 ns/id; with the six views built and summed, 0.59-0.68, as much as the whole
 #   step (0.58): the shuffles that build the views and narrow the ids (vpmovusdw,
-#   vpermi2w/vpermt2w on 16-bit lanes) are the bottleneck, not the logic. Not
-#   computing the character starts three back (char_prefix(-3)): -7%. vpackusdw +
-#   vpermq instead of vpmovusdw + insert for the narrowing: no change measurable.
-#   A further 2x would need fewer cross-lane shuffles per id: 8-bit lanes (64 positions
-#   of vpmovusdb-narrowed ids) for the byte classification, or the character starts of
-#   positions p-3..p-1 carried from the step before instead of recomputed.
+#   vpermi2w/vpermt2w on 16-bit lanes) look like the bottleneck, not the logic.
+#   Tried, no change beyond the noise: the character starts of p-3..p-1 carried from
+#   the step before (two views and one start computation fewer, three scalars
+#   extracted and inserted); vpackusdw + vpermq instead of vpmovusdw + insert. A
+#   further 2x would need far fewer cross-lane shuffles per id, e.g. 8-bit lanes (64
+#   positions of vpmovusdb-narrowed ids) for the byte classification.
+# - Timing noise on this VM: the same step ran 0.59 and 1.1 ns/id minutes apart in one
+#   process (the other vCPU, likely a sibling on the same host core, busy or not), so
+#   single timings are good to about +-30%; compare variants interleaved.
 
