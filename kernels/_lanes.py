@@ -4,8 +4,10 @@ LLVM's loop vectoriser leaves a loop alone when each position writes a varying
 number of outputs, so the CPU bit-level codec says the vector code directly:
 load 16 ids, compute on all of them at once, then keep some lanes and store
 them packed (``llvm.experimental.vector.compress``: one ``vpcompressd`` with
-AVX-512, a short branch-free sequence on other CPUs). Only target-independent
-IR is emitted, so the same code compiles for every CPU Numba supports.
+AVX-512, a short branch-free sequence on other CPUs). The IR is
+target-independent, so the same code compiles for every CPU Numba supports, except
+``permuted`` (a table lookup in one vpermw / vpermd), which callers use only where
+``can_permute`` says the CPU has it.
 
 ``LaneBuilder`` wraps an ``llvmlite`` IR builder; ``Lanes`` (16 uint32 values, or
 ``LaneBuilder(builder, 32, 16)``: 32 uint16 values in the same 512 bits) and ``Flags``
