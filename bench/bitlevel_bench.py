@@ -22,9 +22,12 @@ Corpora (seeded, so every run sees the same ids):
   ``bench/corpora.py`` builds its zh and ja corpora from), as byte ids, each line a
   document (~60 ids), repeated up to ``--n-ids``.
 
-Each operation runs two ways on the same tables: ``lanes``, the CPU backend (16-lane
-steps in LLVM IR, ``kernels/_lanes.py``), and ``plain``, the best plain Numba loops
-(``bench/bitlevel_plain.py``); the ratio column says how much faster the lanes are.
+Each operation runs two ways on the same tables: ``lanes``, the CPU backend (vector
+steps in LLVM IR, ``kernels/_lanes.py``: 32 positions in 16-bit lanes where the ids
+fit and the CPU has AVX-512BW, else 16 in 32-bit lanes), and ``plain``, the best plain
+Numba loops (``bench/bitlevel_plain.py``); the ratio column says how much faster the
+lanes are. The load average is printed before and after: the ratios are taken side by
+side in one run because the machine may be shared.
 
 Characters are drawn Zipf-like from the CJK Unified Ideographs (U+4E00-9FFF),
 with some CJK punctuation (U+3000-303F) and Hangul (U+AC00-D7A3); documents
@@ -199,6 +202,13 @@ def machine():
     return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
+def load_average():
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+LOAD_AT_START = load_average()
+
+
 def main():
     codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="cpu")
     reference_codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="numpy")
@@ -209,6 +219,8 @@ def main():
     print(f"- machine: {machine()}")
     print(f"- threads: NUMBA_NUM_THREADS={numba.get_num_threads()}")
     print(f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+    print(f"- load average (1, 5, 15 min): at the start {LOAD_AT_START}, at the end "
+          f"{load_average()}")
     print(f"- numpy {np.__version__}, numba {numba.__version__}, "
           f"Python {platform.python_version()}")
     print(f"- JIT compile (first call, fresh cache): encode {jit_encode:.1f} s, "

@@ -104,8 +104,8 @@ def _encode_chunks_plain(ids, offsets, bounds, sources, lead_prefix_ids, value_i
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     for c in prange(n_chunks):
         result = _encode_chunk_plain(ids, offsets, c, bounds, sources[c], lead_prefix_ids,
                                      value_ids, base_vocab_size, out, sequence_out,
@@ -205,8 +205,8 @@ def _decode_chunks_plain(ids, offsets, bounds, sources, decode_table, base_vocab
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     for c in prange(n_chunks):
         result = _decode_chunk_plain(ids, offsets, c, bounds, sources[c], decode_table,
                                      base_vocab_size, out, sequence_out, sequence_chunk)

@@ -4,12 +4,17 @@ LLVM's loop vectoriser leaves a loop alone when each position writes a varying
 number of outputs, so the CPU bit-level codec says the vector code directly:
 load 16 ids, compute on all of them at once, then keep some lanes and store
 them packed (``llvm.experimental.vector.compress``: one ``vpcompressd`` with
-AVX-512, a short branch-free sequence on other CPUs). Only target-independent
-IR is emitted, so the same code compiles for every CPU Numba supports.
+AVX-512, a short branch-free sequence on other CPUs). The IR is
+target-independent, so the same code compiles for every CPU Numba supports, except
+``permuted`` (a table lookup in one vpermw / vpermd), which callers use only where
+``can_permute`` says the CPU has it.
 
-``LaneBuilder`` wraps an ``llvmlite`` IR builder; ``Lanes`` (16 uint32 values)
-and ``Flags`` (16 booleans) wrap its values, with operators, so that a step
-reads like the NumPy code of the same step. Every comparison is unsigned.
+``LaneBuilder`` wraps an ``llvmlite`` IR builder; ``Lanes`` (16 uint32 values, or
+``LaneBuilder(builder, 32, 16)``: 32 uint16 values in the same 512 bits) and ``Flags``
+(one boolean a lane) wrap its values, with operators, so that a step reads like the
+NumPy code of the same step. Every comparison is unsigned. Narrow lanes load and store
+uint32 ids: a load saturates each id to the lane width (ids above it read as the
+largest value), a store widens the kept lanes back to uint32.
 Logic on Flags compiles to mask-register instructions, which run on one port of
 an AVX-512 core: heavy logic is cheaper done on Lanes of 0/1 bits.
 """
@@ -20,12 +25,32 @@ from llvmlite import ir
 
 LANES = 16
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-_VALUES = ir.VectorType(_I32, LANES)
-_FLAGS = ir.VectorType(_I1, LANES)
+# One instruction that permutes a whole 512-bit vector by a vector of lane numbers, by
+# lane shape, and the CPU feature it needs (target-specific IR, used only where present).
+_PERMUTES = {(32, 16): ("llvm.x86.avx512.permvar.hi.512", "+avx512bw"),
+             (16, 32): ("llvm.x86.avx512.permvar.si.512", "+avx512f")}
+
+
+def cpu_features() -> str:
+    """The features Numba compiles for (``NUMBA_CPU_FEATURES``, else the host's), as
+    LLVM spells them: "+avx512bw,+avx512f,..."."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return config.CPU_FEATURES
+    from llvmlite import binding
+
+    return binding.get_host_cpu_features().flatten()
+
+
+def can_permute(count: int, bits: int) -> bool:
+    """Whether ``LaneBuilder.permuted`` is one instruction for these lanes on this CPU."""
+    shape = _PERMUTES.get((count, bits))
+    return shape is not None and shape[1] in cpu_features().split(",")
 
 
 class _Vector:
-    """An IR vector of 16 lanes and the builder it is made with; logic operators apply
+    """An IR vector of ``LaneBuilder.count`` lanes and the builder it is made with; logic operators apply
     lane by lane, with another vector of the same kind or a constant (``_operand``)."""
 
     def __init__(self, lanes: LaneBuilder, value):
@@ -46,7 +71,7 @@ class _Vector:
 
 
 class Lanes(_Vector):
-    """16 uint32 lanes. Operands may be Lanes or Python ints (the same value in every lane)."""
+    """uint32 (or narrower) lanes. Operands may be Lanes or Python ints (the same value in every lane)."""
 
     def _operand(self, other):
         return other.value if isinstance(other, Lanes) else self.lanes.const(other).value
@@ -58,7 +83,7 @@ class Lanes(_Vector):
         return self._apply("sub", other)
 
     def __invert__(self):
-        return self ^ 0xFFFFFFFF
+        return self ^ self.lanes.largest
 
     def __lshift__(self, other):
         return self._apply("shl", other)
@@ -83,7 +108,7 @@ class Lanes(_Vector):
         return self._compare(">=", other)
 
     def bit(self, word: Lanes | int) -> Flags:
-        """Whether bit ``self`` (0-31 in each lane) of ``word`` is set."""
+        """Whether bit ``self`` (below the lane width, in each lane) of ``word`` is set."""
         word = word if isinstance(word, Lanes) else self.lanes.const(word)
         return ((word >> self) & 1).ne(0)
 
@@ -93,21 +118,23 @@ class Lanes(_Vector):
         of the positions ``fill_from`` before these: the lanes are then those of the
         positions ``distance`` before)."""
         back = 0 if fill_from is None else distance - fill_from
-        order = [k - distance if k >= distance else LANES + k - back for k in range(LANES)]
-        builder = self.lanes.builder
-        return Lanes(self.lanes, builder.shuffle_vector(self.value, self._operand(fill),
-                                                        ir.Constant(_VALUES, order)))
+        count = self.lanes.count
+        order = [k - distance if k >= distance else count + k - back for k in range(count)]
+        return Lanes(self.lanes, self.lanes.shuffle(self.value, self._operand(fill), order))
 
     def last(self):
-        """Lane 15 as an i32 IR value."""
-        return self.lanes.builder.extract_element(self.value, ir.Constant(_I32, LANES - 1))
+        """The last lane as an IR integer of the lane width."""
+        count = self.lanes.count
+        return self.lanes.builder.extract_element(self.value, ir.Constant(_I32, count - 1))
 
 
 class Flags(_Vector):
-    """16 booleans, from a comparison of Lanes."""
+    """One boolean a lane, from a comparison of Lanes."""
 
     def _operand(self, other):
-        return other.value if isinstance(other, Flags) else ir.Constant(_FLAGS, [other] * LANES)
+        if isinstance(other, Flags):
+            return other.value
+        return ir.Constant(self.lanes.flags_type, [other] * self.lanes.count)
 
     def __invert__(self):
         return Flags(self.lanes, self.lanes.builder.not_(self.value))
@@ -120,73 +147,105 @@ class Flags(_Vector):
         return Lanes(lanes, lanes.builder.select(self.value, *pick))
 
     def bits(self):
-        """The 16 flags as the low bits of an i64 IR value (lane k is bit k)."""
+        """The flags as the low bits of an i64 IR value (lane k is bit k)."""
         builder = self.lanes.builder
-        return builder.zext(builder.bitcast(self.value, ir.IntType(LANES)), _I64)
+        return builder.zext(builder.bitcast(self.value, ir.IntType(self.lanes.count)), _I64)
 
 
 class LaneBuilder:
-    """Makes Lanes and Flags in the function an ``@intrinsic`` is generating."""
+    """Makes Lanes and Flags in the function an ``@intrinsic`` is generating: ``count``
+    lanes of ``bits`` bits (16 x 32 or 32 x 16 fill one 512-bit vector)."""
 
-    def __init__(self, builder: ir.IRBuilder):
-        self.builder = builder
+    def __init__(self, builder: ir.IRBuilder, count: int = LANES, bits: int = 32):
+        self.builder, self.count, self.bits = builder, count, bits
+        self.largest = (1 << bits) - 1
+        self.element = ir.IntType(bits)
+        self.values_type = ir.VectorType(self.element, count)
+        self.flags_type = ir.VectorType(_I1, count)
+        self._ids_type = ir.VectorType(_I32, count)
 
     def const(self, x: int) -> Lanes:
-        return Lanes(self, ir.Constant(_VALUES, [x & 0xFFFFFFFF] * LANES))
+        return Lanes(self, ir.Constant(self.values_type, [x & self.largest] * self.count))
 
     def lane_numbers(self) -> Lanes:
-        return self.constants(range(LANES))
+        return self.constants(range(self.count))
 
     def constants(self, values) -> Lanes:
         """Lane k holds values[k]."""
-        return Lanes(self, ir.Constant(_VALUES, [x & 0xFFFFFFFF for x in values]))
+        return Lanes(self, ir.Constant(self.values_type, [x & self.largest for x in values]))
 
     def splat(self, scalar) -> Lanes:
-        """An integer IR value (truncated or widened to 32 bits) in every lane."""
+        """An integer IR value (truncated or widened to the lane width) in every lane."""
         builder = self.builder
         width = scalar.type.width
-        if width != 32:
-            scalar = builder.trunc(scalar, _I32) if width > 32 else builder.zext(scalar, _I32)
-        one = builder.insert_element(ir.Constant(_VALUES, ir.Undefined), scalar,
+        if width != self.bits:
+            scalar = builder.trunc(scalar, self.element) if width > self.bits \
+                else builder.zext(scalar, self.element)
+        one = builder.insert_element(ir.Constant(self.values_type, ir.Undefined), scalar,
                                      ir.Constant(_I32, 0))
-        return Lanes(self, builder.shuffle_vector(one, ir.Constant(_VALUES, ir.Undefined),
-                                                  ir.Constant(_VALUES, [0] * LANES)))
+        return Lanes(self, self.shuffle(one, ir.Constant(self.values_type, ir.Undefined),
+                                        [0] * self.count))
+
+    def shuffle(self, first, second, order):
+        """Lane k takes lane order[k] of ``first`` followed by ``second`` (IR vectors)."""
+        mask = ir.Constant(ir.VectorType(_I32, len(order)), list(order))
+        return self.builder.shuffle_vector(first, second, mask)
 
     def load(self, data, index) -> Lanes:
-        """data[index : index + 16] (``data`` a uint32 pointer, ``index`` an i64 IR value)."""
+        """data[index : index + count] (``data`` a uint32 pointer, ``index`` an i64 IR
+        value); narrow lanes take min(id, largest)."""
         builder = self.builder
-        address = builder.bitcast(builder.gep(data, [index]), _VALUES.as_pointer())
-        return Lanes(self, builder.load(address, align=4))
+        address = builder.bitcast(builder.gep(data, [index]), self._ids_type.as_pointer())
+        ids = builder.load(address, align=4)
+        if self.bits == 32:
+            return Lanes(self, ids)
+        largest = ir.Constant(self._ids_type, [self.largest] * self.count)
+        saturated = builder.select(builder.icmp_unsigned("<", ids, largest), ids, largest)
+        return Lanes(self, builder.trunc(saturated, self.values_type))
 
     def store_kept(self, values: Lanes, keep: Flags, data, index):
-        """Write the kept lanes, in order, to data[index:]; 16 ids are stored, so up to
-        16 after the kept ones are overwritten with junk (the caller leaves room)."""
+        """Write the kept lanes, in order, to data[index:] as uint32; ``count`` ids are
+        stored, so up to ``count`` after the kept ones are overwritten with junk (the
+        caller leaves room)."""
         builder = self.builder
-        packed = builder.call(self._intrinsic("llvm.experimental.vector.compress.v16i32",
-                                              _VALUES, [_VALUES, _FLAGS, _VALUES]),
-                              [values.value, keep.value, ir.Constant(_VALUES, ir.Undefined)])
-        address = builder.bitcast(builder.gep(data, [index]), _VALUES.as_pointer())
+        name = f"llvm.experimental.vector.compress.v{self.count}i{self.bits}"
+        packed = builder.call(self._intrinsic(name, self.values_type,
+                                              [self.values_type, self.flags_type,
+                                               self.values_type]),
+                              [values.value, keep.value,
+                               ir.Constant(self.values_type, ir.Undefined)])
+        if self.bits != 32:
+            packed = builder.zext(packed, self._ids_type)
+        address = builder.bitcast(builder.gep(data, [index]), self._ids_type.as_pointer())
         builder.store(packed, address, align=4)
 
     def flags_of_bits(self, word, first_bit: int) -> Flags:
-        """Flags from bits ``first_bit`` .. ``first_bit`` + 15 of an integer IR value (lane k
-        is bit first_bit + k): a move to a mask register, no vector work."""
+        """Flags from bits ``first_bit`` .. ``first_bit + count - 1`` of an integer IR value
+        (lane k is bit first_bit + k): a move to a mask register, no vector work."""
         builder = self.builder
         bits = builder.trunc(builder.lshr(word, ir.Constant(word.type, first_bit)),
-                             ir.IntType(LANES))
-        return Flags(self, builder.bitcast(bits, _FLAGS))
+                             ir.IntType(self.count))
+        return Flags(self, builder.bitcast(bits, self.flags_type))
 
-    def count(self, flags: Flags):
-        """How many of the 16 flags are set, as an i64 IR value."""
+    def count_of(self, flags: Flags):
+        """How many of the flags are set, as an i64 IR value."""
         popcount = self._intrinsic("llvm.ctpop.i64", _I64, [_I64])
         return self.builder.call(popcount, [flags.bits()])
 
+    def permuted(self, table: Lanes, index: Lanes) -> Lanes:
+        """Lane k takes lane index[k] % count of ``table``: a table lookup in one vpermw /
+        vpermd. Only where ``can_permute(count, bits)``: it is target-specific IR."""
+        name = _PERMUTES[(self.count, self.bits)][0]
+        function = self._intrinsic(name, self.values_type, [self.values_type] * 2)
+        return Lanes(self, self.builder.call(function, [table.value, index.value]))
+
     def interleaved(self, first: Lanes, second: Lanes, half: int) -> Lanes:
-        """Lanes 8 * half .. 8 * half + 7 of ``first`` and ``second`` taken in turn:
-        (first[8h], second[8h], first[8h + 1], ...)."""
-        order = [k for lane in range(8 * half, 8 * half + 8) for k in (lane, lane + LANES)]
-        return Lanes(self, self.builder.shuffle_vector(first.value, second.value,
-                                                       ir.Constant(_VALUES, order)))
+        """Lanes of half ``half`` (0 or 1) of ``first`` and ``second`` taken in turn:
+        (first[h], second[h], first[h + 1], ...) from h = half * count / 2."""
+        count = self.count
+        lanes = range(half * count // 2, (half + 1) * count // 2)
+        order = [k for lane in lanes for k in (lane, lane + count)]
+        return Lanes(self, self.shuffle(first.value, second.value, order))
 
     def _intrinsic(self, name, return_type, argument_types):
         module = self.builder.module

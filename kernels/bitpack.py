@@ -26,7 +26,7 @@ Scalar logic (the bit formulas, "does a character start here", what a coded id
 decodes to) is written once as ``@njit`` functions and called by the CUDA kernels
 and the CPU's one-unit-at-a-time decoder; the NumPy target calls the same
 functions' ``py_func`` on whole arrays where the function is branch-free. The CPU
-target's main path is a 16-lane vector step per 16 positions, written as LLVM IR
+target's main path is a vector step per 32 (or 16) positions, written as LLVM IR
 (``kernels/_lanes.py``) because a loop whose positions write 0, 1 or 2 ids each is
 not one LLVM vectorises; it restates the formulas on lanes and is tested equal to
 the NumPy target.
@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder
+from ._lanes import LANES, LaneBuilder, Lanes, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -294,9 +294,12 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk the positions are taken 16 at a time by one vector step
-# (``_encode_step``, ``_decode_step``, written as LLVM IR with ``_lanes``), across
-# sequence ends: every lane works out what its position writes from the ids around it
+# Within a chunk the positions are taken 32 at a time by one wide step in 16-bit lanes
+# (``_encode_wide_step``, ``_decode_wide_step``) where the codec's ids fit in 16 bits and
+# the CPU has AVX-512BW, else (and at the edges, the chunk's tail, and around ids of
+# 0xFFFF or more) 16 at a time in 32-bit lanes (``_encode_step``, ``_decode_step``); all
+# are LLVM IR written with ``_lanes``, and run across sequence ends: every lane works
+# out what its position writes from the ids around it
 # and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
 # kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
 # starting inside it gets its output offset from a popcount.
@@ -352,6 +355,8 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence that no
     chunk reached starts at the end of the output.
     """
+    n_sequences = sequence_out.size - chunk_lengths.size  # then one spare slot per chunk
+    sequence_out, sequence_chunk = sequence_out[:n_sequences], sequence_chunk[:n_sequences]
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
@@ -360,8 +365,20 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     else:
         joined = np.empty(total, dtype=np.uint32)
         _copy_chunks(out, sources, chunk_lengths, joined, dest)
-    shift = dest[sequence_chunk] - sources[sequence_chunk]
-    return joined, np.where(sequence_out < 0, total, sequence_out + shift)
+    return joined, _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total)
+
+
+@njit(cache=True)
+def _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total):
+    """Each sequence's start in the joined output (one pass; as NumPy steps, with the
+    gathers of ``dest`` and ``sources``, it took ~1.5 ms of a 20 ms call on 320 K
+    documents)."""
+    offsets = np.empty(sequence_out.size, dtype=np.int64)
+    for s in range(sequence_out.size):
+        chunk = sequence_chunk[s]
+        start = sequence_out[s]
+        offsets[s] = total if start < 0 else start + dest[chunk] - sources[chunk]
+    return offsets
 
 
 @njit(parallel=True, cache=True)
@@ -406,6 +423,9 @@ def _popcount(typingctx, word):
 
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
+WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
+WIDE_ENCODE_REACH = (3, WIDE_LANES + 2)
+WIDE_DECODE_REACH = (0, WIDE_LANES)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
 _CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
@@ -428,12 +448,12 @@ def _cut_map(offsets, n):
 
 @njit(inline="always", cache=True)
 def _cut_window(cuts, p):
-    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 32 - EDGE."""
+    """Bit EDGE + k set where a sequence starts at p + k, for -EDGE <= k < 64 - EDGE."""
     bit = p - EDGE + _CUT_MARGIN
     word, shift = bit >> 6, np.uint64(bit & 63)
     low = cuts[word] >> shift
     high = (cuts[word + 1] << np.uint64(1)) << (np.uint64(63) - shift)
-    return (low | high) & np.uint64(0xFFFFFFFF)
+    return low | high
 
 
 @njit(inline="always", cache=True)
@@ -457,7 +477,21 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
                             chunk, sequence_out, sequence_chunk):
     """Enter every sequence that starts before ``stop``; the one starting at p + k begins
     at output position o + (the kept bits below bit k * lanes_per_position). Returns
-    the sequence holding stop - 1."""
+    the sequence holding stop - 1.
+
+    A step holds at most one sequence start nearly always (documents of ~60 ids, steps
+    of 16 or 32): that case is branch-free, the record written to this chunk's spare
+    slot (``offsets.size + chunk``) when no sequence starts; a data-dependent loop here
+    mispredicted about once a document (~5 of 20 ms, real zh+ja encoding)."""
+    if sequence + 2 >= offsets.size or offsets[sequence + 2] >= stop:
+        next_start = offsets[sequence + 1]
+        enters = next_start < stop
+        below = min(next_start - p, 31) * lanes_per_position  # (no start: any value)
+        mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
+        slot = sequence + 1 if enters else offsets.size + chunk
+        sequence_out[slot] = o + _popcount(np.uint64(kept_bits) & mask)
+        sequence_chunk[slot] = chunk
+        return sequence + np.int64(enters)
     while offsets[sequence + 1] < stop:
         sequence += 1
         below = (offsets[sequence] - p) * lanes_per_position
@@ -474,6 +508,15 @@ def _array_data(context, builder, array_type, array):
 
 def _i64(k):
     return ir.Constant(ir.IntType(64), k)
+
+
+def _fits_wide_lanes(base_vocab_size, *tables):
+    """Whether wide steps run: the codec's ids (and so every id below base_vocab_size)
+    are below 0xFFFF, the largest value of a 16-bit lane, which stands for every id at
+    or above it; and the CPU permutes 16-bit lanes (AVX-512BW: without it LLVM spells
+    out the 32-lane compress lane by lane, slower than two 16-lane steps)."""
+    fits = max([base_vocab_size, *(int(t.max()) for t in tables)]) < 0xFFFF
+    return fits and can_permute(WIDE_LANES, 16)
 
 
 def _lane_table(derive, *tables):
@@ -530,7 +573,7 @@ def _select_of(lanes, word, entries):
     return picked
 
 
-def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
+def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
     bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
     (coded ids, which of them are kept, which positions hold a bad id).
@@ -542,21 +585,35 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
     blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
-    def prefix_ids(b1):
-        return _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+    numbers = lanes.lane_numbers()
+    if permute:  # tables of the lane number (hoisted out of the loop), looked up in one step
+        quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+        leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
+        prefix_table = leads.select(quad_prefix, 0)  # lane b & 31 for lead byte b: its prefix id
+        hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
+        lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
 
     def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
         b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
-        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
         continues = ((b2 ^ 0x80) | (b3 ^ 0x80)).lt(0x40)
         inside = ~lanes.flags_of_bits(blocked, EDGE + d)
-        return (is_lead & continues & inside).select(prefix_ids(b1), 0)
+        if permute:
+            return ((b1 & ~15).eq(0xE0) & continues & inside).select(
+                lanes.permuted(prefix_table, b1), 0)
+        is_lead = (b1 >> 4).eq(0xE) & (b1 & 15).bit(layout[_LEAD_BITS])
+        prefix_id = _select_of(lanes, (b1 >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+        return (is_lead & continues & inside).select(prefix_id, 0)
 
     here, back3 = char_prefix(0), char_prefix(-3)
     back1, back2 = here.shifted_up(back3, 1, 3), here.shifted_up(back3, 2, 3)
     before, x = ids_at(-1), ids_at(0)
-    hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) + ((x >> 1) & 31)
-    lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
+    if permute:
+        hi_ids = lanes.permuted(hi_table, before) + ((x >> 1) & 31)
+        lo_ids = lanes.permuted(lo_table, before) + (x & 63)
+    else:
+        hi_ids = _select_of(lanes, before & 3, layout[_HI_FIRST : _HI_FIRST + 4]) \
+            + ((x >> 1) & 31)
+        lo_ids = (before & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST]) + (x & 63)
     starts = here.ne(0)
     coded = starts.select(here, back1.ne(0).select(hi_ids, back2.ne(0).select(lo_ids, x)))
     repeats_prefix = starts & here.eq(back3) & ~lanes.flags_of_bits(cut, EDGE)
@@ -566,54 +623,104 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base):
     return coded, keep, bad
 
 
-@intrinsic
-def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
-    """Encode positions p .. p + 15 (the first ``n_in_span`` are in the chunk) into
-    out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits, kept
-    bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
-    """
-    def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
-        lanes = LaneBuilder(builder)
-        ids_data = _array_data(context, builder, signature.args[0], ids_v)
-        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[4]))]
+def _ids_views(lanes, ids_data, p, reach):
+    """``ids_at(k)``: Lanes of ids[p + k : p + k + count] for -reach[0] <= k < reach[0].
+    32-bit lanes load each; narrow lanes load (and saturate) the two views k = -reach[0]
+    and k = +reach[0] and shuffle the others out of them (one vpermi2w each, where a
+    narrowing load is two loads, two vpmovusdw and an insert)."""
+    builder = lanes.builder
 
-        def ids_at(k):
-            return lanes.load(ids_data, builder.add(p_v, _i64(k)))
+    def load(k):
+        return lanes.load(ids_data, builder.add(p, _i64(k)))
 
-        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
-                                         cut_v, lanes.splat(base_v))
-        lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
-                         o_v)
-        return context.make_tuple(builder, signature.return_type,
-                                  [lanes.count(keep), bad.bits(), keep.bits()])
-    return_type = types.UniTuple(types.int64, 3)
-    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+    if lanes.bits == 32:
+        return load
+    back = reach[0]
+    first, last = load(-back), load(back)
+    views = {-back: first, back: last}
+
+    def ids_at(k):
+        if k not in views:  # lane j: position k + j, in ``first`` up to its lane count - 1
+            order = [j + k + back if j + k + back < lanes.count else lanes.count + j + k - back
+                     for j in range(lanes.count)]
+            views[k] = Lanes(lanes, lanes.shuffle(first.value, last.value, order))
+        return views[k]
+    return ids_at
+
+
+def _encode_step_of(count, bits):
+    """The encoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
+    @intrinsic
+    def encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+        """Encode positions p .. p + count - 1 (the first ``n_in_span`` are in the chunk)
+        into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
+        kept bits, the bits of positions whose id is too large for the lanes: where any is
+        set nothing of the step holds and the caller redoes it with 32-bit lanes). Reads
+        ids[p - 3 : p + count + 2] and writes out[o : o + count].
+        """
+        def codegen(context, builder, signature, args):
+            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
+            lanes = LaneBuilder(builder, count, bits)
+            ids_data = _array_data(context, builder, signature.args[0], ids_v)
+            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                            for k in range(len(signature.args[4]))]
+
+            ids_at = _ids_views(lanes, ids_data, p_v, ENCODE_REACH)
+            coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words,
+                                             lanes.splat(n_in_span_v), cut_v,
+                                             lanes.splat(base_v), can_permute(count, bits))
+            lanes.store_kept(coded, keep,
+                             _array_data(context, builder, signature.args[6], out_v), o_v)
+            too_large = ids_at(0).eq(lanes.largest).bits() if bits < 32 else _i64(0)
+            return context.make_tuple(builder, signature.return_type,
+                                      [lanes.count_of(keep), bad.bits(), keep.bits(),
+                                       too_large])
+        return_type = types.UniTuple(types.int64, 4)
+        return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+    return encode_step
+
+
+_encode_step = _encode_step_of(LANES, 32)
+_encode_wide_step = _encode_step_of(WIDE_LANES, 16)
 
 
 @njit(cache=True)
-def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, out, sequence_out,
-                  sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
-    record where its sequences begin. Writes up to LANES ids past its output."""
+def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
+                  sequence_out, sequence_chunk):
+    """Encode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    in 16-bit lanes where ``wide`` (the codec's ids fit) and the ids do, else 16 in 32-bit
+    lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its output
+    only where its input is that much longer."""
     start, stop = bounds[chunk], bounds[chunk + 1]
-    o = source
+    p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    for p in range(start, stop, LANES):
-        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+    while p < stop:
+        cut = _cut_window(cuts, p)
+        if wide and p + WIDE_LANES <= stop and not _needs_edge_copy(p, ids.size,
+                                                                    WIDE_ENCODE_REACH):
+            written, bad, kept, too_large = _encode_wide_step(ids, p, WIDE_LANES, cut, layout,
+                                                              base, out, o)
+            if too_large == 0:
+                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
+                                                   1, p, chunk, sequence_out, sequence_chunk)
+                if bad != 0 and first_bad < 0:
+                    first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
+                p, o = p + WIDE_LANES, o + written
+                continue
+        n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, ENCODE_REACH):
             _edge_copy(ids, p, scratch)
-            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out, o)
+            written, bad, kept, _ = _encode_step(scratch, EDGE, n_in_span, cut, layout, base,
+                                                 out, o)
         else:
-            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+            written, bad, kept, _ = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
         sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
                                            chunk, sequence_out, sequence_chunk)
         if bad != 0 and first_bad < 0:
             first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-        o += written
+        p, o = p + LANES, o + written
     return o - source, first_bad
 
 
@@ -632,25 +739,26 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
                           lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
+    wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
     chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
-        ids, offsets, bounds, sources, layout, base_vocab_size, out)
+        ids, offsets, bounds, sources, layout, base_vocab_size, wide, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
+def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide, out):
     """Run ``_encode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
-                               base_vocab_size, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
     return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
@@ -662,14 +770,15 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, out):
 # the decode table and checks that the table has this shape): 4 ints = for each
 # run of 32 value ids (k >> 5 of id base + k), its first value >> 5 in 4 bits; bit
 # k >> 5 set for runs of hi values; for each prefix id, its prefix - 0x38 in 2 bits;
-# the number of prefix ids.
-_RUN_VALUES, _RUN_IS_HI, _PREFIX_VALUES, _N_PREFIXES = 0, 1, 2, 3
+# the number of prefix ids; then each run's first value >> 5 again, one word each (for
+# 16-bit lanes, which cannot shift the packed word).
+_RUN_VALUES, _RUN_IS_HI, _PREFIX_VALUES, _N_PREFIXES, _RUN_VALUE_OF = 0, 1, 2, 3, 4
 _NONE, _UNSEEN = 1, 0  # the decoding step's "no prefix in force", "no event yet" (prefixes
 # are 0x38-0x3B)
 
 
 def _decode_lane_table(decode_table):
-    """The decoding step's layout table (4 ints); ValueError if the table does not fit it."""
+    """The decoding step's layout table (12 ints); ValueError if the table does not fit it."""
     kinds, payloads = decode_table >> 16, decode_table & 0xFFFF
     n_prefixes = decode_table.size - N_VALUE_IDS
     run_values = payloads[:N_VALUE_IDS:32] >> 5
@@ -687,7 +796,8 @@ def _decode_lane_table(decode_table):
         raise ValueError("decode_table does not follow the layout of DESIGN §3 (256 value ids "
                          "in runs of 32 consecutive values, then up to 4 prefix ids of lead "
                          "bytes 0xE0-0xEF): build it with gpubpe.bitlevel")
-    table = np.zeros(4, dtype=np.uint32)
+    table = np.zeros(_RUN_VALUE_OF + 8, dtype=np.uint32)
+    table[_RUN_VALUE_OF:] = run_values
     table[_RUN_VALUES] = np.bitwise_or.reduce(run_values.astype(np.int64) << (4 * np.arange(8)))
     table[_RUN_IS_HI] = np.bitwise_or.reduce((run_kinds == KIND_HI) << np.arange(8))
     table[_PREFIX_VALUES] = np.bitwise_or.reduce(prefixes << (2 * np.arange(n_prefixes)),
@@ -701,30 +811,44 @@ def _decode_lane_table(decode_table):
 _HI, _LO, _PREFIX, _PLAIN, _INVALID = 1, 2, 4, 8, 16
 
 
-def _classes(x, layout, base):
-    """(class of each id, its 9-bit value where it is a value id, its index among the
-    codec's ids)."""
+def _classes(lanes, x, layout, base, permute):
+    """(class of each id, its 9-bit value where it is a value id, the prefix - 0x38 + 0x38
+    where it is a prefix id). With ``permute``, one table lookup gives a value id's run
+    (first value and class) and one a prefix id's prefix."""
     index = x - base
     run = (index >> 5) & 7
-    value_class = (((layout[_RUN_IS_HI] >> run) & 1) ^ 1) + _HI  # _HI or _LO
     is_prefix = (index - N_VALUE_IDS).lt(layout[_N_PREFIXES])
     other_class = x.lt(base).select(_PLAIN, is_prefix.select(_PREFIX, _INVALID))
-    value = (((layout[_RUN_VALUES] >> (run << 2)) & 15) << 5) | (index & 31)
-    return index.lt(N_VALUE_IDS).select(value_class, other_class), value, index
+    if permute:  # tables of the lane number, hoisted out of the loop
+        numbers = lanes.lane_numbers()
+        run_classes = (((layout[_RUN_IS_HI] >> (numbers & 7)) & 1) ^ 1) + _HI
+        runs = (_select_of(lanes, numbers & 7, layout[_RUN_VALUE_OF : _RUN_VALUE_OF + 8]) << 5) \
+            | (run_classes << 12)
+        prefixes = ((layout[_PREFIX_VALUES] >> ((numbers & 3) << 1)) & 3) + 0x38
+        entry = lanes.permuted(runs, index >> 5)
+        value_class, value = entry >> 12, (entry & 0x1E0) | (index & 31)
+        payload = lanes.permuted(prefixes, index)  # ids base + 256 + k: lane k (k < 4)
+    else:
+        value_class = (((layout[_RUN_IS_HI] >> run) & 1) ^ 1) + _HI  # _HI or _LO
+        first_of_run = _select_of(lanes, run, layout[_RUN_VALUE_OF : _RUN_VALUE_OF + 8])
+        value = (first_of_run << 5) | (index & 31)
+        payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
+    return index.lt(N_VALUE_IDS).select(value_class, other_class), value, payload
 
 
 def _last_prefix_seen(is_event, event_prefix):
-    """The "last prefix seen" scan over 16 lanes: at each lane the prefix set by the last
-    event at or before it, _UNSEEN if there is none. Four rounds of doubling; none of
-    it waits on the previous step (its prefix is put in afterwards), so steps overlap."""
+    """The "last prefix seen" scan over the lanes: at each lane the prefix set by the last
+    event at or before it, _UNSEEN if there is none. Rounds of doubling (4 for 16 lanes);
+    none of it waits on the previous step (its prefix is put in afterwards), so steps
+    overlap."""
     seen = is_event.select(event_prefix, _UNSEEN)
-    for distance in (1, 2, 4, 8):
+    for distance in (1, 2, 4, 8, 16)[: is_event.lanes.count.bit_length() - 1]:
         seen = seen.ne(_UNSEEN).select(seen, seen.shifted_up(_UNSEEN, distance))
     return seen
 
 
-def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
-    """What ids x = ids[p : p + 16] decode to: (first id, second id, how many of the two
+def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried, permute):
+    """What ids x = ids[p : p + count] decode to: (first id, second id, how many of the two
     each position writes, malformed bits, last prefix seen, classes, 9-bit values).
 
     A base id writes itself, a hi id the lead byte, a lo id the middle and last bytes
@@ -740,11 +864,10 @@ def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
     prefix_before, class_before, value_before = carried
     in_span = lanes.lane_numbers().lt(n_in_span)
     starts_sequence = lanes.flags_of_bits(cut, EDGE)
-    klass, value, index = _classes(x, layout, base)
+    klass, value, payload = _classes(lanes, x, layout, base, permute)
     klass = in_span.select(klass, _PLAIN)
     before_in_sequence = klass.shifted_up(class_before, 1)
     before = starts_sequence.select(_PLAIN, before_in_sequence)
-    payload = ((layout[_PREFIX_VALUES] >> (((index - N_VALUE_IDS) & 3) << 1)) & 3) + 0x38
     event_prefix = (klass & _PREFIX).ne(0).select(payload, _NONE)
     seen = _last_prefix_seen((klass & (_HI | _LO)).eq(0) | starts_sequence, event_prefix)
     prefix = seen.eq(_UNSEEN).select(prefix_before, seen)
@@ -763,44 +886,56 @@ def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried):
             seen, klass, value)
 
 
-@intrinsic
-def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
-    """Decode ids[p : p + 16] (the first ``n_in_span`` are in the chunk) into out[o:];
-    ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it. Returns
-    (ids written, malformed bits, what to carry to the next step, kept bits: 2k and
-    2k + 1 for the two ids position p + k may write). Reads ids[p : p + 16], writes
-    out[o : o + 32]. Where a bit of "malformed" is set what was written is not the
-    decoding (the caller redoes those positions)."""
-    def codegen(context, builder, signature, args):
-        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
-        lanes = LaneBuilder(builder)
-        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                        for k in range(len(signature.args[4]))]
-        carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
-        x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
-        first, last, written, malformed, seen, klass, value = _decode_lanes(
-            lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
-            carried)
-        out_data = _array_data(context, builder, signature.args[7], out_v)
-        second_of_pair = lanes.constants([0, 1] * (LANES // 2))
-        counts, kept = [], []
-        for half in (0, 1):  # positions 0-7, then 8-15: first and second ids in turn
-            keep = second_of_pair.lt(lanes.interleaved(written, written, half))
-            at = builder.add(o_v, counts[0]) if counts else o_v
-            lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
-            counts.append(lanes.count(keep))
-            kept.append(keep.bits())
-        seen_last = builder.zext(seen.last(), ir.IntType(64))
-        prefix_after = builder.select(builder.icmp_unsigned("==", seen_last, _i64(_UNSEEN)),
-                                      builder.extract_value(carried_v, 0), seen_last)
-        carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64)) for v in (klass, value)]
-        return context.make_tuple(builder, signature.return_type, [
-            builder.add(*counts), malformed,
-            context.make_tuple(builder, signature.return_type[2], carry),
-            builder.or_(kept[0], builder.shl(kept[1], _i64(LANES)))])
-    carried_type = types.UniTuple(types.int64, 3)
-    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
-    return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
+def _decode_step_of(count, bits):
+    """The decoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
+    @intrinsic
+    def decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
+        """Decode ids[p : p + count] (the first ``n_in_span`` are in the chunk) into
+        out[o:]; ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it.
+        Returns (ids written, malformed bits, what to carry to the next step, kept bits:
+        2k and 2k + 1 for the two ids position p + k may write). Reads ids[p : p + count],
+        writes out[o : o + 2 * count]. Where a bit of "malformed" is set what was written
+        is not the decoding (the caller redoes those positions); in 16-bit lanes an id of
+        0xFFFF or more reads as 0xFFFF, past the codec's ids (the caller makes sure), so
+        it is malformed there too."""
+        def codegen(context, builder, signature, args):
+            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
+            lanes = LaneBuilder(builder, count, bits)
+            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                            for k in range(len(signature.args[4]))]
+            carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
+            x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
+            first, last, written, malformed, seen, klass, value = _decode_lanes(
+                lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
+                carried, can_permute(count, bits))
+            out_data = _array_data(context, builder, signature.args[7], out_v)
+            second_of_pair = lanes.constants([0, 1] * (count // 2))
+            counts, kept = [], []
+            for half in (0, 1):  # the first half of the positions, then the second: the
+                # first and second ids of each in turn
+                keep = second_of_pair.lt(lanes.interleaved(written, written, half))
+                at = builder.add(o_v, counts[0]) if counts else o_v
+                lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
+                counts.append(lanes.count_of(keep))
+                kept.append(keep.bits())
+            seen_last = builder.zext(seen.last(), ir.IntType(64))
+            prefix_after = builder.select(builder.icmp_unsigned("==", seen_last,
+                                                                _i64(_UNSEEN)),
+                                          builder.extract_value(carried_v, 0), seen_last)
+            carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64))
+                                      for v in (klass, value)]
+            return context.make_tuple(builder, signature.return_type, [
+                builder.add(*counts), malformed,
+                context.make_tuple(builder, signature.return_type[2], carry),
+                builder.or_(kept[0], builder.shl(kept[1], _i64(count)))])
+        carried_type = types.UniTuple(types.int64, 3)
+        return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
+        return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
+    return decode_step
+
+
+_decode_step = _decode_step_of(LANES, 32)
+_decode_wide_step = _decode_step_of(WIDE_LANES, 16)
 
 
 @njit(inline="always", cache=True)
@@ -903,11 +1038,12 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 
 @njit(cache=True)
-def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, out,
-                  sequence_out, sequence_chunk):
-    """Decode chunk ``chunk`` into out[source:], 16 positions a step across sequence ends;
-    record where its sequences begin. Steps with a malformed unit are redone one unit at
-    a time (``_redo_units``). Writes up to 2 * LANES ids past its output."""
+def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
+                  out, sequence_out, sequence_chunk):
+    """Decode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    in 16-bit lanes where ``wide`` (the codec's ids fit), else 16 in 32-bit lanes; record
+    where its sequences begin. Steps with a malformed unit are redone one unit at a time
+    (``_redo_units``). Writes up to 2 * LANES ids past its output."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
@@ -915,7 +1051,24 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
     while p < stop:
-        n_in_span, cut = min(stop - p, LANES), _cut_window(cuts, p)
+        cut = _cut_window(cuts, p)
+        if wide and p + WIDE_LANES < stop and not _needs_edge_copy(p, ids.size,
+                                                                   WIDE_DECODE_REACH):
+            written, malformed, carry, kept = _decode_wide_step(ids, p, WIDE_LANES, cut, layout,
+                                                                base, carried, out, o)
+            if malformed == 0:
+                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2,
+                                                   p, chunk, sequence_out, sequence_chunk)
+                p, o, carried = p + WIDE_LANES, o + written, carry
+                continue
+            p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
+                ids, offsets, sequence, p, p + WIDE_LANES, decode_table, base, out, o,
+                carried, chunk, sequence_out, sequence_chunk)
+            n_bad += run_bad
+            if first_bad < 0:
+                first_bad = run_first_bad
+            continue
+        n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, DECODE_REACH):
             _edge_copy(ids, p, scratch)
             written, malformed, carry, kept = _decode_step(scratch, EDGE, n_in_span, cut, layout,
@@ -951,26 +1104,28 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=No
                           decode_table, base_vocab_size, decode_table.size)
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
+    wide = _fits_wide_lanes(base_vocab_size + decode_table.size)
     chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = _decode_chunks(
-        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out)
+        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
                                        sequence_chunk)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
 @njit(parallel=True, cache=True)
-def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, out):
+def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide,
+                   out):
     """Run ``_decode_chunk`` on every chunk, in parallel; gather what each one reports."""
     n_chunks = bounds.size - 1
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
-    sequence_out = np.full(offsets.size, -1, dtype=np.int64)
-    sequence_chunk = np.zeros(offsets.size, dtype=np.int64)
+    sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
+    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
-                               base_vocab_size, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]
@@ -1303,3 +1458,52 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   512-bit instruction as two 256-bit halves: ~1 ns per id of compute, where 0.5x of
 #   np.copy would allow ~0.4 after the faults. Reaching it needs a step with far fewer
 #   instructions per id (e.g. 16-bit lanes where the ids allow), not less overhead.
+#
+# Wide steps (2026-11-23 15:25-16:05 UTC, same VM, load 0.5-5; process CPU time, 20M
+# ids, one thread; bench/RESULTS.md "Issue 18, codec helper, part 2"):
+# - Real zh+ja is byte fallbacks throughout: 93% of its ids are bytes >= 0x80 and only
+#   0.8% of 16-id windows (0.2% of 32-id ones) are all ASCII, so a "plain window, copy
+#   it" fast path has nothing to skip there. Each step's work was cut instead.
+# - 32 positions in 16-bit lanes (``LaneBuilder(builder, 32, 16)``): loads saturate each
+#   id to 0xFFFF (vpmovusdw; truncating would read 0x100E4 as the lead byte 0xE4),
+#   stores widen the kept lanes (vpcompressw, vpmovzxwd). Encoding reads six shifted
+#   views of the ids (-3..+2): two saturating loads and four vpermi2w shuffles of them,
+#   not six loads (each two loads, two vpmovusdw and an insert): one document 15.4 ->
+#   13.8 ms. An id of 0xFFFF or more makes encoding redo the 32 positions as two 32-bit
+#   steps; when decoding it is past the codec's ids, so malformed, and redone one unit
+#   at a time, as before.
+# - Table lookups as one vpermw / vpermd (target-specific IR, only with AVX-512:
+#   ``_lanes.can_permute``): lead byte -> prefix id, hi and lo value ids, a value id's
+#   run, a prefix id's prefix; the tables are vectors of the lane number, hoisted out
+#   of the loop. Replaced select chains of 3-4 compares and blends each.
+# - Sequence records: a step holds at most one sequence start nearly always; that case
+#   is now branch-free (written to the chunk's spare slot when there is none). The
+#   loop mispredicted about once a document: 20.2 -> 16.3 ms (output pre-faulted).
+# - Joining: the sequences' output offsets in one compiled pass (NumPy gathers over
+#   320 K documents: 1.6 -> 0.45 ms).
+# - Before -> after, interleaved in one process (HEAD's kernels imported beside these,
+#   medians of 11, ratio to np.copy): real encode 0.31 -> 0.43, decode 0.18 -> 0.29;
+#   mixed 0.29 -> 0.39 / 0.21 -> 0.33; bytes 0.32 -> 0.45 / 0.22 -> 0.32.
+# - Where the time goes now (real zh+ja, 20M ids): encode 12.7 ms of compute (output
+#   pre-faulted; 0.58-0.69 ns/id, the same with the input in L2, so not memory bound) +
+#   ~7 ms of first touch of its 65 MB of output + ~1 ms of planning and joining, against
+#   np.copy's 7.4-9 ms; decode 14.6 ms of compute + ~8.5 ms of first touch (80 MB out).
+#   First touch of fresh memory costs ~0.1 ms per MB on this VM (madvise
+#   MADV_POPULATE_WRITE of 80 MB alone: 8.8 ms; the same write to touched pages: 3 ms);
+#   np.copy pays it too, but decoding writes 1.23 ids per id read, so its floor from
+#   page faults alone is above half of np.copy's time: 0.5x needs the output buffer
+#   reused (an ``out=`` argument), not a faster step.
+# - What limits a step (experiments, not kept): a wide encoding step with the
+#   computation replaced by "write the id" (loads, narrowing, compress, stores, records)
+#   ran 0.33 ns/id; with the six views built and summed, 0.59-0.68, as much as the whole
+#   step (0.58): the shuffles that build the views and narrow the ids (vpmovusdw,
+#   vpermi2w/vpermt2w on 16-bit lanes) look like the bottleneck, not the logic.
+#   Tried, no change beyond the noise: the character starts of p-3..p-1 carried from
+#   the step before (two views and one start computation fewer, three scalars
+#   extracted and inserted); vpackusdw + vpermq instead of vpmovusdw + insert. A
+#   further 2x would need far fewer cross-lane shuffles per id, e.g. 8-bit lanes (64
+#   positions of vpmovusdb-narrowed ids) for the byte classification.
+# - Timing noise on this VM: the same step ran 0.59 and 1.1 ns/id minutes apart in one
+#   process (the other vCPU, likely a sibling on the same host core, busy or not), so
+#   single timings are good to about +-30%; compare variants interleaved.
+

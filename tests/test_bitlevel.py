@@ -452,6 +452,73 @@ def test_cpu_steps_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
                                              n_chunks=n_chunks)])
 
 
+@pytest.mark.parametrize("spacing", ["dense", "sparse", "empty"])
+def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
+    """Sequence starts at every spacing: several (and empty sequences) in one 32-position
+    step take the records' loop, at most one its branch-free path; documents end inside
+    the wide steps and the 16-lane steps alike. Encoding and decoding both."""
+    rng = np.random.default_rng(len(spacing))
+    codec = DEFAULT_CODECS["cpu"]
+    t = codec._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    ids = _density_segments(rng, 8)
+    gaps = {"dense": (0, 6), "sparse": (20, 90), "empty": (0, 3)}[spacing]
+    cuts = np.cumsum(rng.integers(*gaps, ids.size // max(1, sum(gaps) // 2)))
+    if spacing == "empty":
+        cuts = np.repeat(cuts, rng.integers(1, 4, cuts.size))  # empty sequences
+    offsets = np.r_[0, cuts[cuts < ids.size], ids.size].astype(np.int64)
+    expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=1)
+    assert_same([expected, got])
+    coded, coded_offsets, _ = got
+    assert_same([bitpack.bitlevel_decode_numpy(coded, coded_offsets, table, BASE),
+                 bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, BASE)])
+
+
+def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
+    """A wide step holds ids in 16-bit lanes; an id of 0xFFFF or more (here: bad ids,
+    above the base vocabulary) makes its 32 positions run as two 32-bit steps when
+    encoding, and is malformed when decoding (redone one unit at a time). 0x100E4 would
+    read as the lead byte 0xE4 if the lanes truncated instead of saturating."""
+    rng = np.random.default_rng(5)
+    t = DEFAULT_CODECS["cpu"]._tables
+    lead, values = t["lead_prefix_ids"], t["value_ids"]
+    ids = _density_segments(rng, 6)
+    offsets = np.array([0, ids.size // 3, ids.size], dtype=np.int64)
+    for large in (0xFFFF, 0x10000 + 0xE4, 0x10000 + 0x80, 0xFFFFFFFF):
+        sprinkled = ids.copy()
+        where = np.sort(rng.integers(0, ids.size - 2, 30))
+        sprinkled[where] = large
+        sprinkled[where + 1] = 0xBC  # as if a character began at the large id
+        expected = bitpack.bitlevel_encode_numpy(sprinkled, offsets, lead, values, BASE)
+        got = bitpack.bitlevel_encode_cpu(sprinkled, offsets, lead, values, BASE)
+        assert_same([expected, got])
+        assert got[2] == where[0]
+    coded, coded_offsets, _ = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE)
+    table = t["decode_table"]
+    for large in (0xFFFF, 0x10000 + BASE + 5, 0x10000 + 65):  # truncated: a value id, 'A'
+        sprinkled = coded.copy()
+        sprinkled[np.sort(rng.integers(0, coded.size, 30))] = large
+        expected = bitpack.bitlevel_decode_numpy(sprinkled, coded_offsets, table, BASE)
+        got = bitpack.bitlevel_decode_cpu(sprinkled, coded_offsets, table, BASE)
+        assert_same([expected[:2], got[:2]])
+        assert got[2:] == expected[2:] and got[2] >= 30
+
+
+def test_cpu_steps_pass_ids_above_16_bits_below_a_large_base_vocabulary():
+    """base_vocab_size above 0xFFFF: the codec's ids need 32-bit lanes, which then run
+    everything, and ids such as 0x100E4 pass through."""
+    base = 70_000
+    codecs = codecs_for(range(0xE0, 0xF0), base=base)
+    rng = np.random.default_rng(6)
+    ids = _density_segments(rng, 4)
+    ids[rng.integers(0, ids.size, 200)] = 0x100E4
+    offsets = np.array([0, ids.size // 2, ids.size], dtype=np.int64)
+    encoded = [codecs[name].encode_batch(ids, offsets) for name in ("numpy", "cpu")]
+    assert_same(encoded)
+    assert codecs["cpu"].decode_batch(*encoded[1])[0].tolist() == ids.tolist()
+
+
 # --- the CPU's vector steps: every lane, every malformation, any CPU -------------------------
 
 
@@ -476,14 +543,15 @@ def _malformed_pieces(codec):
 
 def _malformed_variants(coded, codec):
     """(name, where, ids, offsets): a malformed piece put in at each unit boundary of the
-    first 200 ids (a base or prefix id starts there), and after 0-31 base ids, so that it
-    meets every lane of the CPU's 16-position steps; pieces named "at the end" end a
-    sequence."""
+    first 200 ids (a base or prefix id starts there), and after 0-63 base ids, so that it
+    meets every lane of the CPU's 16- and 32-position steps; pieces named "at the end" end
+    a sequence."""
     is_value = (coded >= BASE) & (coded < BASE + 256)
     boundaries = [b for b in range(min(coded.size, 200)) if not is_value[b]]
-    padded = np.concatenate([np.full(2 * bitpack.LANES, 65), coded])  # every lane, surely
+    padded = np.concatenate([np.full(2 * bitpack.WIDE_LANES, 65), coded])  # every lane
     for name, piece in _malformed_pieces(codec).items():
-        for stream, b in [(coded, b) for b in boundaries] + [(padded, k) for k in range(32)]:
+        for stream, b in [(coded, b) for b in boundaries] + [
+                (padded, k) for k in range(2 * bitpack.WIDE_LANES)]:
             ids = np.concatenate([stream[:b], piece, stream[b:]]).astype(np.uint32)
             cut = [b + len(piece)] if name.endswith("at the end") else []
             yield name, b, ids, np.array([0, *cut, ids.size], dtype=np.int64)
@@ -491,8 +559,9 @@ def _malformed_variants(coded, codec):
 
 @pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
 def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
-    """Each malformation at each of 3 steps' 16 lanes: the step is redone one unit at a time,
-    from the unit the step before left open, to exactly the NumPy backend's output."""
+    """Each malformation at each lane of the 16- and 32-lane steps: the step is redone one
+    unit at a time, from the unit the step before left open, to exactly the NumPy
+    backend's output."""
     codec = codecs["cpu"]
     coded = _dense_coded(codec, 120, seed=len(codec.prefixes))
     table = codec._tables["decode_table"]
@@ -503,8 +572,8 @@ def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
         assert got[2:] == expected[2:], (name, where)
         assert expected[2] >= 1
         assert_same([expected[:2], got[:2]])
-        lanes_met.add(where % bitpack.LANES)
-    assert lanes_met == set(range(bitpack.LANES))
+        lanes_met.add(where % bitpack.WIDE_LANES)
+    assert lanes_met == set(range(bitpack.WIDE_LANES))
 
 
 def test_lane_tables_refuse_tables_of_another_layout():
@@ -545,9 +614,11 @@ OTHER_CPU_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("cpu_name", ["haswell", "x86-64"])
 def test_cpu_steps_compile_for_cpus_without_avx512(cpu_name, tmp_path):
-    """The steps are target-independent LLVM IR: built for an AVX2 CPU and for baseline
-    x86-64 (NUMBA_CPU_NAME; this machine runs either), they give the NumPy output."""
-    env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CACHE_DIR=str(tmp_path))
+    """Built for an AVX2 CPU and for baseline x86-64 (NUMBA_CPU_NAME, and no AVX-512
+    features; this machine runs either), the steps leave out their AVX-512 table lookups
+    and wide steps and give the NumPy output."""
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CPU_FEATURES="",
+               NUMBA_CACHE_DIR=str(tmp_path))  # no features: the CPU's own, no AVX-512
     result = subprocess.run([sys.executable, "-c", OTHER_CPU_SCRIPT], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
