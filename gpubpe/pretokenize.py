@@ -254,6 +254,7 @@ def iter_batches(corpus, text_field: str = "text",
         ) from None
     pending = _PendingDocuments()
     index = 0
+    limit = min(batch_bytes, _FIRST_DOCUMENT_BATCH_BYTES)  # grows, see there
     for chunk in _chunks(items, _READ_CHUNK):
         documents = _str_documents(chunk)  # the common case: every item a str document
         index += len(chunk) if documents is not None else 0
@@ -267,17 +268,21 @@ def iter_batches(corpus, text_field: str = "text",
             index += 1
         if documents is not None:
             pending.add(documents)
-        if pending.size >= min(batch_bytes, _DOCUMENT_BATCH_BYTES):
+        if pending.size >= limit:
             yield pending.batch()
+            limit = min(2 * limit, batch_bytes)
     if pending:
         yield pending.batch()
 
 
 _READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches
-# Documents given in memory are batched by at most this many bytes (files by
-# ``batch_bytes``): threaded counting starts when the first batch is read, so the
-# reading of a big first batch (8 MB of lines: ~40 ms, GIL-bound) was a serial start.
-_DOCUMENT_BATCH_BYTES = 1 << 20
+# Documents given in memory: the first batch is this many bytes, each next one twice
+# the last, up to ``batch_bytes``. Issue 18, 2-thread counting of 8.4 MB of lines:
+# threads start on the first batch, and reading 8 MB first (~40 ms, GIL-bound) was a
+# serial start; 1 MB batches throughout cost as much in merging the threads' shares
+# (~15K distinct words a share, ~100 ns each on the reading thread: 8 -> 29 ms).
+# Wall, 2 threads: 8 MB batches ~110 ms, 1 MB ~105, 4 MB ~85, growing from 1 MB: RESULTS.
+_FIRST_DOCUMENT_BATCH_BYTES = 1 << 20
 
 
 def _chunks(items: Iterator, size: int) -> Iterator[list]:
@@ -718,6 +723,10 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                 progress.update(len(batch.data))
         for future in pending:
             tally.add(*future.result())
+    # Tried (issue 18): each share added into the tally on its pool thread, in share
+    # order (a turn condition), to take the adding off this reading thread: slower
+    # (2 threads 111-128 ms against 86-105), the two pool threads and this one then
+    # share 2 cores, and this thread's reading is the longer path.
     return tally.as_dict()
 
 
