@@ -385,37 +385,13 @@ class Tokenizer:
         offsets on the device (CuPy arrays; ``torch.from_dlpack`` takes them
         without a copy); it needs ``backend="cuda"``.
         """
-        parts = _pipeline_parts(texts, num_threads) if self._device is None else None
-        if parts is not None:
-            try:
-                return self._encode_parts(parts, allowed_special, disallowed_special,
-                                          num_threads, dtype)
-            except (InputTypeError, CorpusError, SpecialTokenError):
-                pass  # raised again below, naming the document's index in the whole batch
+        # Tried (issue 18): the list cut into ~1 MB parts, each part's str -> UTF-8 on a
+        # reader thread while the previous part encoded: slower on 2 threads (1.14-1.21x
+        # one thread, against 1.27-1.28x without): per-part work and a third thread on
+        # two cores cost more than the overlap gave.
         data, starts, ends = _batch_as_bytes(texts)
         return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
                                       num_threads, device=device, dtype=dtype)
-
-    def _encode_parts(self, parts, allowed_special, disallowed_special, num_threads,
-                      dtype) -> RaggedBatch:
-        """``encode_arrays`` of consecutive parts of a list, each part's str -> UTF-8 done on
-        a reader thread while the previous part encodes (the same ids as one call).
-
-        Issue 18: converting a list of str to bytes holds the GIL (~30% of a 2-thread
-        call on lines, py-spy); done before the encode, it is a serial stretch no
-        thread count shortens. Overlapped, it runs on one core while the kernels
-        (nogil) use the others.
-        """
-        reader = _reader_pool()
-        converting = reader.submit(_batch_as_bytes, parts[0])
-        batches = []
-        for k in range(len(parts)):
-            data, starts, ends = converting.result()
-            if k + 1 < len(parts):
-                converting = reader.submit(_batch_as_bytes, parts[k + 1])
-            batches.append(self._encode_documents(data, starts, ends, allowed_special,
-                                                  disallowed_special, num_threads, dtype=dtype))
-        return _joined(batches)
 
     def encode_buffer(self, data, doc_start, doc_end, *, num_threads: int | None = None,
                       allowed_special: Specials = (), disallowed_special: Specials = (),
@@ -1095,45 +1071,6 @@ def _thread_count(num_threads, n_bytes: int) -> int:
         raise ConfigError(f"num_threads must be a positive int or None (every core), not "
                           f"{num_threads!r}")
     return 1 if n_bytes < _PARALLEL_MIN_BYTES else num_threads
-
-
-_READER: ThreadPoolExecutor | None = None
-_PIPELINE_PART_BYTES = 1 << 20  # about this much text per part of a pipelined encode_arrays
-
-
-def _pipeline_parts(texts, num_threads) -> list | None:
-    """``texts`` cut into parts of about ``_PIPELINE_PART_BYTES`` characters for
-    ``_encode_parts``, or None: one thread, few parts, or not a list of str."""
-    if not isinstance(texts, list | tuple) or not texts or not isinstance(texts[0], str):
-        return None
-    try:  # estimated from every 16th item: summing every len took ~6% of a 2-thread call
-        n_chars = sum(map(len, texts[::16])) * 16
-    except TypeError:  # an item without a length: the one-call path names it
-        return None
-    if _thread_count(num_threads, n_chars) == 1 or n_chars < 4 * _PIPELINE_PART_BYTES:
-        return None
-    n_parts = n_chars // _PIPELINE_PART_BYTES
-    step = -(-len(texts) // n_parts)
-    return [texts[i:i + step] for i in range(0, len(texts), step)]
-
-
-def _reader_pool() -> ThreadPoolExecutor:
-    """One thread that converts text while the pool encodes (apart from the pool, whose
-    threads the encode uses)."""
-    global _READER
-    with _POOL_LOCK:
-        if _READER is None:
-            _READER = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-reader")
-        return _READER
-
-
-def _joined(batches: list[RaggedBatch]) -> RaggedBatch:
-    """Consecutive batches as one."""
-    ids = np.concatenate([batch.ids for batch in batches])
-    shifts = np.cumsum([0] + [batch.ids.size for batch in batches[:-1]])
-    offsets = np.concatenate([batches[0].offsets[:1]] + [batch.offsets[1:] + shift
-                                                         for batch, shift in zip(batches, shifts)])
-    return RaggedBatch(ids, offsets)
 
 
 def _pool(n_workers: int) -> ThreadPoolExecutor:

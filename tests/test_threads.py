@@ -93,24 +93,3 @@ def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
         assert np.array_equal(other[0], ids) and np.array_equal(other[1], offsets)
         assert other[2:] == (0, -1)
 
-
-def test_encode_arrays_in_pipelined_parts_equals_one_call(tok, lines, monkeypatch):
-    """A long list of str is encoded in parts whose str -> UTF-8 overlaps the previous
-    part's encode; ids and offsets equal the 1-thread call, and a bad item or a
-    disallowed special token in a later part is named by its index in the whole list."""
-    monkeypatch.setattr(tokenizer_module, "_PIPELINE_PART_BYTES", 20_000)
-    monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 0)
-    texts = lines[:4000]
-    assert len(tokenizer_module._pipeline_parts(texts, 2)) > 4
-    tok.clear_cache()
-    one = tok.encode_arrays(texts, num_threads=1)
-    for _ in range(2):  # cold, then warm cache
-        parts = tok.encode_arrays(texts, num_threads=2, dtype=np.int64)
-        assert parts.ids.dtype == np.int64
-        assert np.array_equal(parts.ids, one.ids) and np.array_equal(parts.offsets, one.offsets)
-    bad = texts[:3000] + [None] + texts[3000:]
-    with pytest.raises(TypeError, match=r"texts\[3000\] is a NoneType"):
-        tok.encode_arrays(bad, num_threads=2)
-    special = texts[:3500] + ["a <|endoftext|> b"] + texts[3500:]
-    with pytest.raises(gpubpe.errors.SpecialTokenError, match="document 3500 holds"):
-        tok.encode_arrays(special, num_threads=2)
