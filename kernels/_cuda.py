@@ -302,7 +302,11 @@ def pinned_empty(xp, n: int, dtype) -> np.ndarray:
 def new_stream(xp):
     """A CUDA stream of its own (a blocking CuPy stream: still ordered against work on the
     legacy default stream); None under the simulator."""
-    return None if xp is np else xp.cuda.Stream()
+    if xp is np:
+        return None
+    import cupy
+
+    return cupy.cuda.Stream()
 
 
 @contextmanager
