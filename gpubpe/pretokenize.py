@@ -721,10 +721,11 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                 progress.update(len(batch.data))
         for future in pending:
             tally.add(*future.result())
-    # Tried (issue 18): each share added into the tally on its pool thread, in share
-    # order (a turn condition), to take the adding off this reading thread: slower
-    # (2 threads 111-128 ms against 86-105), the two pool threads and this one then
-    # share 2 cores, and this thread's reading is the longer path.
+    # Tried (issue 18), to take the adding off this reading thread: each share added
+    # on its pool thread in share order (a turn condition): slower (2 threads 111-128
+    # ms against 86-105; a pool thread waiting for its turn is a counting thread lost);
+    # one adder thread taking the shares in order: slower too (108-140 ms; four threads
+    # on two cores).
     return tally.as_dict()
 
 
