@@ -221,7 +221,8 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     """count_words and encode_arrays (cold cache) over short documents on 1, 2 and all
     cores, in this process: the lines of tests/data/multiscript.txt (real text in six
     parts: English, Python, zh, ja, ko, emoji), repeated with a little variation up to
-    ``megabytes``. Outputs are checked equal across thread counts first; every thread
+    ``megabytes``; count_words also on the same lines written as a .txt file (no Python
+    str to convert). Outputs are checked equal across thread counts first; every thread
     count is warmed up on the full input (the threaded path has its own kernels to
     load), then the runs are interleaved. Prints median wall MB/s with the spread, the
     CPU seconds per call (all threads) and the speedup over one thread.
@@ -245,7 +246,11 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
         tok.clear_cache()
         return tok.encode_arrays(docs, num_threads=threads)
 
+    lines_file = Path(tempfile.mkdtemp()) / "lines.txt"  # the same lines as a file: no str
+    lines_file.write_bytes(b"".join(d.encode() for d in docs))
     operations = {"count_words (list of str lines)": lambda t: count_words(docs, num_threads=t),
+                  "count_words (the lines as a .txt file)":
+                      lambda t: count_words(lines_file, num_threads=t),
                   "encode_arrays (lines, cold cache)": encode}
     thread_counts = sorted({1, 2, os.cpu_count() or 1})
     print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
