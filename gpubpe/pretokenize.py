@@ -353,16 +353,25 @@ def utf8_documents(texts: list) -> _Documents | None:
     An all-ASCII list (``str.isascii`` reads a flag; ``all`` stops at the first other
     item) is joined and encoded as one str, a copy each, and its lengths are the str
     lengths; any other list is encoded item by item (one C-level ``map``: joined, mixed
-    text widens to its widest character, ~2 ms per MB of lines wasted). On lines of ASCII
-    text that is ~90 ns an item instead of ~190 (encode, join, lengths).
+    text widens to its widest character, ~2 ms per MB of lines wasted), ``_READ_CHUNK``
+    items at a time. Per line (``_batch_as_bytes``, one core): ASCII lines 52 ns
+    (169 before), mixed-script lines 151 ns (304 before).
     """
     try:
         if all(map(str.isascii, texts)):
             return _Documents("".join(texts).encode(),
                               np.fromiter(map(len, texts), np.int64, len(texts)))
-        return _Documents.of(list(map(str.encode, texts)))
+        if len(texts) <= _READ_CHUNK:
+            return _Documents.of(list(map(str.encode, texts)))
     except (TypeError, UnicodeEncodeError):  # a bytes item, a Path, a lone surrogate
         return None
+    # Other long lists by chunks (the bytes objects of a chunk are joined while still in
+    # cache): 8.4 MB of mixed-script lines 37.8 -> 24.8 ms.
+    parts = [utf8_documents(texts[i:i + _READ_CHUNK]) for i in range(0, len(texts), _READ_CHUNK)]
+    if any(part is None for part in parts):
+        return None
+    return _Documents(b"".join(part.data for part in parts),
+                      np.concatenate([part.lengths for part in parts]))
 
 
 def _may_end_like_a_path(documents: _Documents) -> bool:

@@ -443,3 +443,15 @@ def test_first_bad_id_finds_out_of_range_ids_and_gaps():
         assert found == bad
         if bad < 0:
             assert out.tobytes() == b"".join([b"a", b"bb", b"", b"ccc"][i] for i in ids)
+
+
+def test_long_batches_name_a_bad_document_in_a_later_chunk(tok):
+    """utf8_documents takes long lists 4,096 items at a time (mixed text); ids equal the
+    one-by-one encoding, and a bad item past the first chunk is named by its index."""
+    texts = [f"line {i} \u4e2d\u6587\n" if i % 3 else f"plain {i}\n" for i in range(9000)]
+    batch = tok.encode_arrays(texts, num_threads=1)
+    assert batch[8999].tolist() == tok.encode(texts[8999]) and len(batch) == 9000
+    with pytest.raises(TypeError, match=r"texts\[5000\] is bytes but texts\[0\] is str"):
+        tok.encode_arrays(texts[:5000] + [b"x"] + texts[5000:])
+    with pytest.raises(ValueError, match=r"texts\[6000\] holds a lone surrogate"):
+        tok.encode_arrays(texts[:6000] + ["a\ud800"] + texts[6000:])
