@@ -63,27 +63,14 @@ BATCH_DEVICE_BYTES_PER_PIECE = 64
 
 
 @njit(inline="always", cache=True)
-def _upper_bound(values, value):
-    """First index i with values[i] > value (values ascending)."""
+def _search_sorted(values, value, right):
+    """``np.searchsorted(values, value, side)`` (values ascending): the first index i with
+    values[i] > value when ``right``, values[i] >= value otherwise."""
     lo = 0
     hi = values.size
     while lo < hi:
         mid = (lo + hi) >> 1
-        if values[mid] <= value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(inline="always", cache=True)
-def _lower_bound(values, value):
-    """First index i with values[i] >= value (values ascending)."""
-    lo = 0
-    hi = values.size
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if values[mid] < value:
+        if values[mid] < value or (right and values[mid] == value):
             lo = mid + 1
         else:
             hi = mid
@@ -94,8 +81,7 @@ def _lower_bound(values, value):
 word_key_on_device = device_function(word_key)
 _same_bytes_on_device = device_function(equal_bytes)
 interleaved_find_on_device = device_function(interleaved_find)
-_upper_bound_on_device = device_function(_upper_bound)
-_lower_bound_on_device = device_function(_lower_bound)
+_search_sorted_on_device = device_function(_search_sorted)
 
 
 # ---------------------------------------------------------------- 1-2: items
@@ -126,7 +112,7 @@ def item_spans_kernel(item_start, piece_end, piece_special, item_len, item_speci
     n = item_start.size
     for k in range(cuda.grid(1), n, cuda.gridsize(1)):
         start = item_start[k]
-        p = _upper_bound_on_device(piece_end, start)
+        p = _search_sorted_on_device(piece_end, start, True)
         stop = piece_end[p]
         if k + 1 < n and item_start[k + 1] < stop:
             stop = item_start[k + 1]
@@ -268,7 +254,7 @@ def piece_offsets_kernel(item_start, piece_start, item_out, piece_out):
         if p == n_pieces:
             piece_out[p] = item_out[item_out.size - 1]
         else:
-            piece_out[p] = item_out[_lower_bound_on_device(item_start, piece_start[p])]
+            piece_out[p] = item_out[_search_sorted_on_device(item_start, piece_start[p], False)]
 
 
 # ---------------------------------------------------------------- 0: special tokens in device text
@@ -287,7 +273,7 @@ def special_candidates_kernel(data, doc_start, doc_end, token_bytes, token_offse
         match_token[i] = -1
         if first_byte[data[i]] == 0:
             continue
-        d = _upper_bound_on_device(doc_end, i)
+        d = _search_sorted_on_device(doc_end, i, True)
         if d >= doc_end.size or doc_start[d] > i:
             continue
         for t in range(token_offsets.size - 1):
