@@ -37,7 +37,7 @@ import numpy as np
 import regex
 
 from .errors import ConfigError, CorpusError
-from .kernels.hashing import EMPTY_KEY, grown_like
+from .kernels.hashing import EMPTY_KEY, grown_like, table_grown
 from .kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
@@ -53,7 +53,7 @@ from .kernels.pretok import (
     SPACE,
     count_scanned_words,
 )
-from .kernels.word_tally import add_words, rehash
+from .kernels.word_tally import add_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -758,11 +758,8 @@ class _WordTally:
 
     def _grow(self, word_bytes: int) -> None:
         n_words, used = int(self.cursor[0]), int(self.cursor[1])
-        if 2 * (n_words + 1) > self.keys.size:
-            keys = np.full(self.keys.size * 2, EMPTY_KEY, dtype=np.uint64)
-            slots = np.zeros(self.keys.size * 2, dtype=np.int64)
-            rehash(self.keys, self.slots, keys, slots)
-            self.keys, self.slots = keys, slots
+        if 2 * (n_words + 1) > self.keys.size:  # table_put keeps words sharing a hash apart
+            self.keys, self.slots = table_grown(self.keys, self.slots)
         if n_words == self.word_at.size:
             self.word_at, self.word_len, self.count = (grown_like(a, 0) for a in
                                                        (self.word_at, self.word_len, self.count))

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._jit import hot
-from .hashing import EMPTY_KEY, STRING_HASH_BASE, mix64
+from .encode.words import equal_bytes
+from .hashing import EMPTY_KEY, hash_bytes, mix64
 
 
 @hot
@@ -37,15 +38,14 @@ def add_words(keys, slots, pool, word_at, word_len, count, cursor, data, at, len
         if 2 * (n_words + 1) > keys.size or n_words == word_at.size or used + size > pool.size:
             cursor[0], cursor[1], cursor[2] = n_words, used, k
             return False
-        value = np.uint64(0)
-        for j in range(start, start + size):
-            value = value * STRING_HASH_BASE + np.uint64(data[j]) + np.uint64(1)
+        value = hash_bytes(data, start, size)
         if value == EMPTY_KEY:
             value = np.uint64(0)
         cell = mix64(value) & mask
         while keys[cell] != EMPTY_KEY:
-            if keys[cell] == value and _is_word(pool, word_at[slots[cell]],
-                                                word_len[slots[cell]], data, start, size):
+            slot = slots[cell]
+            if keys[cell] == value and word_len[slot] == size and equal_bytes(
+                    pool, word_at[slot], data, start, size):
                 break
             cell = (cell + np.uint64(1)) & mask
         if keys[cell] != EMPTY_KEY:
@@ -60,27 +60,3 @@ def add_words(keys, slots, pool, word_at, word_len, count, cursor, data, at, len
         used += size
     cursor[0], cursor[1], cursor[2] = n_words, used, at.size
     return True
-
-
-@hot
-def _is_word(pool, pool_at, pool_len, data, start, size):
-    if pool_len != size:
-        return False
-    for j in range(size):
-        if pool[pool_at + j] != data[start + j]:
-            return False
-    return True
-
-
-@hot
-def rehash(keys, slots, new_keys, new_slots):
-    """Every word of ``keys``/``slots`` into the (larger, empty) new table."""
-    mask = np.uint64(new_keys.size - 1)
-    for cell in range(keys.size):
-        if keys[cell] == EMPTY_KEY:
-            continue
-        target = mix64(keys[cell]) & mask
-        while new_keys[target] != EMPTY_KEY:
-            target = (target + np.uint64(1)) & mask
-        new_keys[target] = keys[cell]
-        new_slots[target] = slots[cell]
