@@ -205,6 +205,7 @@ class Tokenizer:
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
         self._slot_table: tuple[np.ndarray, np.ndarray] | None = None
+        self._padded_lengths: np.ndarray | None = None  # _id_lengths of a bit-level tokenizer
         self._id_gaps: np.ndarray | None = None  # bool per id: no token has it (imports)
         self._cache = None
         self._cache_lock = threading.Lock()
@@ -800,7 +801,10 @@ class Tokenizer:
         lengths = self._gather_tables()[0]
         if lengths.size >= self.n_vocab:
             return lengths
-        return np.concatenate([lengths, np.ones(self.n_vocab - lengths.size, lengths.dtype)])
+        if self._padded_lengths is None:  # built once, not on every check
+            self._padded_lengths = np.concatenate(
+                [lengths, np.ones(self.n_vocab - lengths.size, lengths.dtype)])
+        return self._padded_lengths
 
     def _id_array(self, ids, document: int | None = None, check: bool = True) -> np.ndarray:
         """Ids as uint32 (every id of a vocabulary fits), checked: TypeError for non-ints,
