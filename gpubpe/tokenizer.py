@@ -757,6 +757,7 @@ class Tokenizer:
                                                   *self._gather_tables())
         if bad >= 0:
             self._id_array(flat)  # raises, naming the id
+            raise ValueError(f"id {flat[bad]} at position {bad} has no bytes to decode")
         return out, bounds
 
     def _flatten_batch(self, batch) -> tuple[np.ndarray, np.ndarray]:
