@@ -21,6 +21,7 @@ there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 
 from __future__ import annotations
 
+import collections
 import gzip
 import itertools
 import json
@@ -28,7 +29,7 @@ import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
+from ._pystr import str_list_utf8
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like, table_grown
 from .kernels.pretok import (
@@ -353,29 +355,23 @@ def _str_documents(chunk: list) -> _Documents | None:
     return documents
 
 
-def utf8_documents(texts: list) -> _Documents | None:
+def utf8_documents(texts: list, run_all=None, parts: int = 1) -> _Documents | None:
     """The UTF-8 of a list of str (subclasses too) end to end with each one's byte length,
     or None when an item is no str or holds a lone surrogate (the caller names it).
 
-    An all-ASCII list (``str.isascii`` reads a flag; ``all`` stops at the first other
-    item) is joined and encoded as one str, a copy each, and its lengths are the str
-    lengths; any other list is encoded item by item (one C-level ``map``: joined, mixed
-    text widens to its widest character, ~2 ms per MB of lines wasted), ``_READ_CHUNK``
-    items at a time. Per line (``_batch_as_bytes``, one core): ASCII lines 52 ns
-    (169 before), mixed-script lines 151 ns (304 before).
+    Lists of exact str are encoded by ``kernels.str_utf8`` without the GIL (issue 18; a
+    mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
+    4,096 items at a time, which the reading thread paid under the GIL); others (str
+    subclasses such as ``np.str_``, another Python) by ``str.encode``. ``run_all`` and
+    ``parts``: encode runs of the list at once (see ``_pystr.str_list_utf8``).
     """
+    encoded = str_list_utf8(texts, run_all, parts)
+    if encoded is not None:
+        return _Documents(*encoded)
     try:
-        if all(map(str.isascii, texts)):
-            return _Documents("".join(texts).encode(),
-                              np.fromiter(map(len, texts), np.int64, len(texts)))
-        if len(texts) <= _READ_CHUNK:
-            return _Documents.of(list(map(str.encode, texts)))
+        return _Documents.of(list(map(str.encode, texts)))
     except (TypeError, UnicodeEncodeError):  # a bytes item, a Path, a lone surrogate
         return None
-    # Other long lists by chunks (the bytes objects of a chunk are joined while still in
-    # cache): 8.4 MB of mixed-script lines 37.8 -> 24.8 ms.
-    parts = [utf8_documents(texts[i:i + _READ_CHUNK]) for i in range(0, len(texts), _READ_CHUNK)]
-    return None if any(part is None for part in parts) else _Documents.joined(parts)
 
 
 def _may_end_like_a_path(documents: _Documents) -> bool:
@@ -722,23 +718,78 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
             if progress is not None:
                 progress.update(len(batch.data))
         return tally.as_dict()
-    with ThreadPoolExecutor(threads) as pool:
-        pending = []
+    with ThreadPoolExecutor(threads - 1) as pool:  # and this thread: see _HelpedPool
+        shares = _HelpedPool(pool)
         for batch in batches:
             for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
-                pending.append(pool.submit(counter, batch.data, starts, ends, regex_text))
-            while len(pending) > 2 * threads:
-                tally.add(*pending.pop(0).result())
+                shares.submit(counter, batch.data, starts, ends, regex_text)
+            while len(shares) > 2 * threads:
+                tally.add(*shares.oldest_result())
             if progress is not None:
                 progress.update(len(batch.data))
-        for future in pending:
-            tally.add(*future.result())
+        while shares:
+            tally.add(*shares.oldest_result())
     # Tried (issue 18), to take the adding off this reading thread: each share added
     # on its pool thread in share order (a turn condition): slower (2 threads 111-128
     # ms against 86-105; a pool thread waiting for its turn is a counting thread lost);
     # one adder thread taking the shares in order: slower too (108-140 ms; four threads
     # on two cores).
     return tally.as_dict()
+
+
+class _HelpedPool:
+    """Tasks of a pool with one thread fewer than the work's, results taken in order: the
+    calling thread, while it waits, runs the newest task no pool thread has started.
+
+    Issue 18, counting a list of str on 2 cores: with a pool thread per core the
+    reading thread (str -> UTF-8, adding shares, ~40% of one core) made three busy
+    threads on two cores, and the counting took ~25% more CPU time than on one thread
+    (with the batches read beforehand, the same CPU time). One pool thread fewer, and the
+    reader counting whatever no pool thread has taken, keeps a thread a core.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor):
+        self.pool = pool
+        self.tasks: collections.deque[_Task] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def submit(self, function, *args) -> None:
+        self.tasks.append(_Task(self.pool.submit(function, *args), function, args))
+
+    def oldest_result(self):
+        oldest = self.tasks[0]
+        while not oldest.finished() and self._run_one_unstarted():
+            pass
+        return self.tasks.popleft().result()
+
+    def _run_one_unstarted(self) -> bool:
+        for task in reversed(self.tasks):
+            if task.run_here():
+                return True
+        return False
+
+
+@dataclass
+class _Task:
+    future: Future | None  # None once run on the calling thread
+    function: object
+    args: tuple
+    value: object = None
+
+    def finished(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def run_here(self) -> bool:
+        """Run it on this thread if no pool thread has started it."""
+        if self.future is None or not self.future.cancel():
+            return False
+        self.future, self.value = None, self.function(*self.args)
+        return True
+
+    def result(self):
+        return self.value if self.future is None else self.future.result()
 
 
 class _WordTally:
@@ -751,13 +802,27 @@ class _WordTally:
         self.word_at, self.word_len, self.count = (np.empty(1 << 15, dtype=np.int64)
                                                    for _ in range(3))
         self.cursor = np.zeros(3, dtype=np.int64)  # distinct words, pool bytes, next word
+        self.words: list[bytes] = []  # word w's bytes, made as it is added
 
     def add(self, data: np.ndarray, at: np.ndarray, length: np.ndarray, counts: np.ndarray):
         """Add words ``data[at[k]:at[k] + length[k]]``, ``counts[k]`` times each, in order."""
+        first_new = int(self.cursor[0])
         self.cursor[2] = 0
         while not add_words(self.keys, self.slots, self.pool, self.word_at, self.word_len,
                             self.count, self.cursor, data, at, length, counts):
             self._grow(int(length[self.cursor[2]]))
+        self._keep_words_from(first_new)
+
+    def _keep_words_from(self, first: int) -> None:
+        """The new words' bytes objects, made now: the dict at the end then only inserts
+        them (issue 18: bytes objects made at the end were ~3 of its ~5 ms, 27 K words,
+        on the calling thread after every counting thread had finished)."""
+        at, length = self.word_at[first:self.cursor[0]], self.word_len[first:self.cursor[0]]
+        if at.size:
+            start = int(at[0])  # new words lie end to end in the pool
+            new_bytes = self.pool[start:int(at[-1] + length[-1])].tobytes()
+            self.words += [new_bytes[a:b] for a, b in zip((at - start).tolist(),
+                                                          (at - start + length).tolist())]
 
     def _grow(self, word_bytes: int) -> None:
         n_words, used = int(self.cursor[0]), int(self.cursor[1])
@@ -770,11 +835,7 @@ class _WordTally:
             self.pool = grown_like(self.pool, used + word_bytes)
 
     def as_dict(self) -> dict[bytes, int]:
-        n_words = int(self.cursor[0])
-        pool = self.pool[:self.cursor[1]].tobytes()
-        return {pool[at:at + length]: count for at, length, count in zip(
-            self.word_at[:n_words].tolist(), self.word_len[:n_words].tolist(),
-            self.count[:n_words].tolist())}
+        return dict(zip(self.words, self.count[:self.cursor[0]].tolist()))
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:

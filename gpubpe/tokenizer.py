@@ -83,6 +83,7 @@ _CACHE_MIN_HIT_RATE = 0.5
 # 16-66 KB of zh and English, cl100k): with two idle cores it wins from ~32 KB. Was
 # 256 KB, which kept ~200 KB batches on one thread where tiktoken used two.
 _PARALLEL_MIN_BYTES = 1 << 16
+_PARALLEL_MIN_DOCUMENTS = 1 << 13  # str documents encoded to UTF-8 on one thread below this
 # Long GPT-2 documents are cut near every this many bytes (at least) so threads share them.
 _MIN_CUT_BYTES = 1 << 16
 # With backend="auto", the device takes a step only with this much work (bytes of new
@@ -390,7 +391,7 @@ class Tokenizer:
         # reader thread while the previous part encoded: slower on 2 threads (1.14-1.21x
         # one thread, against 1.27-1.28x without): per-part work and a third thread on
         # two cores cost more than the overlap gave.
-        data, starts, ends = _batch_as_bytes(texts)
+        data, starts, ends = _batch_as_bytes(texts, num_threads)
         return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
                                       num_threads, device=device, dtype=dtype)
 
@@ -1015,11 +1016,12 @@ def _utf8(text: str, where: str) -> bytes:
         ) from None
 
 
-def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
+def _batch_as_bytes(texts, num_threads=1) -> tuple[bytes, np.ndarray, np.ndarray]:
     """One UTF-8 buffer and document (start, end) offsets; InputTypeError naming a bad index.
 
     Documents are all str (subclasses such as ``np.str_`` included, so a NumPy
-    string array works) or all bytes-like.
+    string array works) or all bytes-like. A long list of str is encoded in runs on
+    ``num_threads`` threads (issue 18: it was the serial start of ``encode_arrays``).
     """
     if isinstance(texts, str | bytes | bytearray | memoryview):
         raise InputTypeError("encode_batch takes a list of documents; for one text use encode()")
@@ -1030,7 +1032,9 @@ def _batch_as_bytes(texts) -> tuple[bytes, np.ndarray, np.ndarray]:
     except TypeError:
         raise InputTypeError(f"texts is a {type(texts).__name__}; expected a sequence of str "
                              "or bytes documents") from None
-    documents = utf8_documents(texts)  # all str: serial under the GIL (issue 18), see there
+    long_list = len(texts) >= _PARALLEL_MIN_DOCUMENTS
+    parts = _thread_count(num_threads, _PARALLEL_MIN_BYTES if long_list else 0)
+    documents = utf8_documents(texts, _run_all, parts)
     if documents is not None:
         ends = np.cumsum(documents.lengths)
         return documents.data, ends - documents.lengths, ends

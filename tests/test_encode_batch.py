@@ -447,7 +447,7 @@ def test_first_bad_id_finds_out_of_range_ids_and_gaps():
 
 
 def test_long_batches_name_a_bad_document_in_a_later_chunk(tok):
-    """utf8_documents takes long lists 4,096 items at a time (mixed text); ids equal the
+    """A long list of mixed text (past the 4,096 items iter_batches reads at once); ids equal the
     one-by-one encoding, and a bad item past the first chunk is named by its index."""
     texts = [f"line {i} \u4e2d\u6587\n" if i % 3 else f"plain {i}\n" for i in range(9000)]
     batch = tok.encode_arrays(texts, num_threads=1)

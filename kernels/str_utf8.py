@@ -1,0 +1,175 @@
+"""Python ``str`` objects as UTF-8, read by a kernel that does not hold the GIL.
+
+Issue 18: a list of str reaching ``count_words`` or ``encode_batch`` was encoded on
+the calling thread under the GIL (``str.encode`` per item, ~105 ns a mixed-script
+line, plus building and joining the bytes objects): that thread bounded 2-thread
+counting at ~1.5x. These loops read each str's characters where CPython keeps them
+(PEP 393: one, two or four bytes a character right after the object's header) and
+write UTF-8 in one buffer, with no Python object made and the GIL released.
+
+``gpubpe._pystr`` decides whether they may run: it checks, on probe strings and with
+reads inside each object (``sys.getsizeof``), that this interpreter lays out str and
+list as ``layout`` says; elsewhere (another implementation or version) the caller
+encodes with ``str.encode``. The kernels trust that check: they read the item
+pointers of a list (``items_at``: its ``ob_item``) and the header of each item, and
+read a character array only for an exact ``str`` (type pointer ``layout[STR_TYPE]``)
+in the compact form; any other object is "refused" and the caller takes the slow
+path, so a bytes item, a ``str`` subclass (not compact) or a lone surrogate (not
+encodable) never gets here. The list must be one the caller owns (a private copy):
+nothing may resize it while a kernel reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._jit import hot
+
+# layout: the address of the str type, then the byte offsets of the characters of an
+# ASCII str and of another compact str (sys.getsizeof of "" and "é", less the
+# characters and their NUL).
+STR_TYPE, ASCII_DATA, COMPACT_DATA = 0, 1, 2
+# Field offsets in every CPython with a GIL (3.8-3.14): ob_type, then PyASCIIObject's
+# length and state (the bit fields interned:2, kind:3, compact:1, ascii:1).
+TYPE_AT, LENGTH_AT, STATE_AT = 8, 16, 32
+
+
+@intrinsic
+def _load(typingctx, address, element):
+    """The ``element`` (a NumPy scalar type) stored at ``address`` (an int64)."""
+    value_type = element.instance_type
+
+    def codegen(context, builder, signature, args):
+        pointer_type = context.get_value_type(types.CPointer(value_type))
+        return builder.load(builder.inttoptr(args[0], pointer_type))
+
+    return value_type(types.int64, element), codegen
+
+
+@intrinsic
+def _store(typingctx, address, value):
+    """Store ``value`` at ``address`` (an int64), unaligned."""
+    def codegen(context, builder, signature, args):
+        pointer_type = context.get_value_type(types.CPointer(signature.args[1]))
+        builder.store(args[1], builder.inttoptr(args[0], pointer_type), align=1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, value), codegen
+
+
+@hot
+def _str_form(address, layout):
+    """(characters, bytes a character: 1/2/4, or 0 when refused; ascii; their address)."""
+    if _load(address + TYPE_AT, np.int64) != layout[STR_TYPE]:
+        return 0, 0, False, 0
+    state = _load(address + STATE_AT, np.uint32)
+    kind, compact, ascii = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
+    if not compact:
+        return 0, 0, False, 0
+    length = _load(address + LENGTH_AT, np.int64)
+    if ascii:
+        return length, 1, True, address + layout[ASCII_DATA]
+    return length, kind, False, address + layout[COMPACT_DATA]
+
+
+@hot
+def _character(data, k, width):
+    if width == 1:
+        return np.uint32(_load(data + k, np.uint8))
+    if width == 2:
+        return np.uint32(_load(data + 2 * k, np.uint16))
+    return _load(data + 4 * k, np.uint32)
+
+
+@hot
+def _utf8_bytes(data, length, width):
+    """UTF-8 bytes of ``length`` characters of ``width`` bytes at ``data``, or -1 when one
+    is a lone surrogate (checked after the loop, which then vectorizes)."""
+    total = length
+    surrogates = 0
+    for k in range(length):
+        c = _character(data, k, width)
+        total += (c >= 0x80) + (c >= 0x800) + (c >= 0x10000)
+        surrogates += (c >> 11) == 0x1B  # 0xD800-0xDFFF
+    return -1 if surrogates else total
+
+
+@njit(nogil=True, cache=True)
+def str_utf8_lengths(items_at, n_items, layout, lengths):
+    """``lengths[k]``: the UTF-8 bytes of item k of the list whose item pointers are at
+    ``items_at``. Returns the first item refused (no exact compact str, or a lone
+    surrogate), -1 if none."""
+    for k in range(n_items):
+        length, width, ascii, data = _str_form(_load(items_at + 8 * k, np.int64), layout)
+        if width == 0:
+            return k
+        size = length if ascii else _utf8_bytes(data, length, width)
+        if size < 0:
+            return k
+        lengths[k] = size
+    return -1
+
+
+@hot
+def _put_character(c, out_at):
+    """Store the UTF-8 of code point ``c`` (a uint32) at address ``out_at`` as one 4-byte
+    word; returns the address after its bytes.
+
+    Branch-free: a mixed-script line switches between 1- and 3-byte characters at every
+    space, and the branchy form (one store a byte; LLVM made the word selects branches
+    too) ran ~3 ns a character. ``spread`` holds the continuation bytes of the longest
+    form, last byte highest (little-endian: that byte is stored last); the form of
+    ``size`` bytes is its top ``size`` bytes, and one xor turns their first byte into the
+    lead byte (0x80|c&0x3F -> c, 0x80|c>>6 -> 0xC0|c>>6, 0x80|c>>12 -> 0xE0|c>>12,
+    c>>18 -> 0xF0|c>>18: the bits flipped are zero in each case).
+    """
+    size = 1 + (c >= 0x80) + (c >= 0x800) + (c >= 0x10000)
+    spread = (np.uint32(0x80808000) | (c & 0x3F) << 24 | ((c >> 6) & 0x3F) << 16
+              | ((c >> 12) & 0x3F) << 8 | c >> 18)
+    lead_flip = (np.uint32(0xF0604080) >> (8 * size - 8)) & 0xFF ^ (c & 0x40 * (c < 0x80))
+    _store(out_at, np.uint32((spread >> (32 - 8 * size)) ^ lead_flip))
+    return out_at + size
+
+
+@hot
+def _put_utf8(data, length, width, out_at):
+    """Write ``length`` characters of ``width`` bytes at ``data`` as UTF-8 at address
+    ``out_at``; each character stores 4 bytes, so 3 bytes after the end are overwritten.
+    One loop per width (as one loop, LLVM branched on the width at every character)."""
+    if width == 1:
+        for k in range(length):
+            out_at = _put_character(np.uint32(_load(data + k, np.uint8)), out_at)
+    elif width == 2:
+        for k in range(length):
+            out_at = _put_character(np.uint32(_load(data + 2 * k, np.uint16)), out_at)
+    else:
+        for k in range(length):
+            out_at = _put_character(_load(data + 4 * k, np.uint32), out_at)
+
+
+@intrinsic
+def _copy(typingctx, destination, source, size):
+    """memcpy of ``size`` bytes between two addresses (a byte loop with int64 indices
+    ran ~0.7 ns a byte: 28 ns an English line)."""
+    def codegen(context, builder, signature, args):
+        byte_pointer = context.get_value_type(types.CPointer(types.uint8))
+        cgutils.raw_memcpy(builder, builder.inttoptr(args[0], byte_pointer),
+                           builder.inttoptr(args[1], byte_pointer), args[2], 1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64, types.int64), codegen
+
+
+@njit(nogil=True, cache=True)
+def write_str_utf8(items_at, n_items, layout, starts, out_at):
+    """Write item k of the list (every item accepted by ``str_utf8_lengths``) as UTF-8 at
+    address ``out_at + starts[k]``. The output must have 3 bytes to spare at its end."""
+    for k in range(n_items):
+        length, width, ascii, data = _str_form(_load(items_at + 8 * k, np.int64), layout)
+        if ascii:
+            _copy(out_at + starts[k], data, length)
+        else:
+            _put_utf8(data, length, width, out_at + starts[k])

@@ -1,0 +1,92 @@
+"""Lists of str encoded in place by ``kernels.str_utf8`` (issue 18): the same bytes as
+``str.encode``, and a refusal (the caller's slow path) for everything it must not take."""
+
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpubpe import _pystr
+from gpubpe.pretokenize import utf8_documents
+
+
+def _expected(texts):
+    encoded = [text.encode() for text in texts]
+    return b"".join(encoded), [len(e) for e in encoded]
+
+
+def test_the_kernels_run_on_this_interpreter():
+    """CPython with a GIL (the build and CI machines) takes the fast path, not the fallback."""
+    if sys.implementation.name != "cpython":
+        pytest.skip("the kernels read CPython's str layout only")
+    assert _pystr._checked_layout() is not None
+
+
+@pytest.mark.parametrize("texts", [
+    [],
+    [""],
+    ["", "a", ""],
+    ["plain\n", "caf\xe9", "\xff\xfe", "\u0100\u07ff\u0800", "\uffff\U00010000\U0010ffff"],
+    ["日本語のテキスト", "Привет, мир", "😀 emoji", "a" * 5000 + "\u4e2d"],
+])
+def test_every_storage_kind_as_str_encode(texts):
+    data, lengths = _pystr.str_list_utf8(texts)
+    assert (data, lengths.tolist()) == _expected(texts)
+    assert lengths.dtype == np.int64
+
+
+@given(st.lists(st.text(alphabet=st.characters(exclude_categories=["Cs"])), max_size=40))
+def test_any_text_as_str_encode(texts):
+    data, lengths = _pystr.str_list_utf8(texts)
+    assert (data, lengths.tolist()) == _expected(texts)
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize("bad", [b"bytes", "a\ud800b", "\udfff", _Text("subclass"),
+                                 np.str_("numpy"), 3, None])
+def test_refuses_what_only_the_slow_path_may_take(bad):
+    """No exact str, or a lone surrogate: None, wherever it sits in the list."""
+    assert _pystr.str_list_utf8([bad]) is None
+    assert _pystr.str_list_utf8(["ok", "日本", bad, "after"]) is None
+
+
+def test_documents_equal_with_and_without_the_kernels(monkeypatch):
+    """``utf8_documents`` gives the same bytes and lengths on the fallback (another
+    interpreter), and takes str subclasses there."""
+    texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 50
+    fast = utf8_documents(texts)
+    monkeypatch.setattr("gpubpe.pretokenize.str_list_utf8", lambda *args: None)
+    slow = utf8_documents(texts)
+    assert fast.data == slow.data == _expected(texts)[0]
+    assert fast.lengths.tolist() == slow.lengths.tolist()
+    assert utf8_documents([_Text("sub"), np.str_("np")]).data == b"subnp"
+    assert utf8_documents(["a", "\ud800"]) is None
+
+
+def test_layout_check_rejects_a_layout_it_does_not_see():
+    """The probe check itself can fail: a wrong data offset is caught on the probes."""
+    layout = _pystr._checked_layout()
+    if layout is None:
+        pytest.skip("no checked layout on this interpreter")
+    wrong = layout.copy()
+    wrong[_pystr.COMPACT_DATA] += 8
+    assert not _pystr._stored_as_assumed("é", wrong)
+    assert _pystr._stored_as_assumed("é", layout)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_runs_on_threads_as_one(parts):
+    """Runs encoded at once on the tokenizer's threads join into the same bytes; a refused
+    item in any run refuses the list."""
+    from gpubpe.tokenizer import _run_all
+
+    texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
+    data, lengths = _pystr.str_list_utf8(texts, _run_all, parts)
+    assert (data, lengths.tolist()) == _expected(texts)
+    assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], _run_all, parts) is None
+    assert _pystr.str_list_utf8(texts[:2], _run_all, parts)[0] == _expected(texts[:2])[0]
