@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from .kernels.str_utf8 import (
-    ASCII_DATA, COMPACT_DATA, LENGTH_AT, STATE_AT, STR_TYPE, TYPE_AT, str_utf8_lengths,
+    ASCII_DATA, COMPACT_DATA, LENGTH_AT, STATE_AT, STR_TYPE, TYPE_AT, str_utf8_bound,
     write_str_utf8,
 )
 
@@ -37,7 +37,7 @@ def str_list_utf8(texts, run_all=None, parts: int = 1) -> tuple[bytes, np.ndarra
 
     ``parts`` > 1 encodes that many runs of the list at once through ``run_all(function,
     calls)`` (a list of results in order, as ``tokenizer._run_all`` gives), each into a
-    buffer of its own (a run's last character stores 3 bytes past its end)."""
+    buffer of its own (a run's last character may store a byte past its end)."""
     layout = _checked_layout()
     if layout is None:
         return None
@@ -53,14 +53,14 @@ def str_list_utf8(texts, run_all=None, parts: int = 1) -> tuple[bytes, np.ndarra
 def _encoded(items: list, lo: int, hi: int, layout: np.ndarray):
     """(a view of the UTF-8, byte lengths) of ``items[lo:hi]``, or None for a refused item."""
     items_at = ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value + 8 * lo
-    lengths = np.empty(hi - lo, dtype=np.int64)
-    if str_utf8_lengths(items_at, hi - lo, layout, lengths) >= 0:
+    bound = str_utf8_bound(items_at, hi - lo, layout)
+    if bound < 0:
         return None
-    ends = np.cumsum(lengths)
-    size = int(ends[-1]) if ends.size else 0
-    out = np.empty(size + 3, dtype=np.uint8)  # a character stores 4 bytes
-    write_str_utf8(items_at, hi - lo, layout, ends - lengths, out.ctypes.data)
-    return memoryview(out)[:size], lengths
+    out = np.empty(bound + 1, dtype=np.uint8)  # a 3-byte character stores 4 bytes
+    lengths = np.empty(hi - lo, dtype=np.int64)
+    if write_str_utf8(items_at, hi - lo, layout, out.ctypes.data, lengths) >= 0:
+        return None
+    return memoryview(out)[:int(lengths.sum())], lengths
 
 
 @lru_cache(maxsize=1)
