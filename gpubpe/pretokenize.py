@@ -39,7 +39,7 @@ import regex
 
 from ._pystr import str_list_utf8
 from .errors import ConfigError, CorpusError
-from .kernels.hashing import EMPTY_KEY, grown_like, table_grown
+from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
@@ -55,7 +55,7 @@ from .kernels.pretok import (
     SPACE,
     count_scanned_words,
 )
-from .kernels.word_tally import add_words
+from .kernels.word_tally import add_words, cells_grown, packed_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -714,7 +714,8 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
     # thread count.
     if threads == 1:  # on the calling thread: one thread means one
         for batch in batches:
-            tally.add(*counter(batch.data, *segments(batch, special_bytes), regex_text))
+            tally.add(*_counted_share(counter, batch.data, *segments(batch, special_bytes),
+                                      regex_text))
             if progress is not None:
                 progress.update(len(batch.data))
         return tally.as_dict()
@@ -722,7 +723,7 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
         shares = _HelpedPool(pool)
         for batch in batches:
             for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
-                shares.submit(counter, batch.data, starts, ends, regex_text)
+                shares.submit(_counted_share, counter, batch.data, starts, ends, regex_text)
             while len(shares) > 2 * threads:
                 tally.add(*shares.oldest_result())
             if progress is not None:
@@ -796,20 +797,20 @@ class _WordTally:
     """Word counts added share by share (``kernels.word_tally``), as one dict at the end."""
 
     def __init__(self):
-        self.keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
-        self.slots = np.zeros(1 << 16, dtype=np.int64)
+        self.cells = np.full((1 << 16, 2), EMPTY_KEY, dtype=np.uint64)
+        self.records = np.empty((1 << 15, 3), dtype=np.int64)  # pool offset, length, count
         self.pool = np.empty(1 << 20, dtype=np.uint8)
-        self.word_at, self.word_len, self.count = (np.empty(1 << 15, dtype=np.int64)
-                                                   for _ in range(3))
-        self.cursor = np.zeros(3, dtype=np.int64)  # distinct words, pool bytes, next word
+        self.cursor = np.zeros(4, dtype=np.int64)  # words, pool bytes, next word, its offset
         self.words: list[bytes] = []  # word w's bytes, made as it is added
 
-    def add(self, data: np.ndarray, at: np.ndarray, length: np.ndarray, counts: np.ndarray):
-        """Add words ``data[at[k]:at[k] + length[k]]``, ``counts[k]`` times each, in order."""
+    def add(self, packed: np.ndarray, length: np.ndarray, counts: np.ndarray,
+            hashes: np.ndarray) -> None:
+        """Add the words of ``packed`` (``length[k]`` bytes each, end to end), ``counts[k]``
+        times each, in order; ``hashes``: ``packed_words``'."""
         first_new = int(self.cursor[0])
-        self.cursor[2] = 0
-        while not add_words(self.keys, self.slots, self.pool, self.word_at, self.word_len,
-                            self.count, self.cursor, data, at, length, counts):
+        self.cursor[2:] = 0
+        while not add_words(self.cells, self.records, self.pool, self.cursor, packed, length,
+                            counts, hashes):
             self._grow(int(length[self.cursor[2]]))
         self._keep_words_from(first_new)
 
@@ -817,7 +818,7 @@ class _WordTally:
         """The new words' bytes objects, made now: the dict at the end then only inserts
         them (issue 18: bytes objects made at the end were ~3 of its ~5 ms, 27 K words,
         on the calling thread after every counting thread had finished)."""
-        at, length = self.word_at[first:self.cursor[0]], self.word_len[first:self.cursor[0]]
+        at, length = self.records[first:self.cursor[0], 0], self.records[first:self.cursor[0], 1]
         if at.size:
             start = int(at[0])  # new words lie end to end in the pool
             new_bytes = self.pool[start:int(at[-1] + length[-1])].tobytes()
@@ -826,16 +827,23 @@ class _WordTally:
 
     def _grow(self, word_bytes: int) -> None:
         n_words, used = int(self.cursor[0]), int(self.cursor[1])
-        if 2 * (n_words + 1) > self.keys.size:  # table_put keeps words sharing a hash apart
-            self.keys, self.slots = table_grown(self.keys, self.slots)
-        if n_words == self.word_at.size:
-            self.word_at, self.word_len, self.count = (grown_like(a, 0) for a in
-                                                       (self.word_at, self.word_len, self.count))
+        if 2 * (n_words + 1) > self.cells.shape[0]:  # words sharing a hash stay apart
+            self.cells = cells_grown(self.cells)
+        if n_words == self.records.shape[0]:
+            self.records = np.concatenate([self.records, np.empty_like(self.records)])
         if used + word_bytes > self.pool.size:
             self.pool = grown_like(self.pool, used + word_bytes)
 
     def as_dict(self) -> dict[bytes, int]:
-        return dict(zip(self.words, self.count[:self.cursor[0]].tolist()))
+        return dict(zip(self.words, self.records[:self.cursor[0], 2].tolist()))
+
+
+def _counted_share(counter, data: bytes, starts, ends, regex_text) -> tuple:
+    """A share's word counts as ``_WordTally.add`` takes them (words packed, hashed), made
+    on the counting thread."""
+    array, word_at, word_len, word_count = counter(data, starts, ends, regex_text)
+    packed, hashes = packed_words(array, word_at, word_len)
+    return packed, word_len, word_count, hashes
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -856,7 +864,7 @@ def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.nda
 
 def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> tuple:
     """Word counts of a batch by the Numba scanner of a named pattern, as
-    ``(data array, word_at, word_len, word_count)`` for ``_WordTally.add``."""
+    ``(data array, word_at, word_len, word_count)`` for ``_counted_share``."""
     array = np.frombuffer(data, dtype=np.uint8)
     scanner = scanner_for(regex_text)
     word_at, word_len, word_count, collided = count_scanned_words(

@@ -130,6 +130,8 @@ def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
 
     import numpy as np
 
+    from gpubpe.kernels.word_tally import packed_words
+
     rng = np.random.default_rng(3)
     tally, expected = pretokenize._WordTally(), Counter()
     for _ in range(4):
@@ -137,8 +139,9 @@ def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
                  for _ in range(40_000)]
         counts = rng.integers(1, 5, len(words))
         length = np.array([len(w) for w in words], dtype=np.int64)
-        tally.add(np.frombuffer(b"".join(words), np.uint8), np.cumsum(length) - length, length,
-                  counts.astype(np.int64))
+        packed, hashes = packed_words(np.frombuffer(b"".join(words), np.uint8),
+                                      np.cumsum(length) - length, length)
+        tally.add(packed, length, counts.astype(np.int64), hashes)
         for word, count in zip(words, counts.tolist()):
             expected[word] += count
     assert len(expected) > 1 << 16 and sum(map(len, expected)) > 1 << 20  # it grew
