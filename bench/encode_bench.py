@@ -256,7 +256,8 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
           f"(~{n_bytes // len(docs)} B each), {machine()}\n")
     print("| operation | threads | MB/s (median) | spread (IQR) | CPU s per call | "
-          "of it on the calling thread | speedup over 1 thread | bound on free cores |")
+          "of it on the calling thread | speedup over 1 thread, per round (IQR) | "
+          "bound on free cores |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, run in operations.items():
         outputs = [run(t) for t in thread_counts]  # warm-up, and the outputs compared
@@ -278,14 +279,15 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
                 wall[t].append(time.perf_counter() - start)
                 cpu[t].append(time.process_time() - start_cpu)
                 caller[t].append(time.thread_time() - start_caller)
-        one = np.median(wall[1])
         for t in thread_counts:
             rates = n_bytes / np.array(wall[t]) / 1e6
             q1, q3 = np.percentile(rates, [25, 75])
             total, serial = np.median(cpu[t]), np.median(caller[t])
             bound = np.median(cpu[1]) / (serial + (total - serial) / t)
+            speedup = np.array(wall[1]) / np.array(wall[t])  # per round: the VM's speed drifts
+            s1, s3 = np.percentile(speedup, [25, 75])
             print(f"| {name} | {t} | {np.median(rates):.1f} | {q1:.1f}-{q3:.1f} | "
-                  f"{total:.2f} | {serial:.2f} | {one / np.median(wall[t]):.2f}x | "
+                  f"{total:.2f} | {serial:.2f} | {np.median(speedup):.2f}x ({s1:.2f}-{s3:.2f}) | "
                   f"{bound:.2f}x |")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nLoad average at the end: {load:.1f}. With other work on the machine the "
