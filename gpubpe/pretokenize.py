@@ -296,7 +296,7 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
 class _Documents:
     """Documents end to end: their UTF-8 and their byte lengths (int64)."""
 
-    data: bytes
+    data: bytes | memoryview
     lengths: np.ndarray
 
     @classmethod
