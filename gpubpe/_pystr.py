@@ -20,7 +20,13 @@ from functools import lru_cache
 import numpy as np
 
 from .kernels.str_utf8 import (
-    ASCII_DATA, COMPACT_DATA, LENGTH_AT, STATE_AT, STR_TYPE, TYPE_AT, str_utf8_bound,
+    ASCII_DATA,
+    COMPACT_DATA,
+    LENGTH_AT,
+    STATE_AT,
+    STR_TYPE,
+    TYPE_AT,
+    str_utf8_bound,
     write_str_utf8,
 )
 
