@@ -35,8 +35,10 @@ def tok(lines) -> gpubpe.Tokenizer:
 
 @pytest.mark.parametrize("pattern", ["gpt2", r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"])
 def test_count_words_is_the_same_on_every_thread_count(lines, pattern, monkeypatch):
-    """Small batches, so that there are several and each is cut into thread shares."""
-    monkeypatch.setattr(pretokenize, "_BATCH_BYTES", 100_000)
+    """Small batches, so that there are several and each is cut into thread shares (the
+    in-memory batches grow from ``_FIRST_DOCUMENT_BATCH_BYTES``; ``_BATCH_BYTES`` is a
+    default argument, bound when ``iter_batches`` was defined)."""
+    monkeypatch.setattr(pretokenize, "_FIRST_DOCUMENT_BATCH_BYTES", 100_000)
     counts = [pretokenize.count_words(lines, pattern, num_threads=t) for t in THREAD_COUNTS]
     assert sum(counts[0].values()) > 100_000  # the corpus' words, not an empty run
     for other in counts[1:]:
@@ -55,8 +57,10 @@ def test_segment_shares_cover_the_batch_in_order():
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_encode_arrays_is_the_same_on_every_thread_count(tok, lines, cache, monkeypatch):
-    """Short documents (lines), past the size where the threaded path starts."""
+    """Short documents (lines), past the size where the threaded path starts, their
+    str -> UTF-8 in runs on the threads too."""
     monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1 << 12)
+    monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_DOCUMENTS", 1000)
     documents = lines[:6000] + ["<|endoftext|>" + lines[7]]
     if cache == "warm":
         tok.encode_arrays(documents[::3], num_threads=1, allowed_special="all")
