@@ -223,7 +223,7 @@ class Batch:
 
 
 def iter_batches(corpus, text_field: str = "text",
-                 batch_bytes: int = _BATCH_BYTES) -> Iterator[Batch]:
+                 batch_bytes: int | None = None) -> Iterator[Batch]:
     """Read a corpus as batches of about ``batch_bytes`` of whole documents.
 
     ``corpus`` is a path (a ``str`` or ``pathlib.Path`` given alone is always
@@ -238,12 +238,16 @@ def iter_batches(corpus, text_field: str = "text",
       ``bytes`` are always documents. Wrap a path of another shape in
       ``pathlib.Path``; pass a document that looks like a file name as bytes.
 
+    ``batch_bytes``: about how many bytes a batch holds (None: ``_BATCH_BYTES``, 8 MB,
+    read when called).
+
     A ``.jsonl`` file gives the ``text_field`` of each line (blank lines
     skipped); a ``.parquet`` file its ``text_field`` column (needs pyarrow); any
     other file gives each line as a document, its "\\n" kept (as HF's file
     trainer does), so the documents end to end are the file's bytes. A ``.gz``
     file is read decompressed, by the suffix before ``.gz`` (``a.jsonl.gz``).
     """
+    batch_bytes = batch_bytes or _BATCH_BYTES
     if isinstance(corpus, str | os.PathLike):
         corpus = [Path(corpus)]
     if isinstance(corpus, bytes | bytearray | memoryview):
