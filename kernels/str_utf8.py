@@ -22,11 +22,12 @@ nothing may resize it while a kernel reads it.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
 from ._jit import hot
+from ._raw import copy_bytes as _copy
+from ._raw import load as _load
+from ._raw import store as _store
 
 # layout: the address of the str type, then the byte offsets of the characters of an
 # ASCII str and of another compact str (sys.getsizeof of "" and "é", less the
@@ -35,29 +36,6 @@ STR_TYPE, ASCII_DATA, COMPACT_DATA = 0, 1, 2
 # Field offsets in every CPython with a GIL (3.8-3.14): ob_type, then PyASCIIObject's
 # length and state (the bit fields interned:2, kind:3, compact:1, ascii:1).
 TYPE_AT, LENGTH_AT, STATE_AT = 8, 16, 32
-
-
-@intrinsic
-def _load(typingctx, address, element):
-    """The ``element`` (a NumPy scalar type) stored at ``address`` (an int64)."""
-    value_type = element.instance_type
-
-    def codegen(context, builder, signature, args):
-        pointer_type = context.get_value_type(types.CPointer(value_type))
-        return builder.load(builder.inttoptr(args[0], pointer_type))
-
-    return value_type(types.int64, element), codegen
-
-
-@intrinsic
-def _store(typingctx, address, value):
-    """Store ``value`` at ``address`` (an int64), unaligned."""
-    def codegen(context, builder, signature, args):
-        pointer_type = context.get_value_type(types.CPointer(signature.args[1]))
-        builder.store(args[1], builder.inttoptr(args[0], pointer_type), align=1)
-        return context.get_dummy_value()
-
-    return types.none(types.int64, value), codegen
 
 
 @hot
@@ -141,19 +119,6 @@ def _put_utf8(data, length, width, out_at):
             if out_at < 0:
                 return -1
     return out_at
-
-
-@intrinsic
-def _copy(typingctx, destination, source, size):
-    """memcpy of ``size`` bytes between two addresses (a byte loop with int64 indices
-    ran ~0.7 ns a byte: 28 ns an English line)."""
-    def codegen(context, builder, signature, args):
-        byte_pointer = context.get_value_type(types.CPointer(types.uint8))
-        cgutils.raw_memcpy(builder, builder.inttoptr(args[0], byte_pointer),
-                           builder.inttoptr(args[1], byte_pointer), args[2], 1)
-        return context.get_dummy_value()
-
-    return types.none(types.int64, types.int64, types.int64), codegen
 
 
 @njit(nogil=True, cache=True)

@@ -1,0 +1,45 @@
+"""Loads, stores and copies at raw addresses, for kernels that read memory NumPy does not
+describe (``str_utf8``: CPython's str objects) or read it wider than its type
+(``jsonl``: 8 bytes at a time)."""
+
+from __future__ import annotations
+
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def load(typingctx, address, element):
+    """The ``element`` (a NumPy scalar type) stored at ``address`` (an int64), unaligned."""
+    value_type = element.instance_type
+
+    def codegen(context, builder, signature, args):
+        pointer_type = context.get_value_type(types.CPointer(value_type))
+        return builder.load(builder.inttoptr(args[0], pointer_type), align=1)
+
+    return value_type(types.int64, element), codegen
+
+
+@intrinsic
+def store(typingctx, address, value):
+    """Store ``value`` at ``address`` (an int64), unaligned."""
+    def codegen(context, builder, signature, args):
+        pointer_type = context.get_value_type(types.CPointer(signature.args[1]))
+        builder.store(args[1], builder.inttoptr(args[0], pointer_type), align=1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, value), codegen
+
+
+@intrinsic
+def copy_bytes(typingctx, destination, source, size):
+    """memcpy of ``size`` bytes between two addresses (a byte loop with int64 indices
+    ran ~0.7 ns a byte: 28 ns an English line)."""
+    def codegen(context, builder, signature, args):
+        byte_pointer = context.get_value_type(types.CPointer(types.uint8))
+        cgutils.raw_memcpy(builder, builder.inttoptr(args[0], byte_pointer),
+                           builder.inttoptr(args[1], byte_pointer), args[2], 1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64, types.int64), codegen
