@@ -600,7 +600,7 @@ def _jsonl_documents(data: bytes, line_end: np.ndarray, key: np.ndarray,
     if not (kind == JSONL_OTHER).any():
         texts = kind == JSONL_TEXT
         size = int(text_end[texts][-1]) if texts.any() else 0
-        return _Documents(memoryview(out)[:size], (text_end - text_start)[texts])
+        return _Documents(out[:size].tobytes(), (text_end - text_start)[texts])  # Batch: bytes
     pieces = []  # a line json.loads must read: the documents one by one, in order
     for k in np.flatnonzero(kind != JSONL_BLANK).tolist():
         if kind[k] == JSONL_TEXT:

@@ -132,3 +132,16 @@ def test_a_bad_line_is_named_by_its_line_number(tmp_path, line, message):
     path.write_bytes(b'{"text": "a"}\n\n' + line + b'\n{"text": "b"}\n')
     with pytest.raises(CorpusError, match=message):
         list(pretokenize.iter_batches(path))
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", r"\w+|\W"])
+def test_counting_a_jsonl_file_equals_counting_its_texts(tmp_path, pattern):
+    """Batches of a .jsonl file are bytes like any other (a custom pattern decodes them;
+    special tokens are cut out of them), and count as the texts given as a list."""
+    texts = [f"doc {i} wörld 日本<|endoftext|>tail\n" for i in range(300)] + [""]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    assert all(isinstance(batch.data, bytes) for batch in pretokenize.iter_batches(path))
+    for threads in (1, 2):
+        counts = pretokenize.count_words(path, pattern, ["<|endoftext|>"], num_threads=threads)
+        assert counts == pretokenize.count_words(texts, pattern, ["<|endoftext|>"], num_threads=1)
