@@ -301,6 +301,7 @@ def _read_ahead(batches: Iterator[Batch], stage) -> Iterator[tuple[Batch, object
             yield item
     finally:
         stop.set()
+        reader.join()  # it stops after the batch it reads: no thread left in a kernel at exit
 
 
 class _InOrder:

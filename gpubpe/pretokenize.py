@@ -41,7 +41,7 @@ from ._pystr import str_list_utf8
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
-from .kernels.jsonl import OTHER as JSONL_OTHER
+from .kernels.jsonl import MAX_DEPTH as JSONL_MAX_DEPTH
 from .kernels.jsonl import TEXT as JSONL_TEXT
 from .kernels.jsonl import jsonl_texts
 from .kernels.pretok import (
@@ -552,9 +552,6 @@ def _line_ends(data: bytes) -> np.ndarray:
     return line_ends.astype(np.int64)
 
 
-_JSON_LITERALS = tuple(np.frombuffer(word, np.uint8) for word in (b"true", b"false", b"null"))
-
-
 def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
                 end: int | None = None) -> Iterator[Batch]:
     """The ``text_field`` of each non-blank line starting in ``[start, end)``.
@@ -595,9 +592,10 @@ def _jsonl_documents(data: bytes, line_end: np.ndarray, key: np.ndarray,
     array = np.frombuffer(data, dtype=np.uint8)
     line_start = np.concatenate([[0], line_end[:-1]]).astype(np.int64)
     out = np.empty(len(data), dtype=np.uint8)
-    kind, text_start, text_end = jsonl_texts(array, line_start, line_end, key, _JSON_LITERALS,
-                                             out)
-    if not (kind == JSONL_OTHER).any():
+    kind, text_start, text_end = (np.empty(line_end.size, dtype=np.int64) for _ in range(3))
+    others = jsonl_texts(array, line_start, line_end, key, out, kind, text_start, text_end,
+                         np.empty(JSONL_MAX_DEPTH, dtype=np.uint8))
+    if not others:
         texts = kind == JSONL_TEXT
         size = int(text_end[texts][-1]) if texts.any() else 0
         return _Documents(out[:size].tobytes(), (text_end - text_start)[texts])  # Batch: bytes

@@ -260,24 +260,39 @@ def _word_end(data, i, end, word):
     return i + word.size
 
 
+_TRUE, _FALSE, _NULL = (int.from_bytes(word, "little") for word in (b"true", b"false", b"null"))
+
+
+@inlined
+def _literal_end(data, i, end, word, size):
+    """The end of the literal of ``size`` bytes packed little-endian in ``word`` at ``i``,
+    or -1."""
+    if i + size > end:
+        return -1
+    for k in range(size):
+        if data[i + k] != (word >> (8 * k)) & 0xFF:
+            return -1
+    return i + size
+
+
 @hot
-def _scalar_end(data, i, end, literals, out):
+def _scalar_end(data, i, end, out):
     """The end of the string, number or literal at ``i``, or -1 (also for ``NaN`` and
     ``Infinity``, which json.loads takes: the caller's json.loads reads those lines)."""
     byte = data[i]
     if byte == 0x22:
         return _string(data, i, end, out, 0, False)[0]
     if byte == 0x74:
-        return _word_end(data, i, end, literals[0])
+        return _literal_end(data, i, end, _TRUE, 4)
     if byte == 0x66:
-        return _word_end(data, i, end, literals[1])
+        return _literal_end(data, i, end, _FALSE, 5)
     if byte == 0x6E:
-        return _word_end(data, i, end, literals[2])
+        return _literal_end(data, i, end, _NULL, 4)
     return _number_end(data, i, end)
 
 
 @hot
-def _value_end(data, i, end, literals, stack, out):
+def _value_end(data, i, end, stack, out):
     """The end of the JSON value at ``i`` (nested objects and arrays followed with
     ``stack``, at most MAX_DEPTH deep), or -1."""
     depth = 0
@@ -303,7 +318,7 @@ def _value_end(data, i, end, literals, stack, out):
             else:
                 continue  # the first element
         else:
-            i = _scalar_end(data, i, end, literals, out)
+            i = _scalar_end(data, i, end, out)
             if i < 0:
                 return -1
         # after a value: close containers, or go on to the next member or element
@@ -352,7 +367,7 @@ def _is_blank(data, start, end):
 
 
 @hot
-def _line_text(data, start, end, key, literals, stack, out, o):
+def _line_text(data, start, end, key, stack, out, o):
     """The field ``key`` of the line's object decoded into ``out[o]``: its end there, or
     -1 when the line is left to json.loads."""
     i = _skip_space(data, start, end)
@@ -382,7 +397,7 @@ def _line_text(data, start, end, key, literals, stack, out, o):
             found = i
             i, _, text_end = _string(data, i, end, out, o, True)
         else:
-            i = _value_end(data, i, end, literals, stack, out)
+            i = _value_end(data, i, end, stack, out)
         if i < 0:
             return -1
         i = _skip_space(data, i, end)
@@ -397,21 +412,24 @@ def _line_text(data, start, end, key, literals, stack, out, o):
     return text_end
 
 
-@njit(nogil=True, cache=True)
-def jsonl_texts(data, line_start, line_end, key, literals, out):
+@njit(nogil=True, cache=True, _nrt=False)
+def jsonl_texts(data, line_start, line_end, key, out, kind, text_start, text_end, stack):
     """Each line's field ``key`` (UTF-8 bytes of the name) decoded end to end into ``out``
-    (at least as long as ``data``): (kind, text start, text end) per line, kind TEXT,
-    BLANK or OTHER (the caller reads it with json.loads). A line holding a NUL byte, or
-    starting with a UTF-8 byte-order mark, is OTHER. ``literals``: the bytes of true,
-    false and null (a tuple of arrays)."""
-    n = line_start.size
-    kind = np.empty(n, dtype=np.int64)
-    text_start = np.zeros(n, dtype=np.int64)
-    text_end = np.zeros(n, dtype=np.int64)
-    stack = np.zeros(MAX_DEPTH, dtype=np.uint8)
+    (at least as long as ``data``): ``kind[k]`` TEXT (its text ``out[text_start[k]:
+    text_end[k]]``), BLANK or OTHER (the caller reads it with json.loads). A line holding
+    a NUL byte, or starting with a UTF-8 byte-order mark, is OTHER. ``stack``: MAX_DEPTH
+    bytes of scratch. Returns the number of OTHER lines.
+
+    Everything is the caller's and only an int comes back: Numba makes a Python object to
+    box a returned array, and a signal handler run there (SIGTERM during
+    ``gpubpe encode`` of a .jsonl file) raised inside Numba's boxing: SystemError, or
+    SIGSEGV in ~1 run in 3 of 25 (``bench``-less repro: a SIGTERM handler raising while a
+    loop calls the kernel; with arrays returned 10 of 25 runs failed, 0 with an int)."""
+    others = 0
     o = 0
-    for k in range(n):
+    for k in range(line_start.size):
         start, end = line_start[k], line_end[k]
+        text_start[k], text_end[k] = 0, 0
         if _is_blank(data, start, end):
             kind[k] = BLANK
             continue
@@ -420,11 +438,11 @@ def jsonl_texts(data, line_start, line_end, key, literals, out):
             has_nul |= data[i] == 0
         bom = end - start >= 3 and data[start] == 0xEF and data[start + 1] == 0xBB \
             and data[start + 2] == 0xBF
-        stop = -1 if has_nul or bom else _line_text(data, start, end, key, literals, stack,
-                                                    out, o)
+        stop = -1 if has_nul or bom else _line_text(data, start, end, key, stack, out, o)
         if stop < 0:
             kind[k] = OTHER
+            others += 1
             continue
         kind[k], text_start[k], text_end[k] = TEXT, o, stop
         o = stop
-    return kind, text_start, text_end
+    return others
