@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder, Lanes, can_permute
+from ._lanes import LANES, LaneBuilder, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -573,6 +573,19 @@ def _select_of(lanes, word, entries):
     return picked
 
 
+def _encode_tables(lanes, layout):
+    """Tables of the lane number for ``permuted`` (AVX-512 only): lane b & 31 of the first
+    holds the prefix id of lead byte b (0 for a byte outside the set); lane t of the second
+    the value id of hi value (t << 7) | 0x40; lane s & 1 of the third that of lo value
+    (s << 8) | 0x80 (the values after each follow it)."""
+    numbers = lanes.lane_numbers()
+    quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+    leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
+    hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
+    lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
+    return leads.select(quad_prefix, 0), hi_table, lo_table
+
+
 def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
     bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
@@ -585,13 +598,8 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
     blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
-    numbers = lanes.lane_numbers()
     if permute:  # tables of the lane number (hoisted out of the loop), looked up in one step
-        quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
-        leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
-        prefix_table = leads.select(quad_prefix, 0)  # lane b & 31 for lead byte b: its prefix id
-        hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
-        lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
+        prefix_table, hi_table, lo_table = _encode_tables(lanes, layout)
 
     def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
         b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
@@ -623,99 +631,200 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     return coded, keep, bad
 
 
-def _ids_views(lanes, ids_data, p, reach):
-    """``ids_at(k)``: Lanes of ids[p + k : p + k + count] for -reach[0] <= k < reach[0].
-    32-bit lanes load each; narrow lanes load (and saturate) the two views k = -reach[0]
-    and k = +reach[0] and shuffle the others out of them (one vpermi2w each, where a
-    narrowing load is two loads, two vpmovusdw and an insert)."""
+@intrinsic
+def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+    """Encode positions p .. p + 15 in 32-bit lanes (the first ``n_in_span`` are in the
+    chunk) into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
+    kept bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
+    """
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
+        lanes = LaneBuilder(builder, LANES, 32)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[4]))]
+
+        def ids_at(k):
+            return lanes.load(ids_data, builder.add(p_v, _i64(k)))
+
+        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
+                                         cut_v, lanes.splat(base_v), can_permute(LANES, 32))
+        lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
+                         o_v)
+        return context.make_tuple(builder, signature.return_type,
+                                  [lanes.count_of(keep), bad.bits(), keep.bits()])
+    return_type = types.UniTuple(types.int64, 3)
+    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+
+
+def _wide_encode_flags(lanes, x, cut, carried, ids_data, p, base, layout):
+    """The wide step's character starts as bits of i64 IR values (bit k: position p + k):
+    classified in 16-bit lanes (lead byte of the set, continuation byte, the two bits of a
+    lead byte's quad, id >= base), moved to general-purpose registers and combined there
+    with shifts, the shift of a bit map standing for the cross-lane shuffle of a vector.
+    ``carried`` = the start and quad bits of p - 3 .. p - 1 (bits 0-2). Returns (prefix
+    ids where a character starts, else anything; starts; starts one and two back; kept
+    bits; bad bits; what to carry to the next step)."""
     builder = lanes.builder
+    prefix = lanes.permuted(_encode_tables(lanes, layout)[0], x)
+    is_lead = ((x & ~15).eq(0xE0) & prefix.ne(0)).bits()
+    continues = (x ^ 0x80).lt(0x40).bits()
+    quad_low, quad_high = (x & 4).ne(0).bits(), (x & 8).ne(0).bits()
+    at_or_above_base = x.ge(base).bits()
 
-    def load(k):
-        return lanes.load(ids_data, builder.add(p, _i64(k)))
+    def shr(word, k):
+        return builder.lshr(word, _i64(k))
 
-    if lanes.bits == 32:
-        return load
-    back = reach[0]
-    first, last = load(-back), load(back)
-    views = {-back: first, back: last}
+    def shl(word, k):
+        return builder.shl(word, _i64(k))
 
-    def ids_at(k):
-        if k not in views:  # lane j: position k + j, in ``first`` up to its lane count - 1
-            order = [j + k + back if j + k + back < lanes.count else lanes.count + j + k - back
-                     for j in range(lanes.count)]
-            views[k] = Lanes(lanes, lanes.shuffle(first.value, last.value, order))
-        return views[k]
-    return ids_at
+    def is_continuation_at(k):  # ids[p + k] in 0x80-0xBF, as bit k
+        address = builder.gep(ids_data, [builder.add(p, _i64(k))])
+        byte = builder.xor(builder.load(address, align=4), ir.Constant(ir.IntType(32), 0x80))
+        flag = builder.icmp_unsigned("<", byte, ir.Constant(ir.IntType(32), 0x40))
+        return shl(builder.zext(flag, ir.IntType(64)), k)
 
+    width = lanes.count
+    all_lanes = _i64((1 << width) - 1)
+    continues = builder.or_(continues, builder.or_(is_continuation_at(width),
+                                                   is_continuation_at(width + 1)))
+    blocked = builder.or_(shr(cut, EDGE + 1), shr(cut, EDGE + 2))
+    starts = builder.and_(builder.and_(is_lead, builder.and_(shr(continues, 1),
+                                                             shr(continues, 2))),
+                          builder.and_(builder.not_(blocked), all_lanes))
+    carried_starts, carried_low, carried_high = (builder.extract_value(carried, k)
+                                                 for k in range(3))
+    starts_from_back3 = builder.or_(shl(starts, 3), carried_starts)  # bit k + 3: p + k
+    back1 = builder.and_(shr(starts_from_back3, 2), all_lanes)
+    back2 = builder.and_(shr(starts_from_back3, 1), all_lanes)
+    back3 = builder.and_(starts_from_back3, all_lanes)
 
-def _encode_step_of(count, bits):
-    """The encoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
-    @intrinsic
-    def encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
-        """Encode positions p .. p + count - 1 (the first ``n_in_span`` are in the chunk)
-        into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
-        kept bits, the bits of positions whose id is too large for the lanes: where any is
-        set nothing of the step holds and the caller redoes it with 32-bit lanes). Reads
-        ids[p - 3 : p + count + 2] and writes out[o : o + count].
-        """
-        def codegen(context, builder, signature, args):
-            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
-            lanes = LaneBuilder(builder, count, bits)
-            ids_data = _array_data(context, builder, signature.args[0], ids_v)
-            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                            for k in range(len(signature.args[4]))]
+    def differs_from_back3(bits, carried_bits):
+        from_back3 = builder.or_(shl(bits, 3), carried_bits)
+        return builder.xor(bits, from_back3)
 
-            ids_at = _ids_views(lanes, ids_data, p_v, ENCODE_REACH)
-            coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words,
-                                             lanes.splat(n_in_span_v), cut_v,
-                                             lanes.splat(base_v), can_permute(count, bits))
-            lanes.store_kept(coded, keep,
-                             _array_data(context, builder, signature.args[6], out_v), o_v)
-            too_large = ids_at(0).eq(lanes.largest).bits() if bits < 32 else _i64(0)
-            return context.make_tuple(builder, signature.return_type,
-                                      [lanes.count_of(keep), bad.bits(), keep.bits(),
-                                       too_large])
-        return_type = types.UniTuple(types.int64, 4)
-        return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
-    return encode_step
+    other_quad = builder.or_(differs_from_back3(quad_low, carried_low),
+                             differs_from_back3(quad_high, carried_high))
+    repeats = builder.and_(builder.and_(starts, back3),
+                           builder.not_(builder.or_(other_quad, shr(cut, EDGE))))
+    kept = builder.and_(builder.not_(repeats), all_lanes)
+    in_character = builder.or_(starts, builder.or_(back1, back2))
+    bad = builder.and_(at_or_above_base, builder.not_(in_character))
+    carry = [shr(word, width - 3) for word in (starts, quad_low, quad_high)]
+    return prefix, starts, back1, back2, kept, bad, carry
 
 
-_encode_step = _encode_step_of(LANES, 32)
-_encode_wide_step = _encode_step_of(WIDE_LANES, 16)
+@intrinsic
+def _encode_wide_step(typingctx, ids, p, cut, layout, base, carried, out, o):
+    """Encode positions p .. p + 31 into out[o:] in 16-bit lanes; ``cut`` = ``_cut_window``
+    at p, ``carried`` = (start bits, quad bits low, quad bits high) of p - 3 .. p - 1
+    (``_encode_carry``, or what the step before returned). Returns (ids written, bits of
+    the positions holding an id >= base outside a character, kept bits, what to carry).
+    Where any bad bit is set (an id >= base, also every id a 16-bit lane cannot hold)
+    what was written is not the encoding: the caller redoes the positions in 32-bit
+    lanes. Reads ids[p - 1 : p + 34], writes out[o : o + 32].
+
+    One narrowing load of the ids; the character starts are bit maps (one bit a
+    position) shifted in general-purpose registers, so the step shuffles its vectors
+    once (the ids one position back), where working out the starts on shifted views
+    of the ids took five cross-lane shuffles and a second start computation.
+    """
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
+        if not can_permute(WIDE_LANES, 16):  # never runs there (``wide`` is false)
+            nothing = [_i64(0), _i64(-1), _i64(0), context.make_tuple(
+                builder, signature.return_type[3], [_i64(0)] * 3)]
+            return context.make_tuple(builder, signature.return_type, nothing)
+        lanes = LaneBuilder(builder, WIDE_LANES, 16)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[3]))]
+        x = lanes.load(ids_data, p_v)
+        before = builder.load(builder.gep(ids_data, [builder.sub(p_v, _i64(1))]), align=4)
+        x_before = x.shifted_up(lanes.splat(before), 1)  # ids[p - 1 + lane] (bytes where used)
+        prefix, starts, back1, back2, kept, bad, carry = _wide_encode_flags(
+            lanes, x, cut_v, carried_v, ids_data, p_v, lanes.splat(base_v), layout_words)
+        _, hi_table, lo_table = _encode_tables(lanes, layout_words)
+        hi_ids = lanes.permuted(hi_table, x_before) + ((x >> 1) & 31)
+        lo_ids = lanes.permuted(lo_table, x_before) + (x & 63)
+        flags = [lanes.flags_of_bits(word, 0) for word in (starts, back1, back2, kept)]
+        coded = flags[0].select(prefix, flags[1].select(hi_ids, flags[2].select(lo_ids, x)))
+        lanes.store_kept(coded, flags[3],
+                         _array_data(context, builder, signature.args[6], out_v), o_v)
+        written = lanes.count_of(flags[3])
+        return context.make_tuple(builder, signature.return_type, [
+            written, bad, kept, context.make_tuple(builder, signature.return_type[3], carry)])
+    carried_type = types.UniTuple(types.int64, 3)
+    return_type = types.Tuple((types.int64, types.int64, types.int64, carried_type))
+    return return_type(ids, p, cut, layout, base, carried, out, o), codegen
+
+
+@njit(inline="always", cache=True)
+def _starts_char_at(ids, cuts, q, lead_bits):
+    """Whether a character of the lead set starts at q (0 <= q, q + 2 < len(ids)), for
+    ``_encode_carry``: the wide step's test, one position."""
+    x = np.int64(ids[q])
+    return ((x >> 4) == 0xE and (lead_bits >> (x & 15)) & 1 == 1
+            and is_continuation(ids[q + 1]) and is_continuation(ids[q + 2])
+            and not _is_cut(cuts, q + 1) and not _is_cut(cuts, q + 2))
+
+
+@njit(inline="always", cache=True)
+def _is_cut(cuts, q):
+    bit = q + _CUT_MARGIN
+    return (cuts[bit >> 6] >> np.uint64(bit & 63)) & np.uint64(1) == 1
+
+
+@njit(cache=True)
+def _encode_carry(ids, cuts, p, lead_bits):
+    """What a wide encoding step at p takes from the positions before it (p >= 3): bit
+    k of each word for position p - 3 + k, a character starts there; the lead byte's bit
+    2; its bit 3. For the first wide step of a run (the steps before were 32-bit ones)."""
+    starts, low, high = 0, 0, 0
+    for k in range(3):
+        q = p - 3 + k
+        x = np.int64(ids[q])
+        starts |= np.int64(_starts_char_at(ids, cuts, q, lead_bits)) << k
+        low |= ((x >> 2) & 1) << k
+        high |= ((x >> 3) & 1) << k
+    return starts, low, high
 
 
 @njit(cache=True)
 def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
                   sequence_out, sequence_chunk):
     """Encode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
-    in 16-bit lanes where ``wide`` (the codec's ids fit) and the ids do, else 16 in 32-bit
-    lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its output
-    only where its input is that much longer."""
+    in 16-bit lanes where ``wide`` (the codec's ids fit) and no id is bad, else 16 in
+    32-bit lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its
+    output only where its input is that much longer."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
+    carried = (np.int64(0), np.int64(0), np.int64(0))
+    carried_at = -1  # the position ``carried`` was worked out for
+    lead_bits = np.int64(layout[_LEAD_BITS])
     while p < stop:
         cut = _cut_window(cuts, p)
         if wide and p + WIDE_LANES <= stop and not _needs_edge_copy(p, ids.size,
                                                                     WIDE_ENCODE_REACH):
-            written, bad, kept, too_large = _encode_wide_step(ids, p, WIDE_LANES, cut, layout,
-                                                              base, out, o)
-            if too_large == 0:
+            if carried_at != p:
+                carried = _encode_carry(ids, cuts, p, lead_bits)
+            written, bad, kept, carry = _encode_wide_step(ids, p, cut, layout, base, carried,
+                                                          out, o)
+            if bad == 0:
                 sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
                                                    1, p, chunk, sequence_out, sequence_chunk)
-                if bad != 0 and first_bad < 0:
-                    first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-                p, o = p + WIDE_LANES, o + written
+                p, o, carried, carried_at = p + WIDE_LANES, o + written, carry, p + WIDE_LANES
                 continue
         n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, ENCODE_REACH):
             _edge_copy(ids, p, scratch)
-            written, bad, kept, _ = _encode_step(scratch, EDGE, n_in_span, cut, layout, base,
-                                                 out, o)
+            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out,
+                                              o)
         else:
-            written, bad, kept, _ = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
         sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
                                            chunk, sequence_out, sequence_chunk)
         if bad != 0 and first_bad < 0:

@@ -475,6 +475,34 @@ def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
                  bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, BASE)])
 
 
+@pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
+def test_cpu_wide_encode_steps_carry_characters_across_their_edges(codecs):
+    """A wide encoding step takes the character starts of the three positions before it
+    from the step before (or works them out where 32-bit steps ran before it: at the
+    start, after a bad id): characters of the same or another prefix start at every
+    position around a step's edge, with a sequence start, or a bad id, at every position
+    near it; the NumPy backend's output, the first bad id and the round trip."""
+    t = codecs["cpu"]._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    same, other, kana = "众唤众".encode(), "众一众".encode(), "あ众".encode()
+    for text in (same, other, kana):
+        for shift in range(0, 2 * bitpack.WIDE_LANES + 4):
+            ids = np.array([0x41] * shift + list(text) * 12 + [0x41] * 40, dtype=np.uint32)
+            for extra in range(0, 70, 3):
+                offsets = np.array([0, extra, ids.size] if 0 < extra < ids.size
+                                   else [0, ids.size], dtype=np.int64)
+                expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+                got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=1)
+                assert_same([expected, got])
+                decoded = bitpack.bitlevel_decode_cpu(got[0], got[1], table, BASE)
+                assert decoded[0].tolist() == ids.tolist()
+                bad = ids.copy()
+                bad[extra] = BASE + 7  # 32-bit steps there, then wide steps again
+                assert_same([bitpack.bitlevel_encode_numpy(bad, offsets, lead, values, BASE),
+                             bitpack.bitlevel_encode_cpu(bad, offsets, lead, values, BASE,
+                                                         n_chunks=1)])
+
+
 def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
     """A wide step holds ids in 16-bit lanes; an id of 0xFFFF or more (here: bad ids,
     above the base vocabulary) makes its 32 positions run as two 32-bit steps when
