@@ -424,7 +424,8 @@ def _popcount(typingctx, word):
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
 WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
-WIDE_ENCODE_REACH = (3, WIDE_LANES + 2)
+WIDE_ENCODE_POSITIONS = 2 * WIDE_LANES  # a wide encoding step: two such vectors
+WIDE_ENCODE_REACH = (3, WIDE_ENCODE_POSITIONS + 2)
 WIDE_DECODE_REACH = (0, WIDE_LANES)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
@@ -502,22 +503,23 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
 
 
 @njit(inline="always", cache=True)
-def _record_wide_starts(offsets, sequence, cut, kept, p, o, chunk, sequence_out,
+def _record_wide_starts(offsets, sequence, starts, kept, p, o, chunk, sequence_out,
                         sequence_chunk):
-    """``_record_sequence_starts`` for a wide step (32 positions, one lane each, all in the
-    chunk): where it holds at most two sequence starts, branch-free, their positions from
-    the cut bits (``cut`` = ``_cut_window`` at p) rather than loads of ``offsets`` (the loop
-    of the general case waits on them, and mispredicted where short documents gave two
-    starts a step: 0.8% of real zh+ja's 32-position steps hold three or more). Records
-    of starts absent go to the chunk's spare slot. Where more sequences start in the step
-    than it has start bits (empty sequences share one), the general case redoes them."""
-    stop = p + WIDE_LANES
-    one = np.uint64(1)
-    starts = (np.uint64(cut) >> np.uint64(EDGE)) & np.uint64(0xFFFFFFFF)
+    """``_record_sequence_starts`` for a wide encoding step (WIDE_ENCODE_POSITIONS
+    positions, one lane each, all in the chunk; ``starts``: bit k set where a sequence
+    starts at p + k): where it holds at most two sequence starts, branch-free, their
+    positions from the bits rather than loads of ``offsets`` (the loop of the general
+    case waits on them, and mispredicted where short documents gave two starts a step).
+    Records of starts absent go to the chunk's spare slot. Where more sequences start
+    in the step than it has start bits (empty sequences share one), or more than two, the
+    general case redoes them."""
+    stop = p + WIDE_ENCODE_POSITIONS
+    one, top = np.uint64(1), np.uint64(1) << np.uint64(63)  # (cttz of 0 is undefined)
+    starts = np.uint64(starts)
     n_starts = np.int64(_popcount(starts))
     has_first, has_second = np.int64(n_starts >= 1), np.int64(n_starts >= 2)
-    first = _trailing_zeros(starts | (one << np.uint64(32)))
-    second = _trailing_zeros((starts & (starts - one)) | (one << np.uint64(32)))
+    first = _trailing_zeros(starts | top)
+    second = _trailing_zeros((starts & (starts - one)) | top)
     kept = np.uint64(kept)
     spare = offsets.size + chunk
     for k, (has, below) in enumerate(((has_first, first), (has_second, second))):
@@ -687,20 +689,19 @@ def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
     return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
 
 
-def _wide_encode_flags(lanes, x, cut, carried, ids_data, p, base, layout):
-    """The wide step's character starts as bits of i64 IR values (bit k: position p + k):
-    classified in 16-bit lanes (lead byte of the set, continuation byte, the two bits of a
-    lead byte's quad, id >= base), moved to general-purpose registers and combined there
-    with shifts, the shift of a bit map standing for the cross-lane shuffle of a vector.
-    ``carried`` = the start and quad bits of p - 3 .. p - 1 (bits 0-2). Returns (prefix
-    ids where a character starts, else anything; starts; starts one and two back; kept
-    bits; bad bits; what to carry to the next step)."""
+def _wide_encode_flags(lanes, halves, starts_here, carried, ids_data, p, base, layout):
+    """The wide step's character starts as bit maps in i64 IR values (bit k: position
+    p + k, k < 64): the ids are classified in 16-bit lanes (lead byte of the set,
+    continuation byte, the two bits of a lead byte's quad, id >= base), the flags moved to
+    general-purpose registers and combined there with shifts, the shift of a bit map
+    standing for the cross-lane shuffle of a vector. ``halves``: the Lanes of positions
+    p .. p + 31 and p + 32 .. p + 63; ``starts_here`` = (bits of the sequence starts at
+    p .. p + 63, at p + 64 and p + 65); ``carried`` = the start and quad bits of
+    p - 3 .. p - 1 (bits 0-2). Returns (prefix ids where a character starts, else
+    anything, for each half; starts; starts one and two back; kept bits; bad bits; what to
+    carry to the next step)."""
     builder = lanes.builder
-    prefix = lanes.permuted(_encode_tables(lanes, layout)[0], x)
-    is_lead = ((x & ~15).eq(0xE0) & prefix.ne(0)).bits()
-    continues = (x ^ 0x80).lt(0x40).bits()
-    quad_low, quad_high = (x & 4).ne(0).bits(), (x & 8).ne(0).bits()
-    at_or_above_base = x.ge(base).bits()
+    prefix_table = _encode_tables(lanes, layout)[0]
 
     def shr(word, k):
         return builder.lshr(word, _i64(k))
@@ -708,59 +709,78 @@ def _wide_encode_flags(lanes, x, cut, carried, ids_data, p, base, layout):
     def shl(word, k):
         return builder.shl(word, _i64(k))
 
-    def is_continuation_at(k):  # ids[p + k] in 0x80-0xBF, as bit k
+    def or_(*words):
+        word = words[0]
+        for other in words[1:]:
+            word = builder.or_(word, other)
+        return word
+
+    def and_(*words):
+        word = words[0]
+        for other in words[1:]:
+            word = builder.and_(word, other)
+        return word
+
+    def bit_map(flags_of):  # a flag of each position, as 64 bits
+        return or_(*(shl(flags_of(h, x).bits(), lanes.count * h) for h, x in enumerate(halves)))
+
+    prefixes = [lanes.permuted(prefix_table, x) for x in halves]
+    is_lead = bit_map(lambda h, x: (x & ~15).eq(0xE0) & prefixes[h].ne(0))
+    continues = bit_map(lambda h, x: (x ^ 0x80).lt(0x40))
+    quad_low = bit_map(lambda h, x: (x & 4).ne(0))
+    quad_high = bit_map(lambda h, x: (x & 8).ne(0))
+    at_or_above_base = bit_map(lambda h, x: x.ge(base))
+
+    def is_continuation_at(k):  # ids[p + k] in 0x80-0xBF, as 0 or 1
         address = builder.gep(ids_data, [builder.add(p, _i64(k))])
         byte = builder.xor(builder.load(address, align=4), ir.Constant(ir.IntType(32), 0x80))
         flag = builder.icmp_unsigned("<", byte, ir.Constant(ir.IntType(32), 0x40))
-        return shl(builder.zext(flag, ir.IntType(64)), k)
+        return builder.zext(flag, ir.IntType(64))
 
-    width = lanes.count
-    all_lanes = _i64((1 << width) - 1)
-    continues = builder.or_(continues, builder.or_(is_continuation_at(width),
-                                                   is_continuation_at(width + 1)))
-    blocked = builder.or_(shr(cut, EDGE + 1), shr(cut, EDGE + 2))
-    starts = builder.and_(builder.and_(is_lead, builder.and_(shr(continues, 1),
-                                                             shr(continues, 2))),
-                          builder.and_(builder.not_(blocked), all_lanes))
+    continues_64, continues_65 = is_continuation_at(64), is_continuation_at(65)
+    cut_here, cut_64, cut_65 = starts_here
+    continues_1 = or_(shr(continues, 1), shl(continues_64, 63))  # bit k: p + k + 1
+    continues_2 = or_(shr(continues, 2), shl(continues_64, 62), shl(continues_65, 63))
+    blocked = or_(shr(cut_here, 1), shr(cut_here, 2), shl(cut_64, 63), shl(cut_64, 62),
+                  shl(cut_65, 63))
+    starts = and_(is_lead, continues_1, continues_2, builder.not_(blocked))
     carried_starts, carried_low, carried_high = (builder.extract_value(carried, k)
                                                  for k in range(3))
-    starts_from_back3 = builder.or_(shl(starts, 3), carried_starts)  # bit k + 3: p + k
-    back1 = builder.and_(shr(starts_from_back3, 2), all_lanes)
-    back2 = builder.and_(shr(starts_from_back3, 1), all_lanes)
-    back3 = builder.and_(starts_from_back3, all_lanes)
+    back1 = or_(shl(starts, 1), shr(carried_starts, 2))
+    back2 = or_(shl(starts, 2), shr(carried_starts, 1))
+    back3 = or_(shl(starts, 3), carried_starts)
 
     def differs_from_back3(bits, carried_bits):
-        from_back3 = builder.or_(shl(bits, 3), carried_bits)
-        return builder.xor(bits, from_back3)
+        return builder.xor(bits, or_(shl(bits, 3), carried_bits))
 
-    other_quad = builder.or_(differs_from_back3(quad_low, carried_low),
-                             differs_from_back3(quad_high, carried_high))
-    repeats = builder.and_(builder.and_(starts, back3),
-                           builder.not_(builder.or_(other_quad, shr(cut, EDGE))))
-    kept = builder.and_(builder.not_(repeats), all_lanes)
-    in_character = builder.or_(starts, builder.or_(back1, back2))
-    bad = builder.and_(at_or_above_base, builder.not_(in_character))
-    carry = [shr(word, width - 3) for word in (starts, quad_low, quad_high)]
-    return prefix, starts, back1, back2, kept, bad, carry
+    other_quad = or_(differs_from_back3(quad_low, carried_low),
+                     differs_from_back3(quad_high, carried_high))
+    repeats = and_(starts, back3, builder.not_(or_(other_quad, cut_here)))
+    kept = builder.not_(repeats)
+    bad = and_(at_or_above_base, builder.not_(or_(starts, back1, back2)))
+    carry = [shr(word, 61) for word in (starts, quad_low, quad_high)]
+    return prefixes, starts, back1, back2, kept, bad, carry
 
 
 @intrinsic
-def _encode_wide_step(typingctx, ids, p, cut, layout, base, carried, out, o):
-    """Encode positions p .. p + 31 into out[o:] in 16-bit lanes; ``cut`` = ``_cut_window``
-    at p, ``carried`` = (start bits, quad bits low, quad bits high) of p - 3 .. p - 1
-    (``_encode_carry``, or what the step before returned). Returns (ids written, bits of
-    the positions holding an id >= base outside a character, kept bits, what to carry).
-    Where any bad bit is set (an id >= base, also every id a 16-bit lane cannot hold)
-    what was written is not the encoding: the caller redoes the positions in 32-bit
-    lanes. Reads ids[p - 1 : p + 34], writes out[o : o + 32].
+def _encode_wide_step(typingctx, ids, p, starts_here, layout, base, carried, out, o):
+    """Encode positions p .. p + 63 into out[o:] in two vectors of 16-bit lanes;
+    ``starts_here`` = the sequence starts at p .. p + 63 (bit k: p + k), at p + 64 and at
+    p + 65 (``_starts_ahead``); ``carried`` = (start bits, quad bits low, quad bits high) of
+    p - 3 .. p - 1 (``_encode_carry``, or what the step before returned). Returns (ids
+    written, bits of the positions holding an id >= base outside a character, kept bits,
+    what to carry). Where any bad bit is set (an id >= base, also every id a 16-bit lane
+    cannot hold) what was written is not the encoding: the caller redoes the positions in
+    32-bit lanes. Reads ids[p - 1 : p + 66], writes out[o : o + 64].
 
     One narrowing load of the ids; the character starts are bit maps (one bit a
     position) shifted in general-purpose registers, so the step shuffles its vectors
     once (the ids one position back), where working out the starts on shifted views
-    of the ids took five cross-lane shuffles and a second start computation.
+    of the ids took five cross-lane shuffles and a second start computation; and the
+    bit maps hold 64 positions, so their work is shared by two vectors.
     """
     def codegen(context, builder, signature, args):
-        ids_v, p_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
+        ids_v, p_v, starts_here_v, layout_v, base_v, carried_v, out_v, o_v = args
         if not can_permute(WIDE_LANES, 16):  # never runs there (``wide`` is false)
             nothing = [_i64(0), _i64(-1), _i64(0), context.make_tuple(
                 builder, signature.return_type[3], [_i64(0)] * 3)]
@@ -769,24 +789,43 @@ def _encode_wide_step(typingctx, ids, p, cut, layout, base, carried, out, o):
         ids_data = _array_data(context, builder, signature.args[0], ids_v)
         layout_words = [lanes.splat(builder.extract_value(layout_v, k))
                         for k in range(len(signature.args[3]))]
-        x = lanes.load(ids_data, p_v)
+        halves = [lanes.load(ids_data, builder.add(p_v, _i64(WIDE_LANES * h))) for h in (0, 1)]
         before = builder.load(builder.gep(ids_data, [builder.sub(p_v, _i64(1))]), align=4)
-        x_before = x.shifted_up(lanes.splat(before), 1)  # ids[p - 1 + lane] (bytes where used)
-        prefix, starts, back1, back2, kept, bad, carry = _wide_encode_flags(
-            lanes, x, cut_v, carried_v, ids_data, p_v, lanes.splat(base_v), layout_words)
+        befores = [halves[0].shifted_up(lanes.splat(before), 1),  # ids[p - 1 + lane]
+                   halves[1].shifted_up(halves[0], 1, WIDE_LANES)]  # (bytes where used)
+        starts_here = [builder.extract_value(starts_here_v, k) for k in range(3)]
+        prefixes, starts, back1, back2, kept, bad, carry = _wide_encode_flags(
+            lanes, halves, starts_here, carried_v, ids_data, p_v, lanes.splat(base_v),
+            layout_words)
         _, hi_table, lo_table = _encode_tables(lanes, layout_words)
-        hi_ids = lanes.permuted(hi_table, x_before) + ((x >> 1) & 31)
-        lo_ids = lanes.permuted(lo_table, x_before) + (x & 63)
-        flags = [lanes.flags_of_bits(word, 0) for word in (starts, back1, back2, kept)]
-        coded = flags[0].select(prefix, flags[1].select(hi_ids, flags[2].select(lo_ids, x)))
-        lanes.store_kept(coded, flags[3],
-                         _array_data(context, builder, signature.args[6], out_v), o_v)
-        written = lanes.count_of(flags[3])
+        out_data = _array_data(context, builder, signature.args[6], out_v)
+        at = o_v
+        for h, (x, x_before) in enumerate(zip(halves, befores)):
+            hi_ids = lanes.permuted(hi_table, x_before) + ((x >> 1) & 31)
+            lo_ids = lanes.permuted(lo_table, x_before) + (x & 63)
+            flags = [lanes.flags_of_bits(word, WIDE_LANES * h)
+                     for word in (starts, back1, back2, kept)]
+            coded = flags[0].select(prefixes[h], flags[1].select(hi_ids,
+                                                                 flags[2].select(lo_ids, x)))
+            lanes.store_kept(coded, flags[3], out_data, at)
+            at = builder.add(at, lanes.count_of(flags[3]))
         return context.make_tuple(builder, signature.return_type, [
-            written, bad, kept, context.make_tuple(builder, signature.return_type[3], carry)])
+            builder.sub(at, o_v), bad, kept,
+            context.make_tuple(builder, signature.return_type[3], carry)])
     carried_type = types.UniTuple(types.int64, 3)
     return_type = types.Tuple((types.int64, types.int64, types.int64, carried_type))
-    return return_type(ids, p, cut, layout, base, carried, out, o), codegen
+    return return_type(ids, p, starts_here, layout, base, carried, out, o), codegen
+
+
+@njit(inline="always", cache=True)
+def _starts_ahead(cuts, p):
+    """The sequence starts a wide encoding step at p reads: (bit k set where one starts at
+    p + k, k < 64; whether one starts at p + 64; at p + 65)."""
+    here, ahead = _cut_window(cuts, p), _cut_window(cuts, p + WIDE_LANES)
+    edge = np.uint64(EDGE)
+    bits = (here >> edge) | ((ahead >> edge) << np.uint64(WIDE_LANES))
+    return (np.int64(bits), np.int64((ahead >> np.uint64(EDGE + WIDE_LANES)) & np.uint64(1)),
+            np.int64((ahead >> np.uint64(EDGE + WIDE_LANES + 1)) & np.uint64(1)))
 
 
 @njit(inline="always", cache=True)
@@ -823,10 +862,10 @@ def _encode_carry(ids, cuts, p, lead_bits):
 @njit(cache=True)
 def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
                   sequence_out, sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    """Encode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
     in 16-bit lanes where ``wide`` (the codec's ids fit) and no id is bad, else 16 in
-    32-bit lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its
-    output only where its input is that much longer."""
+    32-bit lanes; record where its sequences begin. Writes up to WIDE_ENCODE_POSITIONS
+    ids past its output only where its input is that much longer."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
@@ -836,18 +875,20 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
     carried_at = -1  # the position ``carried`` was worked out for
     lead_bits = np.int64(layout[_LEAD_BITS])
     while p < stop:
-        cut = _cut_window(cuts, p)
-        if wide and p + WIDE_LANES <= stop and not _needs_edge_copy(p, ids.size,
-                                                                    WIDE_ENCODE_REACH):
+        if wide and p + WIDE_ENCODE_POSITIONS <= stop and not _needs_edge_copy(
+                p, ids.size, WIDE_ENCODE_REACH):
             if carried_at != p:
                 carried = _encode_carry(ids, cuts, p, lead_bits)
-            written, bad, kept, carry = _encode_wide_step(ids, p, cut, layout, base, carried,
-                                                          out, o)
+            starts_here = _starts_ahead(cuts, p)
+            written, bad, kept, carry = _encode_wide_step(ids, p, starts_here, layout, base,
+                                                          carried, out, o)
             if bad == 0:
-                sequence = _record_wide_starts(offsets, sequence, cut, kept, p, o, chunk,
-                                               sequence_out, sequence_chunk)
-                p, o, carried, carried_at = p + WIDE_LANES, o + written, carry, p + WIDE_LANES
+                sequence = _record_wide_starts(offsets, sequence, starts_here[0], kept, p, o,
+                                               chunk, sequence_out, sequence_chunk)
+                p, o = p + WIDE_ENCODE_POSITIONS, o + written
+                carried, carried_at = carry, p
                 continue
+        cut = _cut_window(cuts, p)
         n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, ENCODE_REACH):
             _edge_copy(ids, p, scratch)

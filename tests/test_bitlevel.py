@@ -489,7 +489,7 @@ def test_cpu_wide_encode_steps_carry_characters_across_their_edges(codecs):
     lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
     same, other, kana = "众唤众".encode(), "众一众".encode(), "あ众".encode()
     for text in (same, other, kana):
-        for shift in range(0, 2 * bitpack.WIDE_LANES + 4):
+        for shift in range(0, bitpack.WIDE_ENCODE_POSITIONS + 8):
             ids = np.array([0x41] * shift + list(text) * 12 + [0x41] * 40, dtype=np.uint32)
             for extra in range(0, 70, 3):
                 offsets = np.array([0, extra, ids.size] if 0 < extra < ids.size
