@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder, can_permute
+from ._lanes import LANES, Flags, LaneBuilder, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -721,8 +721,10 @@ def _wide_encode_flags(lanes, halves, starts_here, carried, ids_data, p, base, l
             word = builder.and_(word, other)
         return word
 
-    def bit_map(flags_of):  # a flag of each position, as 64 bits
-        return or_(*(shl(flags_of(h, x).bits(), lanes.count * h) for h, x in enumerate(halves)))
+    def bit_map(flags_of):  # a flag of each position, as 64 bits (one kunpckdq, one kmovq)
+        both = lanes.shuffle(*(flags_of(h, x).value for h, x in enumerate(halves)),
+                             range(2 * lanes.count))
+        return builder.bitcast(both, ir.IntType(64))
 
     prefixes = [lanes.permuted(prefix_table, x) for x in halves]
     is_lead = bit_map(lambda h, x: (x & ~15).eq(0xE0) & prefixes[h].ne(0))
@@ -803,8 +805,7 @@ def _encode_wide_step(typingctx, ids, p, starts_here, layout, base, carried, out
         for h, (x, x_before) in enumerate(zip(halves, befores)):
             hi_ids = lanes.permuted(hi_table, x_before) + ((x >> 1) & 31)
             lo_ids = lanes.permuted(lo_table, x_before) + (x & 63)
-            flags = [lanes.flags_of_bits(word, WIDE_LANES * h)
-                     for word in (starts, back1, back2, kept)]
+            flags = [_half_flags(lanes, word, h) for word in (starts, back1, back2, kept)]
             coded = flags[0].select(prefixes[h], flags[1].select(hi_ids,
                                                                  flags[2].select(lo_ids, x)))
             lanes.store_kept(coded, flags[3], out_data, at)
@@ -815,6 +816,14 @@ def _encode_wide_step(typingctx, ids, p, starts_here, layout, base, carried, out
     carried_type = types.UniTuple(types.int64, 3)
     return_type = types.Tuple((types.int64, types.int64, types.int64, carried_type))
     return return_type(ids, p, starts_here, layout, base, carried, out, o), codegen
+
+
+def _half_flags(lanes, word, half):
+    """Flags of lanes from bits half * count .. of a 64-bit IR value (a kmovq, then a
+    kshiftrq for the upper half)."""
+    flags = lanes.builder.bitcast(word, ir.VectorType(ir.IntType(1), 64))
+    order = range(half * lanes.count, (half + 1) * lanes.count)
+    return Flags(lanes, lanes.shuffle(flags, flags, order))
 
 
 @njit(inline="always", cache=True)
