@@ -360,11 +360,11 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
-    if chunk_lengths.size == 1:
-        joined = out[:total]
-    else:
-        joined = np.empty(total, dtype=np.uint32)
-        _copy_chunks(out, sources, chunk_lengths, joined, dest)
+    if chunk_lengths.size == 1:  # the records are the offsets (one chunk, from out[0])
+        sequence_out[sequence_out < 0] = total
+        return out[:total], sequence_out
+    joined = np.empty(total, dtype=np.uint32)
+    _copy_chunks(out, sources, chunk_lengths, joined, dest)
     return joined, _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total)
 
 
