@@ -26,7 +26,7 @@ Scalar logic (the bit formulas, "does a character start here", what a coded id
 decodes to) is written once as ``@njit`` functions and called by the CUDA kernels
 and the CPU's one-unit-at-a-time decoder; the NumPy target calls the same
 functions' ``py_func`` on whole arrays where the function is branch-free. The CPU
-target's main path is a vector step per 32 (or 16) positions, written as LLVM IR
+target's main path is a vector step per 64, 32 or 16 positions, written as LLVM IR
 (``kernels/_lanes.py``) because a loop whose positions write 0, 1 or 2 ids each is
 not one LLVM vectorises; it restates the formulas on lanes and is tested equal to
 the NumPy target.
@@ -294,13 +294,14 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk the positions are taken 32 at a time by one wide step in 16-bit lanes
-# (``_encode_wide_step``, ``_decode_wide_step``) where the codec's ids fit in 16 bits and
-# the CPU has AVX-512BW, else (and at the edges, the chunk's tail, and around ids of
-# 0xFFFF or more) 16 at a time in 32-bit lanes (``_encode_step``, ``_decode_step``); all
-# are LLVM IR written with ``_lanes``, and run across sequence ends: every lane works
-# out what its position writes from the ids around it
-# and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
+# Within a chunk the positions are taken 64 (encoding: two vectors) or 32 (decoding) at a
+# time by one wide step in 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``)
+# where the codec's ids fit in 16 bits and the CPU has AVX-512BW, else (and at the edges,
+# the chunk's tail, and around bad ids or ids of 0xFFFF or more) 16 at a time in 32-bit
+# lanes (``_encode_step``, ``_decode_step``); all are LLVM IR written with ``_lanes``, and
+# run across sequence ends: every lane works out what its position writes from the ids
+# around it and from the sequence starts near it (bits of ``_cut_map``; the wide encoding
+# step works out its character starts as bit maps in general-purpose registers), and the
 # kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
 # starting inside it gets its output offset from a popcount.
 
@@ -349,14 +350,15 @@ def _chunk_sources(bounds, growth):
     return growth * bounds[:-1] + LANES * np.arange(bounds.size - 1, dtype=np.int64)
 
 
-def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
+def _join_chunks(out, sources, chunk_lengths, sequence_out, offsets, bounds):
     """Join the chunks' outputs; turn the recorded sequence starts into output offsets.
 
-    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence that no
-    chunk reached starts at the end of the output.
+    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence was
+    recorded by the chunk its start falls in, and one that no chunk reached (-1) starts
+    at the end of the output.
     """
     n_sequences = sequence_out.size - chunk_lengths.size  # then one spare slot per chunk
-    sequence_out, sequence_chunk = sequence_out[:n_sequences], sequence_chunk[:n_sequences]
+    sequence_out = sequence_out[:n_sequences]
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
@@ -365,20 +367,25 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
         return out[:total], sequence_out
     joined = np.empty(total, dtype=np.uint32)
     _copy_chunks(out, sources, chunk_lengths, joined, dest)
-    return joined, _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total)
+    return joined, _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total)
 
 
 @njit(cache=True)
-def _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total):
-    """Each sequence's start in the joined output (one pass; as NumPy steps, with the
-    gathers of ``dest`` and ``sources``, it took ~1.5 ms of a 20 ms call on 320 K
-    documents)."""
-    offsets = np.empty(sequence_out.size, dtype=np.int64)
+def _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total):
+    """Each sequence's start in the joined output, the chunk that recorded it found from
+    the chunk bounds (one pass; as NumPy steps, with the gathers of ``dest`` and
+    ``sources``, it took ~1.5 ms of a 20 ms call on 320 K documents)."""
+    out_offsets = np.empty(sequence_out.size, dtype=np.int64)
+    chunk = 0
     for s in range(sequence_out.size):
-        chunk = sequence_chunk[s]
         start = sequence_out[s]
-        offsets[s] = total if start < 0 else start + dest[chunk] - sources[chunk]
-    return offsets
+        if start < 0:
+            out_offsets[s] = total
+            continue
+        while offsets[s] >= bounds[chunk + 1]:
+            chunk += 1
+        out_offsets[s] = start + dest[chunk] - sources[chunk]
+    return out_offsets
 
 
 @njit(parallel=True, cache=True)
@@ -389,13 +396,12 @@ def _copy_chunks(out, sources, chunk_lengths, joined, dest):
 
 
 @hot
-def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out, sequence_chunk):
+def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out):
     """Step past every sequence that ends at or before position i; each one entered
     starts at output position o in chunk ``chunk``. Returns the sequence holding i."""
     while offsets[sequence + 1] <= i:
         sequence += 1
         sequence_out[sequence] = o
-        sequence_chunk[sequence] = chunk
     return sequence
 
 
@@ -475,7 +481,7 @@ def _edge_copy(ids, p, scratch):
 
 @njit(inline="always", cache=True)
 def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_position, p,
-                            chunk, sequence_out, sequence_chunk):
+                            chunk, sequence_out):
     """Enter every sequence that starts before ``stop``; the one starting at p + k begins
     at output position o + (the kept bits below bit k * lanes_per_position). Returns
     the sequence holding stop - 1.
@@ -491,20 +497,17 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
         mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
         slot = sequence + 1 if enters else offsets.size + chunk
         sequence_out[slot] = o + _popcount(np.uint64(kept_bits) & mask)
-        sequence_chunk[slot] = chunk
         return sequence + np.int64(enters)
     while offsets[sequence + 1] < stop:
         sequence += 1
         below = (offsets[sequence] - p) * lanes_per_position
         mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
         sequence_out[sequence] = o + _popcount(np.uint64(kept_bits) & mask)
-        sequence_chunk[sequence] = chunk
     return sequence
 
 
 @njit(inline="always", cache=True)
-def _record_wide_starts(offsets, sequence, starts, kept, p, o, chunk, sequence_out,
-                        sequence_chunk):
+def _record_wide_starts(offsets, sequence, starts, kept, p, o, chunk, sequence_out):
     """``_record_sequence_starts`` for a wide encoding step (WIDE_ENCODE_POSITIONS
     positions, one lane each, all in the chunk; ``starts``: bit k set where a sequence
     starts at p + k): where it holds at most two sequence starts, branch-free, their
@@ -525,12 +528,10 @@ def _record_wide_starts(offsets, sequence, starts, kept, p, o, chunk, sequence_o
     for k, (has, below) in enumerate(((has_first, first), (has_second, second))):
         slot = np.uint64(spare + has * (sequence + 1 + k - spare))  # (no branch)
         sequence_out[slot] = o + np.int64(_popcount(kept & ((one << below) - one)))
-        sequence_chunk[slot] = chunk
     entered = sequence + has_first + has_second
     if (n_starts <= 2) & (offsets[np.uint64(entered + 1)] >= stop):  # no more sequences: the
         return entered  # starts were distinct, so the records are those of the next ones
-    return _record_sequence_starts(offsets, sequence, stop, o, kept, 1, p, chunk, sequence_out,
-                                   sequence_chunk)
+    return _record_sequence_starts(offsets, sequence, stop, o, kept, 1, p, chunk, sequence_out)
 
 
 def _array_data(context, builder, array_type, array):
@@ -870,7 +871,7 @@ def _encode_carry(ids, cuts, p, lead_bits):
 
 @njit(cache=True)
 def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
-                  sequence_out, sequence_chunk):
+                  sequence_out):
     """Encode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
     in 16-bit lanes where ``wide`` (the codec's ids fit) and no id is bad, else 16 in
     32-bit lanes; record where its sequences begin. Writes up to WIDE_ENCODE_POSITIONS
@@ -893,7 +894,7 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
                                                           carried, out, o)
             if bad == 0:
                 sequence = _record_wide_starts(offsets, sequence, starts_here[0], kept, p, o,
-                                               chunk, sequence_out, sequence_chunk)
+                                               chunk, sequence_out)
                 p, o = p + WIDE_ENCODE_POSITIONS, o + written
                 carried, carried_at = carry, p
                 continue
@@ -906,7 +907,7 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
         else:
             written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
         sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
-                                           chunk, sequence_out, sequence_chunk)
+                                           chunk, sequence_out)
         if bad != 0 and first_bad < 0:
             first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
         p, o = p + LANES, o + written
@@ -915,8 +916,7 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
 
 def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
                         n_chunks=None):
-    """Encode with Numba: 16-lane vector steps over each chunk of positions, chunks in
-    parallel.
+    """Encode with Numba: vector steps over each chunk of positions, chunks in parallel.
 
     Returns ``(out_ids, out_offsets, first_bad)`` like ``bitlevel_encode_numpy``.
     ``n_chunks`` defaults to ``numba.get_num_threads()`` (one chunk per thread; fewer
@@ -929,10 +929,10 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
     wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
-    chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
+    chunk_lengths, chunk_first_bad, sequence_out = _encode_chunks(
         ids, offsets, bounds, sources, layout, base_vocab_size, wide, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
@@ -943,14 +943,13 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide,
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
-                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
-    return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_first_bad, sequence_out
 
 
 # --- the decoding step ---------------------------------------------------------------
@@ -1135,7 +1134,7 @@ def _leaves_unit_open(carried):
 
 @njit(cache=True)
 def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, carried, chunk,
-                sequence_out, sequence_chunk):
+                sequence_out):
     """Decode the units starting in [p, stop) one at a time, sequence by sequence, from
     the unit the step before left open, if any; record the sequences entered. Returns
     what ``_decode_chunk`` keeps (p, o, carried, sequence, malformed units, first one
@@ -1145,8 +1144,7 @@ def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, car
     prefix = carried[0]
     n_bad, first_bad = 0, -1
     while p < stop:
-        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out,
-                                   sequence_chunk)
+        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out)
         if entered != sequence:
             sequence, prefix = entered, np.int64(_NONE)
         sequence_stop = offsets[sequence + 1]
@@ -1228,7 +1226,7 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 @njit(cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
-                  out, sequence_out, sequence_chunk):
+                  out, sequence_out):
     """Decode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
     in 16-bit lanes where ``wide`` (the codec's ids fit), else 16 in 32-bit lanes; record
     where its sequences begin. Steps with a malformed unit are redone one unit at a time
@@ -1247,12 +1245,12 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
                                                                 base, carried, out, o)
             if malformed == 0:
                 sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2,
-                                                   p, chunk, sequence_out, sequence_chunk)
+                                                   p, chunk, sequence_out)
                 p, o, carried = p + WIDE_LANES, o + written, carry
                 continue
             p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
                 ids, offsets, sequence, p, p + WIDE_LANES, decode_table, base, out, o,
-                carried, chunk, sequence_out, sequence_chunk)
+                carried, chunk, sequence_out)
             n_bad += run_bad
             if first_bad < 0:
                 first_bad = run_first_bad
@@ -1267,12 +1265,12 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
                                                            carried, out, o)
         if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
             sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 2, p,
-                                               chunk, sequence_out, sequence_chunk)
+                                               chunk, sequence_out)
             p, o, carried = p + LANES, o + written, carry
             continue
         p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
             ids, offsets, sequence, p, min(p + LANES, stop), decode_table, base, out, o,
-            carried, chunk, sequence_out, sequence_chunk)
+            carried, chunk, sequence_out)
         n_bad += run_bad
         if first_bad < 0:
             first_bad = run_first_bad
@@ -1294,10 +1292,10 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=No
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
     wide = _fits_wide_lanes(base_vocab_size + decode_table.size)
-    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = _decode_chunks(
+    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out = _decode_chunks(
         ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
@@ -1310,15 +1308,14 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
-                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]
-    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out
 
 
 # --- CUDA target: one thread per position; scans by xp.cumsum ----------------------------
