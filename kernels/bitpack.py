@@ -1693,3 +1693,57 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   process (the other vCPU, likely a sibling on the same host core, busy or not), so
 #   single timings are good to about +-30%; compare variants interleaved.
 
+#
+# Part 3, codec3 (2026-11-23 18:10-19:30 UTC, same VM: AMD EPYC Zen 4, 2 vCPUs, load 1-5;
+# process CPU time, 20M real zh+ja ids, one thread; bench/RESULTS.md "Issue 18, codec
+# helper, part 3 (codec3)"; A/B runs: bench/bitlevel_ab.py, a revision's kernels beside
+# the working tree's, interleaved, medians of 11):
+# - Wide encoding step rewritten around bit maps (kept): the ids are narrowed once (one
+#   saturating load per 16 ids) and classified in 16-bit lanes: lead byte of the set (the
+#   prefix-id lookup, vpermw, and a range test), continuation byte, the lead byte's bits 2
+#   and 3 (its quad), id >= base. The five flag vectors go to general-purpose registers
+#   (kmov) and everything positional is done there on 64-bit words: starts = lead &
+#   continues >> 1 & continues >> 2 & ~(sequence start at +1 or +2); starts one, two and
+#   three back are shifts of that word, with the three bits before the step carried from
+#   the step before (``_encode_carry`` works them out where 32-bit steps ran before);
+#   a repeated prefix is starts & starts-3-back & same quad & no sequence start here;
+#   kept and bad bits likewise. The bits come back as masks for three blends and the
+#   compress. The only cross-lane shuffle left is the ids one position back (for the hi
+#   and lo lookups); the old step built five shifted views (vpermi2w) and worked the
+#   starts out twice. Compute (output pre-faulted): 12.1 -> 9.9 ms.
+# - Sequence records of a wide step from the cut bits (kept): up to two starts
+#   branch-free (slots chosen by arithmetic, not a conditional, which LLVM made a
+#   branch), the general loop where the offsets show more sequences than start bits
+#   (three or more starts, or empty sequences sharing a bit). With 32-position steps
+#   the records cost ~1.6 ms of 9.9 (measured by leaving them out); branch-free,
+#   compute 11.9 -> 11.2 ms (A/B, same run).
+# - 64 positions a wide step (kept): two vectors of 16-bit lanes share the bit-map
+#   work, the cut window, the carry, the loop's bookkeeping and one record call:
+#   compute 10.5 -> 8.3 ms; whole calls 0.40 -> 0.52 of np.copy against the session's
+#   start (cf5559c). After it, leaving the records out made no measurable difference.
+# - Flags of the two vectors joined into one 64-bit mask (kunpckdq + kmovq) and split
+#   back with kshiftrq, instead of two kmovd, a shift and an or each way (kept): 3%.
+# - One chunk: the records are the output offsets (no second pass and array); records
+#   without a chunk index per sequence (found from the bounds when several chunks ran):
+#   2.6 MB less to fault in and write per 320 K documents; encode and decode ~4% (kept).
+# - ``_lanes.cpu_features`` asked of LLVM once: it cost 0.25 ms a call (kept).
+# - Tried, not kept: hi and lo value ids from one 64-entry vpermi2w (lanes 32-63 hold the
+#   hi runs: a lead byte & 63 is 32-47) instead of two vpermw, with one shift-and-mask:
+#   0.97x (no gain); widening the 16-bit lanes first and compressing as two 16 x 32-bit
+#   vpcompressd: 0.91x (vpcompressw + two vpmovzxwd is cheaper here).
+# - Where the time goes now (encode, 20M real ids, 18:39 UTC): whole call 15.4 ms =
+#   step loop 7.7 (0.39-0.42 ns/id, the same with the input in L2: compute bound) + cut
+#   map 0.4 + page faults of the fresh 65 MB output 6.5 (writing 65 MB of fresh memory
+#   alone: 7.7) + planning and joining 0.7; np.copy of the input 7.1-7.9 ms. The faults
+#   are ~45% of the call and np.copy pays them for 80 MB; what is left to cut is the
+#   step (~60 zmm instructions and ~100 scalar ones per 64 ids).
+# - Decoding is unchanged in its step (records and joining gained ~4%): 0.27-0.33 of
+#   np.copy. Its output is 1.23 ids per input id: the faults of its 80 MB output
+#   (~7.7 ms) are already ~1.1x np.copy's time of its 65 MB input, so 0.5x would need
+#   its compute cut from ~14 to ~4 ms (3.5x), or the output buffer reused (``out=``).
+#   The same bit-map rewrite would help it (its checks are shifts of class bits, and
+#   the "last prefix seen" scan, five rounds of vector shuffles now, is a carry
+#   propagation on bit maps), but not by 3.5x.
+# - Tried for decoding, not kept: the wide decoding step's records from the cut bits,
+#   branch-free for up to two starts, as encoding's: compute 0.99x (no gain; its records
+#   were not where its time goes).
