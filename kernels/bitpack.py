@@ -1705,7 +1705,7 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   single timings are good to about +-30%; compare variants interleaved.
 
 #
-# Part 3, codec3 (2026-11-23 18:10-19:30 UTC, same VM: AMD EPYC Zen 4, 2 vCPUs, load 1-5;
+# Part 3, codec3 (2026-11-23 18:10-19:05 UTC, same VM: AMD EPYC Zen 4, 2 vCPUs, load 1-5;
 # process CPU time, 20M real zh+ja ids, one thread; bench/RESULTS.md "Issue 18, codec
 # helper, part 3 (codec3)"; A/B runs: bench/bitlevel_ab.py, a revision's kernels beside
 # the working tree's, interleaved, medians of 11):
@@ -1742,19 +1742,6 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   hi runs: a lead byte & 63 is 32-47) instead of two vpermw, with one shift-and-mask:
 #   0.97x (no gain); widening the 16-bit lanes first and compressing as two 16 x 32-bit
 #   vpcompressd: 0.91x (vpcompressw + two vpmovzxwd is cheaper here).
-# - Where the time goes now (encode, 20M real ids, 18:39 UTC): whole call 15.4 ms =
-#   step loop 7.7 (0.39-0.42 ns/id, the same with the input in L2: compute bound) + cut
-#   map 0.4 + page faults of the fresh 65 MB output 6.5 (writing 65 MB of fresh memory
-#   alone: 7.7) + planning and joining 0.7; np.copy of the input 7.1-7.9 ms. The faults
-#   are ~45% of the call and np.copy pays them for 80 MB; what is left to cut is the
-#   step (~60 zmm instructions and ~100 scalar ones per 64 ids).
-# - Decoding is unchanged in its step (records and joining gained ~4%): 0.27-0.33 of
-#   np.copy. Its output is 1.23 ids per input id: the faults of its 80 MB output
-#   (~7.7 ms) are already ~1.1x np.copy's time of its 65 MB input, so 0.5x would need
-#   its compute cut from ~14 to ~4 ms (3.5x), or the output buffer reused (``out=``).
-#   The same bit-map rewrite would help it (its checks are shifts of class bits, and
-#   the "last prefix seen" scan, five rounds of vector shuffles now, is a carry
-#   propagation on bit maps), but not by 3.5x.
 # - The wide encoding steps as a loop of their own inside the chunk loop (kept): compute
 #   1.13x (1.08-1.21) and 1.03x (1.02-1.06) in two A/B runs, whole calls 1.04x; LLVM
 #   kept fewer of the step's values and constants on the stack.
@@ -1763,3 +1750,19 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 # - Tried for decoding, not kept: the wide decoding step's records from the cut bits,
 #   branch-free for up to two starts, as encoding's: compute 0.99x (no gain; its records
 #   were not where its time goes).
+# - Result (bench/bitlevel_bench.py, 19:00 UTC): real zh+ja encode 0.57 / 0.57 of
+#   np.copy (was 0.38-0.44), decode 0.33 / 0.34 (was 0.25-0.35); lanes over plain loops
+#   4.1x / 4.4x, so the LLVM IR stays.
+# - Where the time goes now (encode, 20M real ids, 18:45-19:03 UTC): whole call 15 ms =
+#   step loop 7.1-8.1 (0.35-0.40 ns/id, the same with the input in L2: compute bound) +
+#   cut map 0.4-0.5 + page faults of the fresh 65 MB output 6.6-7 (writing 65 MB of fresh
+#   memory alone: 7.7-8.5) + planning and joining <= 0.7; np.copy of the input 8.3-9.1 ms.
+#   The faults are ~45% of the call and np.copy pays them for 80 MB; what is left to cut
+#   is the step (~60 zmm instructions and ~100 scalar ones per 64 ids).
+# - Decoding: only the loop change above and the records' arrays (1.09-1.12x whole
+#   calls). Its output is 1.23 ids per input id: the faults of its 80 MB output (~8.5 ms)
+#   alone take longer than np.copy of its 65 MB input (6.3-7 ms), so 0.5x would need its
+#   compute cut from ~12 to ~3-4 ms, or the output buffer reused (``out=``). The same
+#   bit-map rewrite would help it (its checks are shifts of class bits, and the "last
+#   prefix seen" scan, five rounds of vector shuffles now, is a carry propagation on bit
+#   maps), but not by 3-4x.
