@@ -1750,6 +1750,8 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 # - Tried for decoding, not kept: the wide decoding step's records from the cut bits,
 #   branch-free for up to two starts, as encoding's: compute 0.99x (no gain; its records
 #   were not where its time goes).
+# - Tried, not kept: the cut window read with unsigned indices (no negative-index
+#   fix-ups): 1.00x encode and decode.
 # - Result (bench/bitlevel_bench.py, 19:00 UTC): real zh+ja encode 0.57 / 0.57 of
 #   np.copy (was 0.38-0.44), decode 0.33 / 0.34 (was 0.25-0.35); lanes over plain loops
 #   4.1x / 4.4x, so the LLVM IR stays.
