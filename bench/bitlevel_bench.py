@@ -23,8 +23,8 @@ Corpora (seeded, so every run sees the same ids):
   document (~60 ids), repeated up to ``--n-ids``.
 
 Each operation runs two ways on the same tables: ``lanes``, the CPU backend (vector
-steps in LLVM IR, ``kernels/_lanes.py``: 32 positions in 16-bit lanes where the ids
-fit and the CPU has AVX-512BW, else 16 in 32-bit lanes), and ``plain``, the best plain
+steps in LLVM IR, ``kernels/_lanes.py``: 64 positions (encoding) or 32 (decoding) in
+16-bit lanes where the ids fit and the CPU has AVX-512BW, else 16 in 32-bit lanes), and ``plain``, the best plain
 Numba loops (``bench/bitlevel_plain.py``); the ratio column says how much faster the
 lanes are. The load average is printed before and after: the ratios are taken side by
 side in one run because the machine may be shared.

@@ -81,14 +81,13 @@ def _encode_sequence_plain(ids, start, stop, lead_prefix_ids, value_ids, base, o
 
 @njit(cache=True)
 def _encode_chunk_plain(ids, offsets, chunk, bounds, source, lead_prefix_ids, value_ids, base,
-                        out, sequence_out, sequence_chunk):
+                        out, sequence_out):
     start, stop = bounds[chunk], bounds[chunk + 1]
     i, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
+        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out)
         span_stop = min(stop, offsets[sequence + 1])
         o, bad = _encode_sequence_plain(ids, i, span_stop, lead_prefix_ids, value_ids, base,
                                         out, o)
@@ -105,14 +104,12 @@ def _encode_chunks_plain(ids, offsets, bounds, sources, lead_prefix_ids, value_i
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     for c in prange(n_chunks):
         result = _encode_chunk_plain(ids, offsets, c, bounds, sources[c], lead_prefix_ids,
-                                     value_ids, base_vocab_size, out, sequence_out,
-                                     sequence_chunk)
+                                     value_ids, base_vocab_size, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
-    return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_first_bad, sequence_out
 
 
 def bitlevel_encode_cpu_plain(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
@@ -121,10 +118,10 @@ def bitlevel_encode_cpu_plain(ids, offsets, lead_prefix_ids, value_ids, base_voc
                           lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)
-    chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks_plain(
+    chunk_lengths, chunk_first_bad, sequence_out = _encode_chunks_plain(
         ids, offsets, bounds, sources, lead_prefix_ids, value_ids, base_vocab_size, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
@@ -181,14 +178,13 @@ def _decode_sequence_plain(ids, start, stop, decode_table, base, out, o):
 
 @njit(cache=True)
 def _decode_chunk_plain(ids, offsets, chunk, bounds, source, decode_table, base, out,
-                        sequence_out, sequence_chunk):
+                        sequence_out):
     start, stop = bounds[chunk], bounds[chunk + 1]
     i, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     n_bad, first_bad = 0, -1
     while i < stop:
-        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out,
-                                    sequence_chunk)
+        sequence = _enter_sequences(offsets, sequence, i, o, chunk, sequence_out)
         span_stop = min(stop, offsets[sequence + 1])
         o, span_bad, span_first = _decode_sequence_plain(ids, i, span_stop, decode_table, base,
                                                          out, o)
@@ -206,14 +202,13 @@ def _decode_chunks_plain(ids, offsets, bounds, sources, decode_table, base_vocab
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     for c in prange(n_chunks):
         result = _decode_chunk_plain(ids, offsets, c, bounds, sources[c], decode_table,
-                                     base_vocab_size, out, sequence_out, sequence_chunk)
+                                     base_vocab_size, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]
-    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out
 
 
 def bitlevel_decode_cpu_plain(ids, offsets, decode_table, base_vocab_size, n_chunks=None):
@@ -221,10 +216,10 @@ def bitlevel_decode_cpu_plain(ids, offsets, decode_table, base_vocab_size, n_chu
                           decode_table, base_vocab_size, decode_table.size)
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
-    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = \
+    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out = \
         _decode_chunks_plain(ids, offsets, bounds, sources, decode_table, base_vocab_size, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 

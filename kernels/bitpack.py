@@ -26,7 +26,7 @@ Scalar logic (the bit formulas, "does a character start here", what a coded id
 decodes to) is written once as ``@njit`` functions and called by the CUDA kernels
 and the CPU's one-unit-at-a-time decoder; the NumPy target calls the same
 functions' ``py_func`` on whole arrays where the function is branch-free. The CPU
-target's main path is a vector step per 32 (or 16) positions, written as LLVM IR
+target's main path is a vector step per 64, 32 or 16 positions, written as LLVM IR
 (``kernels/_lanes.py``) because a loop whose positions write 0, 1 or 2 ids each is
 not one LLVM vectorises; it restates the formulas on lanes and is tested equal to
 the NumPy target.
@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, LaneBuilder, Lanes, can_permute
+from ._lanes import LANES, Flags, LaneBuilder, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -294,13 +294,14 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk the positions are taken 32 at a time by one wide step in 16-bit lanes
-# (``_encode_wide_step``, ``_decode_wide_step``) where the codec's ids fit in 16 bits and
-# the CPU has AVX-512BW, else (and at the edges, the chunk's tail, and around ids of
-# 0xFFFF or more) 16 at a time in 32-bit lanes (``_encode_step``, ``_decode_step``); all
-# are LLVM IR written with ``_lanes``, and run across sequence ends: every lane works
-# out what its position writes from the ids around it
-# and from the sequence starts near it (bits of ``_cut_map``, read as a mask), and the
+# Within a chunk the positions are taken 64 (encoding: two vectors) or 32 (decoding) at a
+# time by one wide step in 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``)
+# where the codec's ids fit in 16 bits and the CPU has AVX-512BW, else (and at the edges,
+# the chunk's tail, and around bad ids or ids of 0xFFFF or more) 16 at a time in 32-bit
+# lanes (``_encode_step``, ``_decode_step``); all are LLVM IR written with ``_lanes``, and
+# run across sequence ends: every lane works out what its position writes from the ids
+# around it and from the sequence starts near it (bits of ``_cut_map``; the wide encoding
+# step works out its character starts as bit maps in general-purpose registers), and the
 # kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
 # starting inside it gets its output offset from a popcount.
 
@@ -349,36 +350,42 @@ def _chunk_sources(bounds, growth):
     return growth * bounds[:-1] + LANES * np.arange(bounds.size - 1, dtype=np.int64)
 
 
-def _join_chunks(out, sources, chunk_lengths, sequence_out, sequence_chunk):
+def _join_chunks(out, sources, chunk_lengths, sequence_out, offsets, bounds):
     """Join the chunks' outputs; turn the recorded sequence starts into output offsets.
 
-    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence that no
-    chunk reached starts at the end of the output.
+    Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence was
+    recorded by the chunk its start falls in, and one that no chunk reached (-1) starts
+    at the end of the output.
     """
     n_sequences = sequence_out.size - chunk_lengths.size  # then one spare slot per chunk
-    sequence_out, sequence_chunk = sequence_out[:n_sequences], sequence_chunk[:n_sequences]
+    sequence_out = sequence_out[:n_sequences]
     dest = np.zeros(chunk_lengths.size + 1, dtype=np.int64)
     np.cumsum(chunk_lengths, out=dest[1:])
     total = int(dest[-1])
-    if chunk_lengths.size == 1:
-        joined = out[:total]
-    else:
-        joined = np.empty(total, dtype=np.uint32)
-        _copy_chunks(out, sources, chunk_lengths, joined, dest)
-    return joined, _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total)
+    if chunk_lengths.size == 1:  # the records are the offsets (one chunk, from out[0])
+        sequence_out[sequence_out < 0] = total
+        return out[:total], sequence_out
+    joined = np.empty(total, dtype=np.uint32)
+    _copy_chunks(out, sources, chunk_lengths, joined, dest)
+    return joined, _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total)
 
 
 @njit(cache=True)
-def _sequence_offsets(sequence_out, sequence_chunk, dest, sources, total):
-    """Each sequence's start in the joined output (one pass; as NumPy steps, with the
-    gathers of ``dest`` and ``sources``, it took ~1.5 ms of a 20 ms call on 320 K
-    documents)."""
-    offsets = np.empty(sequence_out.size, dtype=np.int64)
+def _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total):
+    """Each sequence's start in the joined output, the chunk that recorded it found from
+    the chunk bounds (one pass; as NumPy steps, with the gathers of ``dest`` and
+    ``sources``, it took ~1.5 ms of a 20 ms call on 320 K documents)."""
+    out_offsets = np.empty(sequence_out.size, dtype=np.int64)
+    chunk = 0
     for s in range(sequence_out.size):
-        chunk = sequence_chunk[s]
         start = sequence_out[s]
-        offsets[s] = total if start < 0 else start + dest[chunk] - sources[chunk]
-    return offsets
+        if start < 0:
+            out_offsets[s] = total
+            continue
+        while offsets[s] >= bounds[chunk + 1]:
+            chunk += 1
+        out_offsets[s] = start + dest[chunk] - sources[chunk]
+    return out_offsets
 
 
 @njit(parallel=True, cache=True)
@@ -389,13 +396,12 @@ def _copy_chunks(out, sources, chunk_lengths, joined, dest):
 
 
 @hot
-def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out, sequence_chunk):
+def _enter_sequences(offsets, sequence, i, o, chunk, sequence_out):
     """Step past every sequence that ends at or before position i; each one entered
     starts at output position o in chunk ``chunk``. Returns the sequence holding i."""
     while offsets[sequence + 1] <= i:
         sequence += 1
         sequence_out[sequence] = o
-        sequence_chunk[sequence] = chunk
     return sequence
 
 
@@ -424,8 +430,8 @@ def _popcount(typingctx, word):
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
 WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
-WIDE_ENCODE_REACH = (3, WIDE_LANES + 2)
-WIDE_DECODE_REACH = (0, WIDE_LANES)
+WIDE_ENCODE_POSITIONS = 2 * WIDE_LANES  # a wide encoding step: two such vectors
+WIDE_ENCODE_REACH = (3, WIDE_ENCODE_POSITIONS + 2)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
 _CUT_MARGIN = 64  # sequence start q is bit q + _CUT_MARGIN of the cut map (p - EDGE >= -64)
@@ -474,7 +480,7 @@ def _edge_copy(ids, p, scratch):
 
 @njit(inline="always", cache=True)
 def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_position, p,
-                            chunk, sequence_out, sequence_chunk):
+                            chunk, sequence_out):
     """Enter every sequence that starts before ``stop``; the one starting at p + k begins
     at output position o + (the kept bits below bit k * lanes_per_position). Returns
     the sequence holding stop - 1.
@@ -490,15 +496,41 @@ def _record_sequence_starts(offsets, sequence, stop, o, kept_bits, lanes_per_pos
         mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
         slot = sequence + 1 if enters else offsets.size + chunk
         sequence_out[slot] = o + _popcount(np.uint64(kept_bits) & mask)
-        sequence_chunk[slot] = chunk
         return sequence + np.int64(enters)
     while offsets[sequence + 1] < stop:
         sequence += 1
         below = (offsets[sequence] - p) * lanes_per_position
         mask = (np.uint64(1) << np.uint64(below)) - np.uint64(1)
         sequence_out[sequence] = o + _popcount(np.uint64(kept_bits) & mask)
-        sequence_chunk[sequence] = chunk
     return sequence
+
+
+@njit(inline="always", cache=True)
+def _record_wide_starts(offsets, sequence, starts, kept, p, o, chunk, sequence_out):
+    """``_record_sequence_starts`` for a wide encoding step (WIDE_ENCODE_POSITIONS
+    positions, one lane each, all in the chunk; ``starts``: bit k set where a sequence
+    starts at p + k): where it holds at most two sequence starts, branch-free, their
+    positions from the bits rather than loads of ``offsets`` (the loop of the general
+    case waits on them, and mispredicted where short documents gave two starts a step).
+    Records of starts absent go to the chunk's spare slot. Where more sequences start
+    in the step than it has start bits (empty sequences share one), or more than two, the
+    general case redoes them."""
+    stop = p + WIDE_ENCODE_POSITIONS
+    one, top = np.uint64(1), np.uint64(1) << np.uint64(63)  # (cttz of 0 is undefined)
+    starts = np.uint64(starts)
+    n_starts = np.int64(_popcount(starts))
+    has_first, has_second = np.int64(n_starts >= 1), np.int64(n_starts >= 2)
+    first = _trailing_zeros(starts | top)
+    second = _trailing_zeros((starts & (starts - one)) | top)
+    kept = np.uint64(kept)
+    spare = offsets.size + chunk
+    for k, (has, below) in enumerate(((has_first, first), (has_second, second))):
+        slot = np.uint64(spare + has * (sequence + 1 + k - spare))  # (no branch)
+        sequence_out[slot] = o + np.int64(_popcount(kept & ((one << below) - one)))
+    entered = sequence + has_first + has_second
+    if (n_starts <= 2) & (offsets[np.uint64(entered + 1)] >= stop):  # no more sequences: the
+        return entered  # starts were distinct, so the records are those of the next ones
+    return _record_sequence_starts(offsets, sequence, stop, o, kept, 1, p, chunk, sequence_out)
 
 
 def _array_data(context, builder, array_type, array):
@@ -573,6 +605,19 @@ def _select_of(lanes, word, entries):
     return picked
 
 
+def _encode_tables(lanes, layout):
+    """Tables of the lane number for ``permuted`` (AVX-512 only): lane b & 31 of the first
+    holds the prefix id of lead byte b (0 for a byte outside the set); lane t of the second
+    the value id of hi value (t << 7) | 0x40; lane s & 1 of the third that of lo value
+    (s << 8) | 0x80 (the values after each follow it)."""
+    numbers = lanes.lane_numbers()
+    quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
+    leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
+    hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
+    lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
+    return leads.select(quad_prefix, 0), hi_table, lo_table
+
+
 def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     """What positions p .. p + 15 write (``ids_at(k)`` gives ids[p + k : p + k + 16];
     bit EDGE + k of ``cut``, an i64 IR value, is set where a sequence starts at p + k):
@@ -585,13 +630,8 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     # bit EDGE + k: a sequence starts at p + k + 1 or p + k + 2
     blocked = builder.or_(builder.lshr(cut, _i64(1)), builder.lshr(cut, _i64(2)))
 
-    numbers = lanes.lane_numbers()
     if permute:  # tables of the lane number (hoisted out of the loop), looked up in one step
-        quad_prefix = _select_of(lanes, (numbers >> 2) & 3, layout[_QUAD_PREFIX : _QUAD_PREFIX + 4])
-        leads = (numbers & 15).bit(layout[_LEAD_BITS]) & numbers.lt(16)
-        prefix_table = leads.select(quad_prefix, 0)  # lane b & 31 for lead byte b: its prefix id
-        hi_table = _select_of(lanes, numbers & 3, layout[_HI_FIRST : _HI_FIRST + 4])
-        lo_table = (numbers & 1).ne(0).select(layout[_LO_FIRST + 1], layout[_LO_FIRST])
+        prefix_table, hi_table, lo_table = _encode_tables(lanes, layout)
 
     def char_prefix(d):  # the prefix id of a character starting at p + lane + d, else 0
         b1, b2, b3 = ids_at(d), ids_at(d + 1), ids_at(d + 2)
@@ -623,101 +663,256 @@ def _encode_lanes(lanes, ids_at, layout, n_in_span, cut, base, permute):
     return coded, keep, bad
 
 
-def _ids_views(lanes, ids_data, p, reach):
-    """``ids_at(k)``: Lanes of ids[p + k : p + k + count] for -reach[0] <= k < reach[0].
-    32-bit lanes load each; narrow lanes load (and saturate) the two views k = -reach[0]
-    and k = +reach[0] and shuffle the others out of them (one vpermi2w each, where a
-    narrowing load is two loads, two vpmovusdw and an insert)."""
+@intrinsic
+def _encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
+    """Encode positions p .. p + 15 in 32-bit lanes (the first ``n_in_span`` are in the
+    chunk) into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
+    kept bits). Reads ids[p - 3 : p + 18] and writes out[o : o + 16].
+    """
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
+        lanes = LaneBuilder(builder, LANES, 32)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[4]))]
+
+        def ids_at(k):
+            return lanes.load(ids_data, builder.add(p_v, _i64(k)))
+
+        coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words, lanes.splat(n_in_span_v),
+                                         cut_v, lanes.splat(base_v), can_permute(LANES, 32))
+        lanes.store_kept(coded, keep, _array_data(context, builder, signature.args[6], out_v),
+                         o_v)
+        return context.make_tuple(builder, signature.return_type,
+                                  [lanes.count_of(keep), bad.bits(), keep.bits()])
+    return_type = types.UniTuple(types.int64, 3)
+    return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
+
+
+def _wide_encode_flags(lanes, halves, starts_here, carried, ids_data, p, base, layout):
+    """The wide step's character starts as bit maps in i64 IR values (bit k: position
+    p + k, k < 64): the ids are classified in 16-bit lanes (lead byte of the set,
+    continuation byte, the two bits of a lead byte's quad, id >= base), the flags moved to
+    general-purpose registers and combined there with shifts, the shift of a bit map
+    standing for the cross-lane shuffle of a vector. ``halves``: the Lanes of positions
+    p .. p + 31 and p + 32 .. p + 63; ``starts_here`` = (bits of the sequence starts at
+    p .. p + 63, at p + 64 and p + 65); ``carried`` = the start and quad bits of
+    p - 3 .. p - 1 (bits 0-2). Returns (prefix ids where a character starts, else
+    anything, for each half; starts; starts one and two back; kept bits; bad bits; what to
+    carry to the next step)."""
     builder = lanes.builder
+    prefix_table = _encode_tables(lanes, layout)[0]
 
-    def load(k):
-        return lanes.load(ids_data, builder.add(p, _i64(k)))
+    def shr(word, k):
+        return builder.lshr(word, _i64(k))
 
-    if lanes.bits == 32:
-        return load
-    back = reach[0]
-    first, last = load(-back), load(back)
-    views = {-back: first, back: last}
+    def shl(word, k):
+        return builder.shl(word, _i64(k))
 
-    def ids_at(k):
-        if k not in views:  # lane j: position k + j, in ``first`` up to its lane count - 1
-            order = [j + k + back if j + k + back < lanes.count else lanes.count + j + k - back
-                     for j in range(lanes.count)]
-            views[k] = Lanes(lanes, lanes.shuffle(first.value, last.value, order))
-        return views[k]
-    return ids_at
+    def or_(*words):
+        word = words[0]
+        for other in words[1:]:
+            word = builder.or_(word, other)
+        return word
+
+    def and_(*words):
+        word = words[0]
+        for other in words[1:]:
+            word = builder.and_(word, other)
+        return word
+
+    def bit_map(flags_of):  # a flag of each position, as 64 bits (one kunpckdq, one kmovq)
+        both = lanes.shuffle(*(flags_of(h, x).value for h, x in enumerate(halves)),
+                             range(2 * lanes.count))
+        return builder.bitcast(both, ir.IntType(64))
+
+    prefixes = [lanes.permuted(prefix_table, x) for x in halves]
+    is_lead = bit_map(lambda h, x: (x & ~15).eq(0xE0) & prefixes[h].ne(0))
+    continues = bit_map(lambda h, x: (x ^ 0x80).lt(0x40))
+    quad_low = bit_map(lambda h, x: (x & 4).ne(0))
+    quad_high = bit_map(lambda h, x: (x & 8).ne(0))
+    at_or_above_base = bit_map(lambda h, x: x.ge(base))
+
+    def is_continuation_at(k):  # ids[p + k] in 0x80-0xBF, as 0 or 1
+        address = builder.gep(ids_data, [builder.add(p, _i64(k))])
+        byte = builder.xor(builder.load(address, align=4), ir.Constant(ir.IntType(32), 0x80))
+        flag = builder.icmp_unsigned("<", byte, ir.Constant(ir.IntType(32), 0x40))
+        return builder.zext(flag, ir.IntType(64))
+
+    continues_64, continues_65 = is_continuation_at(64), is_continuation_at(65)
+    cut_here, cut_64, cut_65 = starts_here
+    continues_1 = or_(shr(continues, 1), shl(continues_64, 63))  # bit k: p + k + 1
+    continues_2 = or_(shr(continues, 2), shl(continues_64, 62), shl(continues_65, 63))
+    blocked = or_(shr(cut_here, 1), shr(cut_here, 2), shl(cut_64, 63), shl(cut_64, 62),
+                  shl(cut_65, 63))
+    starts = and_(is_lead, continues_1, continues_2, builder.not_(blocked))
+    carried_starts, carried_low, carried_high = (builder.extract_value(carried, k)
+                                                 for k in range(3))
+    back1 = or_(shl(starts, 1), shr(carried_starts, 2))
+    back2 = or_(shl(starts, 2), shr(carried_starts, 1))
+    back3 = or_(shl(starts, 3), carried_starts)
+
+    def differs_from_back3(bits, carried_bits):
+        return builder.xor(bits, or_(shl(bits, 3), carried_bits))
+
+    other_quad = or_(differs_from_back3(quad_low, carried_low),
+                     differs_from_back3(quad_high, carried_high))
+    repeats = and_(starts, back3, builder.not_(or_(other_quad, cut_here)))
+    kept = builder.not_(repeats)
+    bad = and_(at_or_above_base, builder.not_(or_(starts, back1, back2)))
+    carry = [shr(word, 61) for word in (starts, quad_low, quad_high)]
+    return prefixes, starts, back1, back2, kept, bad, carry
 
 
-def _encode_step_of(count, bits):
-    """The encoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
-    @intrinsic
-    def encode_step(typingctx, ids, p, n_in_span, cut, layout, base, out, o):
-        """Encode positions p .. p + count - 1 (the first ``n_in_span`` are in the chunk)
-        into out[o:]; ``cut`` = ``_cut_window`` at p. Returns (ids written, bad-id bits,
-        kept bits, the bits of positions whose id is too large for the lanes: where any is
-        set nothing of the step holds and the caller redoes it with 32-bit lanes). Reads
-        ids[p - 3 : p + count + 2] and writes out[o : o + count].
-        """
-        def codegen(context, builder, signature, args):
-            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, out_v, o_v = args
-            lanes = LaneBuilder(builder, count, bits)
-            ids_data = _array_data(context, builder, signature.args[0], ids_v)
-            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                            for k in range(len(signature.args[4]))]
+@intrinsic
+def _encode_wide_step(typingctx, ids, p, starts_here, layout, base, carried, out, o):
+    """Encode positions p .. p + 63 into out[o:] in two vectors of 16-bit lanes;
+    ``starts_here`` = the sequence starts at p .. p + 63 (bit k: p + k), at p + 64 and at
+    p + 65 (``_starts_ahead``); ``carried`` = (start bits, quad bits low, quad bits high) of
+    p - 3 .. p - 1 (``_encode_carry``, or what the step before returned). Returns (ids
+    written, bits of the positions holding an id >= base outside a character, kept bits,
+    what to carry). Where any bad bit is set (an id >= base, also every id a 16-bit lane
+    cannot hold) what was written is not the encoding: the caller redoes the positions in
+    32-bit lanes. Reads ids[p - 1 : p + 66], writes out[o : o + 64].
 
-            ids_at = _ids_views(lanes, ids_data, p_v, ENCODE_REACH)
-            coded, keep, bad = _encode_lanes(lanes, ids_at, layout_words,
-                                             lanes.splat(n_in_span_v), cut_v,
-                                             lanes.splat(base_v), can_permute(count, bits))
-            lanes.store_kept(coded, keep,
-                             _array_data(context, builder, signature.args[6], out_v), o_v)
-            too_large = ids_at(0).eq(lanes.largest).bits() if bits < 32 else _i64(0)
-            return context.make_tuple(builder, signature.return_type,
-                                      [lanes.count_of(keep), bad.bits(), keep.bits(),
-                                       too_large])
-        return_type = types.UniTuple(types.int64, 4)
-        return return_type(ids, p, n_in_span, cut, layout, base, out, o), codegen
-    return encode_step
+    One narrowing load of the ids; the character starts are bit maps (one bit a
+    position) shifted in general-purpose registers, so the step shuffles its vectors
+    once (the ids one position back), where working out the starts on shifted views
+    of the ids took five cross-lane shuffles and a second start computation; and the
+    bit maps hold 64 positions, so their work is shared by two vectors.
+    """
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, starts_here_v, layout_v, base_v, carried_v, out_v, o_v = args
+        if not can_permute(WIDE_LANES, 16):  # never runs there (``wide`` is false)
+            nothing = [_i64(0), _i64(-1), _i64(0), context.make_tuple(
+                builder, signature.return_type[3], [_i64(0)] * 3)]
+            return context.make_tuple(builder, signature.return_type, nothing)
+        lanes = LaneBuilder(builder, WIDE_LANES, 16)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[3]))]
+        halves = [lanes.load(ids_data, builder.add(p_v, _i64(WIDE_LANES * h))) for h in (0, 1)]
+        before = builder.load(builder.gep(ids_data, [builder.sub(p_v, _i64(1))]), align=4)
+        befores = [halves[0].shifted_up(lanes.splat(before), 1),  # ids[p - 1 + lane]
+                   halves[1].shifted_up(halves[0], 1, WIDE_LANES)]  # (bytes where used)
+        starts_here = [builder.extract_value(starts_here_v, k) for k in range(3)]
+        prefixes, starts, back1, back2, kept, bad, carry = _wide_encode_flags(
+            lanes, halves, starts_here, carried_v, ids_data, p_v, lanes.splat(base_v),
+            layout_words)
+        _, hi_table, lo_table = _encode_tables(lanes, layout_words)
+        out_data = _array_data(context, builder, signature.args[6], out_v)
+        at = o_v
+        for h, (x, x_before) in enumerate(zip(halves, befores)):
+            hi_ids = lanes.permuted(hi_table, x_before) + ((x >> 1) & 31)
+            lo_ids = lanes.permuted(lo_table, x_before) + (x & 63)
+            flags = [_half_flags(lanes, word, h) for word in (starts, back1, back2, kept)]
+            coded = flags[0].select(prefixes[h], flags[1].select(hi_ids,
+                                                                 flags[2].select(lo_ids, x)))
+            lanes.store_kept(coded, flags[3], out_data, at)
+            at = builder.add(at, lanes.count_of(flags[3]))
+        return context.make_tuple(builder, signature.return_type, [
+            builder.sub(at, o_v), bad, kept,
+            context.make_tuple(builder, signature.return_type[3], carry)])
+    carried_type = types.UniTuple(types.int64, 3)
+    return_type = types.Tuple((types.int64, types.int64, types.int64, carried_type))
+    return return_type(ids, p, starts_here, layout, base, carried, out, o), codegen
 
 
-_encode_step = _encode_step_of(LANES, 32)
-_encode_wide_step = _encode_step_of(WIDE_LANES, 16)
+def _half_flags(lanes, word, half):
+    """Flags of lanes from bits half * count .. of a 64-bit IR value (a kmovq, then a
+    kshiftrq for the upper half)."""
+    flags = lanes.builder.bitcast(word, ir.VectorType(ir.IntType(1), 64))
+    order = range(half * lanes.count, (half + 1) * lanes.count)
+    return Flags(lanes, lanes.shuffle(flags, flags, order))
+
+
+@njit(inline="always", cache=True)
+def _starts_ahead(cuts, p):
+    """The sequence starts a wide encoding step at p reads: (bit k set where one starts at
+    p + k, k < 64; whether one starts at p + 64; at p + 65)."""
+    here, ahead = _cut_window(cuts, p), _cut_window(cuts, p + WIDE_LANES)
+    edge = np.uint64(EDGE)
+    bits = (here >> edge) | ((ahead >> edge) << np.uint64(WIDE_LANES))
+    return (np.int64(bits), np.int64((ahead >> np.uint64(EDGE + WIDE_LANES)) & np.uint64(1)),
+            np.int64((ahead >> np.uint64(EDGE + WIDE_LANES + 1)) & np.uint64(1)))
+
+
+@njit(inline="always", cache=True)
+def _starts_char_at(ids, cuts, q, lead_bits):
+    """Whether a character of the lead set starts at q (0 <= q, q + 2 < len(ids)), for
+    ``_encode_carry``: the wide step's test, one position."""
+    x = np.int64(ids[q])
+    return ((x >> 4) == 0xE and (lead_bits >> (x & 15)) & 1 == 1
+            and is_continuation(ids[q + 1]) and is_continuation(ids[q + 2])
+            and not _is_cut(cuts, q + 1) and not _is_cut(cuts, q + 2))
+
+
+@njit(inline="always", cache=True)
+def _is_cut(cuts, q):
+    bit = q + _CUT_MARGIN
+    return (cuts[bit >> 6] >> np.uint64(bit & 63)) & np.uint64(1) == 1
+
+
+@njit(cache=True)
+def _encode_carry(ids, cuts, p, lead_bits):
+    """What a wide encoding step at p takes from the positions before it (p >= 3): bit
+    k of each word for position p - 3 + k, a character starts there; the lead byte's bit
+    2; its bit 3. For the first wide step of a run (the steps before were 32-bit ones)."""
+    starts, low, high = 0, 0, 0
+    for k in range(3):
+        q = p - 3 + k
+        x = np.int64(ids[q])
+        starts |= np.int64(_starts_char_at(ids, cuts, q, lead_bits)) << k
+        low |= ((x >> 2) & 1) << k
+        high |= ((x >> 3) & 1) << k
+    return starts, low, high
 
 
 @njit(cache=True)
 def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
-                  sequence_out, sequence_chunk):
-    """Encode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
-    in 16-bit lanes where ``wide`` (the codec's ids fit) and the ids do, else 16 in 32-bit
-    lanes; record where its sequences begin. Writes up to WIDE_LANES ids past its output
-    only where its input is that much longer."""
+                  sequence_out):
+    """Encode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
+    in 16-bit lanes where ``wide`` (the codec's ids fit) and no id is bad, else 16 in
+    32-bit lanes; record where its sequences begin. Writes up to WIDE_ENCODE_POSITIONS
+    ids past its output only where its input is that much longer."""
     start, stop = bounds[chunk], bounds[chunk + 1]
     p, o = start, source
     sequence = np.searchsorted(offsets, start) - 1
     first_bad = -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
+    carried = (np.int64(0), np.int64(0), np.int64(0))
+    carried_at = -1  # the position ``carried`` was worked out for
+    lead_bits = np.int64(layout[_LEAD_BITS])
+    # wide steps run from p where WIDE_ENCODE_REACH[0] <= p <= last_wide
+    last_wide = min(stop, ids.size - WIDE_ENCODE_REACH[1] + WIDE_ENCODE_POSITIONS) \
+        - WIDE_ENCODE_POSITIONS
     while p < stop:
-        cut = _cut_window(cuts, p)
-        if wide and p + WIDE_LANES <= stop and not _needs_edge_copy(p, ids.size,
-                                                                    WIDE_ENCODE_REACH):
-            written, bad, kept, too_large = _encode_wide_step(ids, p, WIDE_LANES, cut, layout,
-                                                              base, out, o)
-            if too_large == 0:
-                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
-                                                   1, p, chunk, sequence_out, sequence_chunk)
-                if bad != 0 and first_bad < 0:
-                    first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
-                p, o = p + WIDE_LANES, o + written
+        if wide and WIDE_ENCODE_REACH[0] <= p <= last_wide:
+            if carried_at != p:
+                carried = _encode_carry(ids, cuts, p, lead_bits)
+            bad = 0
+            while p <= last_wide:  # a loop of its own: its values stay in registers
+                starts_here = _starts_ahead(cuts, p)
+                written, bad, kept, carry = _encode_wide_step(ids, p, starts_here, layout,
+                                                              base, carried, out, o)
+                if bad != 0:
+                    break
+                sequence = _record_wide_starts(offsets, sequence, starts_here[0], kept, p, o,
+                                               chunk, sequence_out)
+                p, o, carried = p + WIDE_ENCODE_POSITIONS, o + written, carry
+            carried_at = p
+            if bad == 0:
                 continue
+        cut = _cut_window(cuts, p)
         n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, ENCODE_REACH):
             _edge_copy(ids, p, scratch)
-            written, bad, kept, _ = _encode_step(scratch, EDGE, n_in_span, cut, layout, base,
-                                                 out, o)
+            written, bad, kept = _encode_step(scratch, EDGE, n_in_span, cut, layout, base, out,
+                                              o)
         else:
-            written, bad, kept, _ = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
+            written, bad, kept = _encode_step(ids, p, n_in_span, cut, layout, base, out, o)
         sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 1, p,
-                                           chunk, sequence_out, sequence_chunk)
+                                           chunk, sequence_out)
         if bad != 0 and first_bad < 0:
             first_bad = p + np.int64(_trailing_zeros(np.uint64(bad)))
         p, o = p + LANES, o + written
@@ -726,8 +921,7 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
 
 def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
                         n_chunks=None):
-    """Encode with Numba: 16-lane vector steps over each chunk of positions, chunks in
-    parallel.
+    """Encode with Numba: vector steps over each chunk of positions, chunks in parallel.
 
     Returns ``(out_ids, out_offsets, first_bad)`` like ``bitlevel_encode_numpy``.
     ``n_chunks`` defaults to ``numba.get_num_threads()`` (one chunk per thread; fewer
@@ -740,10 +934,10 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
     wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
-    chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk = _encode_chunks(
+    chunk_lengths, chunk_first_bad, sequence_out = _encode_chunks(
         ids, offsets, bounds, sources, layout, base_vocab_size, wide, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
@@ -754,14 +948,13 @@ def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide,
     chunk_lengths = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
-                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_first_bad[c] = result[1]
-    return chunk_lengths, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_first_bad, sequence_out
 
 
 # --- the decoding step ---------------------------------------------------------------
@@ -946,7 +1139,7 @@ def _leaves_unit_open(carried):
 
 @njit(cache=True)
 def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, carried, chunk,
-                sequence_out, sequence_chunk):
+                sequence_out):
     """Decode the units starting in [p, stop) one at a time, sequence by sequence, from
     the unit the step before left open, if any; record the sequences entered. Returns
     what ``_decode_chunk`` keeps (p, o, carried, sequence, malformed units, first one
@@ -956,8 +1149,7 @@ def _redo_units(ids, offsets, sequence, p, stop, decode_table, base, out, o, car
     prefix = carried[0]
     n_bad, first_bad = 0, -1
     while p < stop:
-        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out,
-                                   sequence_chunk)
+        entered = _enter_sequences(offsets, sequence, p, o, chunk, sequence_out)
         if entered != sequence:
             sequence, prefix = entered, np.int64(_NONE)
         sequence_stop = offsets[sequence + 1]
@@ -1039,7 +1231,7 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 
 @njit(cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
-                  out, sequence_out, sequence_chunk):
+                  out, sequence_out):
     """Decode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
     in 16-bit lanes where ``wide`` (the codec's ids fit), else 16 in 32-bit lanes; record
     where its sequences begin. Steps with a malformed unit are redone one unit at a time
@@ -1050,24 +1242,30 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     carried = (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
+    last_wide = min(stop - 1, ids.size) - WIDE_LANES  # wide steps run from p <= last_wide
     while p < stop:
-        cut = _cut_window(cuts, p)
-        if wide and p + WIDE_LANES < stop and not _needs_edge_copy(p, ids.size,
-                                                                   WIDE_DECODE_REACH):
-            written, malformed, carry, kept = _decode_wide_step(ids, p, WIDE_LANES, cut, layout,
-                                                                base, carried, out, o)
-            if malformed == 0:
+        if wide and p <= last_wide:
+            malformed = 0
+            while p <= last_wide:  # a loop of its own: its values stay in registers
+                cut = _cut_window(cuts, p)
+                written, malformed, carry, kept = _decode_wide_step(ids, p, WIDE_LANES, cut,
+                                                                    layout, base, carried, out,
+                                                                    o)
+                if malformed != 0:
+                    break
                 sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2,
-                                                   p, chunk, sequence_out, sequence_chunk)
+                                                   p, chunk, sequence_out)
                 p, o, carried = p + WIDE_LANES, o + written, carry
+            if malformed == 0:
                 continue
             p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
                 ids, offsets, sequence, p, p + WIDE_LANES, decode_table, base, out, o,
-                carried, chunk, sequence_out, sequence_chunk)
+                carried, chunk, sequence_out)
             n_bad += run_bad
             if first_bad < 0:
                 first_bad = run_first_bad
             continue
+        cut = _cut_window(cuts, p)
         n_in_span = min(stop - p, LANES)
         if _needs_edge_copy(p, ids.size, DECODE_REACH):
             _edge_copy(ids, p, scratch)
@@ -1078,12 +1276,12 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
                                                            carried, out, o)
         if malformed == 0 and not (p + LANES >= stop and _leaves_unit_open(carry)):
             sequence = _record_sequence_starts(offsets, sequence, p + n_in_span, o, kept, 2, p,
-                                               chunk, sequence_out, sequence_chunk)
+                                               chunk, sequence_out)
             p, o, carried = p + LANES, o + written, carry
             continue
         p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
             ids, offsets, sequence, p, min(p + LANES, stop), decode_table, base, out, o,
-            carried, chunk, sequence_out, sequence_chunk)
+            carried, chunk, sequence_out)
         n_bad += run_bad
         if first_bad < 0:
             first_bad = run_first_bad
@@ -1105,10 +1303,10 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=No
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
     wide = _fits_wide_lanes(base_vocab_size + decode_table.size)
-    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk = _decode_chunks(
+    chunk_lengths, chunk_bad, chunk_first_bad, sequence_out = _decode_chunks(
         ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out)
-    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out,
-                                       sequence_chunk)
+    joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
+                                       bounds)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
@@ -1121,15 +1319,14 @@ def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_voc
     chunk_bad = np.empty(n_chunks, dtype=np.int64)
     chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
-    sequence_chunk = np.zeros(offsets.size + n_chunks, dtype=np.int64)
     cuts = _cut_map(offsets, ids.size)
     for c in prange(n_chunks):
         result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
-                               base_vocab_size, wide, out, sequence_out, sequence_chunk)
+                               base_vocab_size, wide, out, sequence_out)
         chunk_lengths[c] = result[0]
         chunk_bad[c] = result[1]
         chunk_first_bad[c] = result[2]
-    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out, sequence_chunk
+    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out
 
 
 # --- CUDA target: one thread per position; scans by xp.cumsum ----------------------------
@@ -1507,3 +1704,67 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   process (the other vCPU, likely a sibling on the same host core, busy or not), so
 #   single timings are good to about +-30%; compare variants interleaved.
 
+#
+# Part 3, codec3 (2026-11-23 18:10-19:05 UTC, same VM: AMD EPYC Zen 4, 2 vCPUs, load 1-5;
+# process CPU time, 20M real zh+ja ids, one thread; bench/RESULTS.md "Issue 18, codec
+# helper, part 3 (codec3)"; A/B runs: bench/bitlevel_ab.py, a revision's kernels beside
+# the working tree's, interleaved, medians of 11):
+# - Wide encoding step rewritten around bit maps (kept): the ids are narrowed once (one
+#   saturating load per 16 ids) and classified in 16-bit lanes: lead byte of the set (the
+#   prefix-id lookup, vpermw, and a range test), continuation byte, the lead byte's bits 2
+#   and 3 (its quad), id >= base. The five flag vectors go to general-purpose registers
+#   (kmov) and everything positional is done there on 64-bit words: starts = lead &
+#   continues >> 1 & continues >> 2 & ~(sequence start at +1 or +2); starts one, two and
+#   three back are shifts of that word, with the three bits before the step carried from
+#   the step before (``_encode_carry`` works them out where 32-bit steps ran before);
+#   a repeated prefix is starts & starts-3-back & same quad & no sequence start here;
+#   kept and bad bits likewise. The bits come back as masks for three blends and the
+#   compress. The only cross-lane shuffle left is the ids one position back (for the hi
+#   and lo lookups); the old step built five shifted views (vpermi2w) and worked the
+#   starts out twice. Compute (output pre-faulted): 12.1 -> 9.9 ms.
+# - Sequence records of a wide step from the cut bits (kept): up to two starts
+#   branch-free (slots chosen by arithmetic, not a conditional, which LLVM made a
+#   branch), the general loop where the offsets show more sequences than start bits
+#   (three or more starts, or empty sequences sharing a bit). With 32-position steps
+#   the records cost ~1.6 ms of 9.9 (measured by leaving them out); branch-free,
+#   compute 11.9 -> 11.2 ms (A/B, same run).
+# - 64 positions a wide step (kept): two vectors of 16-bit lanes share the bit-map
+#   work, the cut window, the carry, the loop's bookkeeping and one record call:
+#   compute 10.5 -> 8.3 ms; whole calls 0.40 -> 0.52 of np.copy against the session's
+#   start (cf5559c). After it, leaving the records out made no measurable difference.
+# - Flags of the two vectors joined into one 64-bit mask (kunpckdq + kmovq) and split
+#   back with kshiftrq, instead of two kmovd, a shift and an or each way (kept): 3%.
+# - One chunk: the records are the output offsets (no second pass and array); records
+#   without a chunk index per sequence (found from the bounds when several chunks ran):
+#   2.6 MB less to fault in and write per 320 K documents; encode and decode ~4% (kept).
+# - ``_lanes.cpu_features`` asked of LLVM once: it cost 0.25 ms a call (kept).
+# - Tried, not kept: hi and lo value ids from one 64-entry vpermi2w (lanes 32-63 hold the
+#   hi runs: a lead byte & 63 is 32-47) instead of two vpermw, with one shift-and-mask:
+#   0.97x (no gain); widening the 16-bit lanes first and compressing as two 16 x 32-bit
+#   vpcompressd: 0.91x (vpcompressw + two vpmovzxwd is cheaper here).
+# - The wide encoding steps as a loop of their own inside the chunk loop (kept): compute
+#   1.13x (1.08-1.21) and 1.03x (1.02-1.06) in two A/B runs, whole calls 1.04x; LLVM
+#   kept fewer of the step's values and constants on the stack.
+# - The wide decoding steps likewise (kept): compute 1.13x (1.10-1.15), whole calls
+#   1.09x (1.05-1.10) on real zh+ja.
+# - Tried for decoding, not kept: the wide decoding step's records from the cut bits,
+#   branch-free for up to two starts, as encoding's: compute 0.99x (no gain; its records
+#   were not where its time goes).
+# - Tried, not kept: the cut window read with unsigned indices (no negative-index
+#   fix-ups): 1.00x encode and decode.
+# - Result (bench/bitlevel_bench.py, 19:00 UTC): real zh+ja encode 0.57 / 0.57 of
+#   np.copy (was 0.38-0.44), decode 0.33 / 0.34 (was 0.25-0.35); lanes over plain loops
+#   4.1x / 4.4x, so the LLVM IR stays.
+# - Where the time goes now (encode, 20M real ids, 18:45-19:03 UTC): whole call 15 ms =
+#   step loop 7.1-8.1 (0.35-0.40 ns/id, the same with the input in L2: compute bound) +
+#   cut map 0.4-0.5 + page faults of the fresh 65 MB output 6.6-7 (writing 65 MB of fresh
+#   memory alone: 7.7-8.5) + planning and joining <= 0.7; np.copy of the input 8.3-9.1 ms.
+#   The faults are ~45% of the call and np.copy pays them for 80 MB; what is left to cut
+#   is the step (~60 zmm instructions and ~100 scalar ones per 64 ids).
+# - Decoding: only the loop change above and the records' arrays (1.09-1.12x whole
+#   calls). Its output is 1.23 ids per input id: the faults of its 80 MB output (~8.5 ms)
+#   alone take longer than np.copy of its 65 MB input (6.3-7 ms), so 0.5x would need its
+#   compute cut from ~12 to ~3-4 ms, or the output buffer reused (``out=``). The same
+#   bit-map rewrite would help it (its checks are shifts of class bits, and the "last
+#   prefix seen" scan, five rounds of vector shuffles now, is a carry propagation on bit
+#   maps), but not by 3-4x.

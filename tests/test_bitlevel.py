@@ -452,19 +452,22 @@ def test_cpu_steps_equal_numpy_on_long_runs_of_every_density(codecs, n_chunks):
                                              n_chunks=n_chunks)])
 
 
-@pytest.mark.parametrize("spacing", ["dense", "sparse", "empty"])
+@pytest.mark.parametrize("spacing", ["dense", "sparse", "empty", "sparse empty"])
 def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
     """Sequence starts at every spacing: several (and empty sequences) in one 32-position
-    step take the records' loop, at most one its branch-free path; documents end inside
-    the wide steps and the 16-lane steps alike. Encoding and decoding both."""
+    step take the records' loop, at most one (two for encoding) its branch-free path,
+    and empty sequences among sparse ones share a start bit with the next (the records
+    from the bits are redone); documents end inside the wide steps and the 16-lane steps
+    alike. Encoding and decoding both."""
     rng = np.random.default_rng(len(spacing))
     codec = DEFAULT_CODECS["cpu"]
     t = codec._tables
     lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
     ids = _density_segments(rng, 8)
-    gaps = {"dense": (0, 6), "sparse": (20, 90), "empty": (0, 3)}[spacing]
+    gaps = {"dense": (0, 6), "sparse": (20, 90), "empty": (0, 3), "sparse empty": (20, 90)}[
+        spacing]
     cuts = np.cumsum(rng.integers(*gaps, ids.size // max(1, sum(gaps) // 2)))
-    if spacing == "empty":
+    if spacing.endswith("empty"):
         cuts = np.repeat(cuts, rng.integers(1, 4, cuts.size))  # empty sequences
     offsets = np.r_[0, cuts[cuts < ids.size], ids.size].astype(np.int64)
     expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
@@ -473,6 +476,34 @@ def test_cpu_wide_steps_and_sequence_records_equal_numpy(spacing):
     coded, coded_offsets, _ = got
     assert_same([bitpack.bitlevel_decode_numpy(coded, coded_offsets, table, BASE),
                  bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, BASE)])
+
+
+@pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
+def test_cpu_wide_encode_steps_carry_characters_across_their_edges(codecs):
+    """A wide encoding step takes the character starts of the three positions before it
+    from the step before (or works them out where 32-bit steps ran before it: at the
+    start, after a bad id): characters of the same or another prefix start at every
+    position around a step's edge, with a sequence start, or a bad id, at every position
+    near it; the NumPy backend's output, the first bad id and the round trip."""
+    t = codecs["cpu"]._tables
+    lead, values, table = t["lead_prefix_ids"], t["value_ids"], t["decode_table"]
+    same, other, kana = "众唤众".encode(), "众一众".encode(), "あ众".encode()
+    for text in (same, other, kana):
+        for shift in range(0, bitpack.WIDE_ENCODE_POSITIONS + 8):
+            ids = np.array([0x41] * shift + list(text) * 12 + [0x41] * 40, dtype=np.uint32)
+            for extra in range(0, 70, 3):
+                offsets = np.array([0, extra, ids.size] if 0 < extra < ids.size
+                                   else [0, ids.size], dtype=np.int64)
+                expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
+                got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=1)
+                assert_same([expected, got])
+                decoded = bitpack.bitlevel_decode_cpu(got[0], got[1], table, BASE)
+                assert decoded[0].tolist() == ids.tolist()
+                bad = ids.copy()
+                bad[extra] = BASE + 7  # 32-bit steps there, then wide steps again
+                assert_same([bitpack.bitlevel_encode_numpy(bad, offsets, lead, values, BASE),
+                             bitpack.bitlevel_encode_cpu(bad, offsets, lead, values, BASE,
+                                                         n_chunks=1)])
 
 
 def test_cpu_wide_steps_hand_ids_above_16_bits_to_32_bit_steps():
