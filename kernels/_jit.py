@@ -9,13 +9,30 @@ not remove that cost.
 
 Signals (issue 18): Numba boxes each array a kernel returns by calling a Python
 function (``numba.core.serialize._numba_unpickle``), and a signal that arrived during the
-kernel has its Python handler run there. A handler that raises (``KeyboardInterrupt``,
-the ``gpubpe`` command's SIGTERM exception) then breaks Numba's boxing: SystemError or
-SIGSEGV. A kernel the main thread spends long in should take its outputs as arguments
-and return a number (``jsonl.jsonl_texts``: 10 of 25 interrupted runs failed before, 0
-after). Most kernels still return arrays.
+kernel had its Python handler run there; a handler that raises (``KeyboardInterrupt``,
+the ``gpubpe`` command's SIGTERM exception) then broke Numba's boxing: SystemError or
+SIGSEGV. ``_unpickle_without_bytecode`` below puts that function behind a C cache.
 """
 
+import functools
+
+import numba.core.serialize
 from numba import njit
 
 hot = njit(cache=True, _nrt=False)
+
+
+def _unpickle_without_bytecode() -> None:
+    """Numba boxes a kernel's array result through ``serialize._numba_unpickle``, a Python
+    function it looks up once, on its first call in the process. Run there, a raising
+    signal handler (``KeyboardInterrupt``, the ``gpubpe`` command's SIGTERM) broke the boxing:
+    a SIGTERM while a loop called ``count_scanned_words`` ended 20 of 20 runs in SystemError
+    or SIGSEGV. Behind ``functools.lru_cache`` (C code) a repeated call runs no bytecode, so
+    the handler runs once the kernel's result is back in Python code. The first call for
+    each constant still runs the function (a compile or the first call of a kernel)."""
+    unpickle = numba.core.serialize._numba_unpickle
+    if not hasattr(unpickle, "cache_info"):
+        numba.core.serialize._numba_unpickle = functools.lru_cache(maxsize=None)(unpickle)
+
+
+_unpickle_without_bytecode()
