@@ -30,8 +30,8 @@ def _unpickle_without_bytecode() -> None:
     or SIGSEGV. Behind ``functools.lru_cache`` (C code) a repeated call runs no bytecode, so
     the handler runs once the kernel's result is back in Python code. The first call for
     each constant still runs the function (a compile or the first call of a kernel)."""
-    unpickle = numba.core.serialize._numba_unpickle
-    if not hasattr(unpickle, "cache_info"):
+    unpickle = getattr(numba.core.serialize, "_numba_unpickle", None)
+    if unpickle is not None and not hasattr(unpickle, "cache_info"):  # another Numba: as is
         numba.core.serialize._numba_unpickle = functools.lru_cache(maxsize=None)(unpickle)
 
 
