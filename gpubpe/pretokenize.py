@@ -591,7 +591,7 @@ def _jsonl_documents(data: bytes, line_end: np.ndarray, key: np.ndarray,
     """The field of each non-blank line of ``data`` as documents."""
     array = np.frombuffer(data, dtype=np.uint8)
     line_start = np.concatenate([[0], line_end[:-1]]).astype(np.int64)
-    out = np.empty(len(data), dtype=np.uint8)
+    out = np.empty(len(data) + 3, dtype=np.uint8)  # an escaped character stores 4 bytes
     kind, text_start, text_end = (np.empty(line_end.size, dtype=np.int64) for _ in range(3))
     others = jsonl_texts(array, line_start, line_end, key, out, kind, text_start, text_end,
                          np.empty(JSONL_MAX_DEPTH, dtype=np.uint8))

@@ -71,7 +71,7 @@ def str_utf8_bound(items_at, n_items, layout):
 
 
 @hot
-def _put_character(c, out_at):
+def put_character(c, out_at):
     """Store the UTF-8 of code point ``c`` (a uint32) at address ``out_at`` in one store
     (a 3-byte character stores 4 bytes); returns the address after its bytes, or -1 for a
     lone surrogate.
@@ -107,15 +107,15 @@ def _put_utf8(data, length, width, out_at):
     width (as one loop, LLVM branched on the width at every character)."""
     if width == 1:
         for k in range(length):
-            out_at = _put_character(np.uint32(_load(data + k, np.uint8)), out_at)
+            out_at = put_character(np.uint32(_load(data + k, np.uint8)), out_at)
     elif width == 2:
         for k in range(length):
-            out_at = _put_character(np.uint32(_load(data + 2 * k, np.uint16)), out_at)
+            out_at = put_character(np.uint32(_load(data + 2 * k, np.uint16)), out_at)
             if out_at < 0:
                 return -1
     else:
         for k in range(length):
-            out_at = _put_character(_load(data + 4 * k, np.uint32), out_at)
+            out_at = put_character(_load(data + 4 * k, np.uint32), out_at)
             if out_at < 0:
                 return -1
     return out_at

@@ -17,7 +17,7 @@ def _kinds_and_texts(lines: list[bytes], field: str = "text"):
     data = b"".join(lines)
     ends = np.cumsum([len(line) for line in lines]).astype(np.int64)
     starts = ends - np.array([len(line) for line in lines], dtype=np.int64)
-    out = np.empty(len(data), dtype=np.uint8)
+    out = np.empty(len(data) + 3, dtype=np.uint8)
     kind, text_start, text_end = (np.empty(len(lines), dtype=np.int64) for _ in range(3))
     others = jsonl.jsonl_texts(
         np.frombuffer(data, np.uint8), starts, ends, np.frombuffer(field.encode(), np.uint8), out,
