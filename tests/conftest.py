@@ -58,3 +58,20 @@ def cl100k_tok(cl100k):
 
     return gpubpe.Tokenizer.from_tiktoken(cl100k)
 
+
+@pytest.fixture
+def interrupt_encoding(monkeypatch):
+    """``interrupt_encoding(tok)``: ``tok.encode_buffer`` raises KeyboardInterrupt on its
+    third call, so a streamed run is cut with batches done before and after it."""
+    def install(tok, at_call: int = 3) -> None:
+        real_encode, calls = tok.encode_buffer, []
+
+        def interrupted(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == at_call:
+                raise KeyboardInterrupt
+            return real_encode(*args, **kwargs)
+
+        monkeypatch.setattr(tok, "encode_buffer", interrupted)
+
+    return install

@@ -104,20 +104,11 @@ def test_parquet_column_is_read_from_arrow_buffers(tok, lines, tmp_path):
 
 
 def test_interrupted_run_leaves_no_file_under_the_final_name(tok, corpus, tmp_path,
-                                                              monkeypatch):
+                                                              interrupt_encoding):
     paths, _ = corpus
     out = tmp_path / "tokens.npy"
     out.write_bytes(b"previous run")
-    calls = []
-
-    def interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
-
-    original = tok.encode_buffer
-    monkeypatch.setattr(tok, "encode_buffer", interrupted)
+    interrupt_encoding(tok)
     with pytest.raises(KeyboardInterrupt):
         encode_files(tok, paths, out, progress=False, batch_bytes=2048)
     assert out.read_bytes() == b"previous run"

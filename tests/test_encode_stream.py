@@ -212,21 +212,12 @@ def test_cli_encode_with_backend_cuda_writes_the_cpu_files(tok, corpus, tmp_path
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
-def test_an_interrupted_stream_leaves_no_file_and_no_thread(tok, corpus, tmp_path, monkeypatch,
-                                                            backend):
+def test_an_interrupted_stream_leaves_no_file_and_no_thread(tok, corpus, tmp_path,
+                                                            interrupt_encoding, backend):
     import threading
 
     streaming = tok.with_backend(backend)
-    real_encode = streaming.encode_buffer
-    calls = []
-
-    def interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_encode(*args, **kwargs)
-
-    monkeypatch.setattr(streaming, "encode_buffer", interrupted)
+    interrupt_encoding(streaming)
     with pytest.raises(KeyboardInterrupt):
         encode_files(streaming, corpus, tmp_path / "tokens.npy", progress=False,
                      batch_bytes=400)
