@@ -1,4 +1,5 @@
-"""Lists of str as UTF-8 in one buffer, encoded without the GIL where CPython allows it.
+"""Lists of str as UTF-8 in one buffer, encoded without the GIL where CPython allows it;
+and the reverse: ids decoded straight into the characters of new str objects.
 
 ``kernels.str_utf8`` reads CPython's str objects in place (see there for why). This
 module decides whether it may: once per process, on probe strings of every storage
@@ -7,6 +8,12 @@ kind, it reads each object's header and characters with ``ctypes`` (never past
 what the kernels assume; then the kernels must encode the probes as ``str.encode``
 does. Any difference (another implementation, a free-threaded build, a future
 layout) leaves the kernels unused and the callers on ``str.encode``.
+
+Decoding (``decode_texts``) writes into str objects it has just made (a character
+repeated: a fresh object of the right length and width), which the kernel checks
+before each write (exact compact str, that length and width, referenced by the list
+alone). It runs only where the same layout checks passed and a probe decode gave
+the probe texts back.
 """
 
 from __future__ import annotations
@@ -19,6 +26,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from .kernels.encode.decode import byte_slots
+from .kernels.encode.texts import (
+    WIDE_ASCII,
+    WIDE_LATIN1,
+    WIDE_UCS2,
+    WIDE_UCS4,
+    fill_texts,
+    text_plan,
+    token_text_forms,
+)
 from .kernels.str_utf8 import (
     ASCII_DATA,
     COMPACT_DATA,
@@ -135,3 +152,70 @@ def _items_as_assumed(items: list) -> bool:
     items_at = struct.unpack_from("<q", header, _LIST_ITEMS_AT)[0]
     pointers = struct.unpack(f"<{len(items)}q", ctypes.string_at(items_at, 8 * len(items)))
     return list(pointers) == list(map(id, items))
+
+
+# --- decoding: ids into new str objects ---------------------------------------------------
+
+_BLANK = {WIDE_ASCII: "\x00", WIDE_LATIN1: "\xff", WIDE_UCS2: "\u0100", WIDE_UCS4: "\U00010000"}
+
+
+class TextTables:
+    """What ``decode_texts`` reads of a vocabulary: its bytes (``table_bytes`` at int64
+    ``table_offsets``, and ``byte_slots``: ``kernels.encode.decode``'s), and each token's
+    form, copy, shape and characters (``kernels.encode.texts.token_text_forms``)."""
+
+    def __init__(self, table_bytes: np.ndarray, table_offsets: np.ndarray,
+                 byte_slots: np.ndarray):
+        self.table_bytes, self.table_offsets, self.byte_slots = (table_bytes, table_offsets,
+                                                                 byte_slots)
+        (self.forms, self.copies, self.ascii_copies, self.shapes, self.units,
+         self.unit_offsets, self.wide_slots) = token_text_forms(table_bytes, table_offsets)
+        if self.forms.size and self.forms.max() <= np.iinfo(np.uint16).max:
+            self.forms = self.forms.astype(np.uint16)
+
+
+def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables):
+    """Each document of ``ids`` (a 1-D integer array cut at int64 ``offsets``) as a str:
+    ``(texts, left)``, where ``left`` (int64) names the documents not decoded (their bytes
+    are not valid UTF-8, or they hold fewer than two characters): the caller decodes those
+    with CPython and puts them in. ``(None, k)`` when the id at position k is no token;
+    None when this interpreter's str layout was not checked (decode with CPython)."""
+    if not _fills_probes():
+        return None
+    return _decode_with(ids, offsets, tables, _checked_layout())
+
+
+def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray):
+    characters, wide, bad = text_plan(ids, offsets, tables.forms)
+    if bad >= 0:
+        return None, bad
+    texts = [_BLANK[w] * n for w, n in zip(wide.tolist(), characters.tolist())]
+    items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
+    left = np.empty(len(texts), dtype=np.int64)
+    n_left = fill_texts(ids, offsets, tables.copies, tables.ascii_copies, tables.shapes,
+                        tables.byte_slots,
+                        tables.wide_slots,
+                        tables.units, tables.unit_offsets, tables.table_bytes,
+                        tables.table_offsets, items_at, layout, characters, wide, left)
+    return texts, left[:n_left]
+
+
+@lru_cache(maxsize=1)
+def _fills_probes() -> bool:
+    """Whether the str layout was checked and ``_decode_with`` gives the probe texts
+    back, each decoded once from a token of its own and once from tokens of one byte each
+    (both paths of the fill)."""
+    layout = _checked_layout()
+    if layout is None:
+        return False
+    probes = [text for text in _PROBES if len(text) >= 2]
+    pieces = [text.encode() for text in probes] + [bytes([b]) for b in range(256)]
+    offsets = np.cumsum([0] + list(map(len, pieces)), dtype=np.int64)
+    table_bytes = np.frombuffer(b"".join(pieces), np.uint8)
+    tables = TextTables(table_bytes, offsets, byte_slots(table_bytes, offsets))
+    documents = [[k] for k in range(len(probes))] + [
+        [len(probes) + b for b in text.encode()] for text in probes]
+    ids = np.array([i for document in documents for i in document], dtype=np.uint32)
+    doc_offsets = np.cumsum([0] + list(map(len, documents)), dtype=np.int64)
+    texts, left = _decode_with(ids, doc_offsets, tables, layout)
+    return left.size == 0 and texts == probes + probes

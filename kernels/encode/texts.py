@@ -1,0 +1,424 @@
+"""Decoding to text: ids written as the characters of Python ``str`` objects, in place.
+
+Issue 18: ``decode_batch`` gathered each document's bytes and handed them to CPython's
+UTF-8 decoder, which runs ~0.55-0.8 GB/s on mixed scripts: the list of str could not
+come faster than that. Here the characters go straight from per-token tables into
+str objects the caller made for them, in the storage CPython gives a str (PEP 393:
+1, 2 or 4 bytes a character, the width of the widest one), without the GIL.
+
+Steps (``gpubpe._pystr.decode_texts`` runs them):
+
+1. ``token_text_forms`` (once per vocabulary): each token's *form* and *copy* (below),
+   and the characters of every token whose bytes are whole UTF-8 on their own (most are;
+   a byte-level vocabulary also has tokens holding part of a character).
+2. ``text_plan``: per document, its characters and its storage width, from the forms
+   alone: a document's characters are its bytes that start one (not 0x80-0xBF), and its
+   widest character's width is set by its greatest start byte (0xC2-0xC3: up to U+00FF,
+   0xC4-0xEF: up to U+FFFF). That holds when its bytes are valid UTF-8; the fill checks.
+3. The caller makes a fresh str of each length and width (a repeated character).
+4. ``fill_texts``: each document's characters written into its str. A whole token met
+   where no character is open is one vector load, widened or narrowed to the str's
+   width, and one store: an ASCII token from its 16-byte slot of the byte gather's
+   ``byte_slots``, another from a slot of its first 8 characters (``wide_slots``). Other
+   tokens go byte by byte through a UTF-8 decoder that checks what CPython's does. A
+   document whose bytes are not valid UTF-8 is left for the caller (CPython decodes it
+   with the caller's ``errors``).
+
+The str objects are read and written where CPython keeps them, as ``kernels.str_utf8``
+reads them: see there, and ``gpubpe._pystr`` for the checks made before any of this
+runs. ``fill_texts`` writes only into an exact compact str of the planned length and
+width whose only reference is the caller's list (reference count 1), so never into a
+shared or cached object.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core.extending import intrinsic
+
+from .._jit import hot
+from .._raw import load as _load
+from .._raw import store as _store
+from ..str_utf8 import _str_form
+
+# A token's form (uint32, narrowed to uint16 by the caller when every form fits: the plan
+# reads it once an id, and half the table stays in cache better; 0 for an id with no
+# bytes, a gap of the id layout): bit 0 set for every token, bits 1-4 one bit
+# for the width its widest character start asks for (WIDE_*), bits 5 and up how many
+# characters start in it.
+FORM_TOKEN, FORM_WIDE_SHIFT, FORM_COUNT_SHIFT = 1, 1, 5
+WIDE_ASCII, WIDE_LATIN1, WIDE_UCS2, WIDE_UCS4 = 0, 1, 2, 3
+# A token's copy (uint8): how the fill writes it when no character is open, in one slot
+# load, a widening or narrowing to the str's width, and one store. ``copies``: 1-8, a
+# whole token of that many characters, from its slot of WIDE_SLOT_UNITS characters in
+# ``wide_slots``; 9-16, an ASCII token of that many characters, from its 16-byte slot of
+# ``byte_slots``; 0, any other token (longer, or not whole UTF-8 on its own): by its
+# shape, or byte by byte. ``ascii_copies`` (for documents all ASCII): 1-16, an ASCII
+# token of that many characters, from ``byte_slots``. One table for both kinds of
+# document branched on ASCII or not at every token: mispredicted where scripts mix
+# (3.4 ns an id in UCS-4 documents, against 1.6 in ASCII ones).
+ASCII_COPIES, WIDE_SLOT_UNITS = 16, 8
+# A token's shape (int64), for a token met inside a character or one without a copy: 0
+# when its bytes cannot be part of valid UTF-8 or it has more than 3 continuation bytes
+# before its first character start or more than WIDE_SLOT_UNITS characters after them.
+# Else the fields below: the head (0-3 continuation bytes that end the character open
+# before it; bits 0-1) and their 6-bit payloads, first byte highest; the characters that
+# follow (the middle, in ``wide_slots``); the UTF-8 decoder's state after its last byte
+# (need, code, low, high: ``_utf8_step``'s; need 0 when no character is left open).
+SHAPE_PAYLOAD, SHAPE_MIDDLE, SHAPE_NEED, SHAPE_CODE, SHAPE_LOW, SHAPE_HIGH = 2, 20, 24, 26, 41, 49
+SHAPE_REGULAR = 1 << 57
+SLOT_BYTES = 16  # byte_slots' slot (kernels.encode.decode)
+_REFCOUNT_AT = 0
+
+
+@njit(inline="always", cache=True)
+def _start_width(byte):
+    """WIDE_* of the widest character a UTF-8 start byte can begin."""
+    if byte < 0x80:
+        return WIDE_ASCII
+    if byte < 0xC4:
+        return WIDE_LATIN1
+    return WIDE_UCS2 if byte < 0xF0 else WIDE_UCS4
+
+
+@njit(inline="always", cache=True)
+def _utf8_step(byte, need, code, low, high):
+    """One byte through a UTF-8 decoder that accepts what CPython's accepts (no overlong
+    forms, no surrogates, nothing past U+10FFFF). State: ``need`` continuation bytes to
+    come, the ``code`` so far, the range [``low``, ``high``] the next one must be in.
+    Returns the new state and 1 when a character ended (``code``), 0 when not, -1 when
+    the bytes are invalid."""
+    if need == 0:
+        if byte < 0x80:
+            return 0, byte, 0x80, 0xBF, 1
+        if byte < 0xC2 or byte > 0xF4:
+            return 0, 0, 0x80, 0xBF, -1
+        if byte < 0xE0:
+            return 1, byte & 0x1F, 0x80, 0xBF, 0
+        if byte < 0xF0:
+            return (2, byte & 0x0F, 0xA0 if byte == 0xE0 else 0x80,
+                    0x9F if byte == 0xED else 0xBF, 0)
+        return 3, byte & 0x07, 0x90 if byte == 0xF0 else 0x80, 0x8F if byte == 0xF4 else 0xBF, 0
+    if byte < low or byte > high:
+        return 0, 0, 0x80, 0xBF, -1
+    code = (code << 6) | (byte & 0x3F)
+    return need - 1, code, 0x80, 0xBF, 1 if need == 1 else 0
+
+
+@njit(nogil=True, cache=True)
+def token_text_forms(table_bytes, table_offsets):
+    """``(forms, copies uint8, ascii_copies uint8, shapes int64, units uint32, unit_offsets
+    int64, wide_slots uint32)``: every token's form, copies and shape (see the top of the
+    module); for a whole
+    token, its characters at ``units[unit_offsets[id]:unit_offsets[id + 1]]`` (none for the
+    others); for a token whose shape has 1-8 characters in the middle, them at
+    ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot at the end)."""
+    n_ids = table_offsets.size - 1
+    forms = np.zeros(n_ids, np.uint32)
+    copies = np.zeros(n_ids, np.uint8)
+    ascii_copies = np.zeros(n_ids, np.uint8)
+    shapes = np.zeros(n_ids, np.int64)
+    units = np.empty(table_bytes.size, np.uint32)
+    unit_offsets = np.zeros(n_ids + 1, np.int64)
+    wide_slots = np.zeros((n_ids + 1) * WIDE_SLOT_UNITS, np.uint32)
+    n_units = 0
+    for token in range(n_ids):
+        start, stop = table_offsets[token], table_offsets[token + 1]
+        starts, widest, head, payload = 0, 0, 0, 0
+        for j in range(start, stop):
+            byte = np.int64(table_bytes[j])
+            if (byte >> 6) != 2:
+                starts += 1
+                widest |= 1 << _start_width(byte)
+            elif starts == 0:
+                head += 1
+                payload = (payload << 6) | (byte & 0x3F)
+        if stop > start:
+            forms[token] = (FORM_TOKEN | (widest << FORM_WIDE_SHIFT)
+                            | (starts << FORM_COUNT_SHIFT))
+        count, need, code, low, high = _decode_token(table_bytes, start + head, stop, units,
+                                                     n_units)
+        if stop > start and count >= 0 and head <= 3 and count <= WIDE_SLOT_UNITS:
+            at = token * WIDE_SLOT_UNITS
+            wide_slots[at:at + count] = units[n_units:n_units + count]
+            shapes[token] = _shape(head, payload, count, need, code, low, high)
+        if stop > start and count >= 0 and head == 0 and need == 0:  # whole
+            ascii = widest == 1 << WIDE_ASCII and count <= ASCII_COPIES
+            if count <= WIDE_SLOT_UNITS or ascii:
+                copies[token] = count
+            if ascii:
+                ascii_copies[token] = count
+            n_units += count
+        unit_offsets[token + 1] = n_units
+    return forms, copies, ascii_copies, shapes, units[:n_units], unit_offsets, wide_slots
+
+
+@njit(inline="always", cache=True)
+def _decode_token(table_bytes, start, stop, units, at):
+    """Decode ``table_bytes[start:stop]`` from no open character, writing characters from
+    ``units[at]`` on: ``(characters, need, code, low, high)``, the state left open after
+    them; characters -1 where the bytes are invalid."""
+    need, code, low, high, count = 0, 0, 0x80, 0xBF, 0
+    for j in range(start, stop):
+        need, code, low, high, ended = _utf8_step(np.int64(table_bytes[j]), need, code,
+                                                  low, high)
+        if ended < 0:
+            return -1, 0, 0, 0, 0
+        if ended:
+            units[at + count] = code
+            count += 1
+    return count, need, code, low, high
+
+
+@njit(inline="always", cache=True)
+def _shape(head, payload, middle, need, code, low, high):
+    """A token's shape word (see SHAPE_*)."""
+    return (SHAPE_REGULAR | head | payload << SHAPE_PAYLOAD | middle << SHAPE_MIDDLE
+            | need << SHAPE_NEED | code << SHAPE_CODE | low << SHAPE_LOW | high << SHAPE_HIGH)
+
+
+@njit(nogil=True, cache=True)
+def text_plan(ids, doc_offsets, forms):
+    """``(characters int64, wide uint8, bad)`` per document: how many characters its
+    bytes hold and the WIDE_* of its widest one, if they are valid UTF-8. ``bad`` is -1,
+    or the position of the first id that is no token (out of range or a gap). Two
+    operations an id: the character starts are added and the width bits or-ed."""
+    n_docs = doc_offsets.size - 1
+    characters = np.empty(n_docs, np.int64)
+    wide = np.empty(n_docs, np.uint8)
+    n_forms = np.uint64(forms.size)
+    for d in range(n_docs):
+        count, seen = np.uint64(0), np.uint64(0)
+        for k in range(doc_offsets[d], doc_offsets[d + 1]):
+            token = np.uint64(np.int64(ids[k]))  # a negative id wraps past every id
+            if token >= n_forms or forms[token] == 0:
+                return characters, wide, k
+            form = np.uint64(forms[token])
+            count += form >> np.uint64(FORM_COUNT_SHIFT)
+            seen |= form
+        characters[d] = count
+        bits = (seen >> np.uint64(FORM_WIDE_SHIFT)) & np.uint64(15)
+        wide[d] = 3 if bits >= 8 else 2 if bits >= 4 else 1 if bits >= 2 else 0
+    return characters, wide, -1
+
+
+@njit(nogil=True, cache=True)
+def fill_texts(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_slots, units,
+               unit_offsets, table_bytes, table_offsets, items_at, layout, characters, wide,
+               left):
+    """Write each document's characters into item d of the list whose item pointers are
+    at ``items_at``: a fresh str of ``characters[d]`` characters and width ``wide[d]``
+    (``text_plan``'s) that only the list holds. Documents not written (invalid UTF-8, or
+    a str that is not such an object: fewer than two characters, shared, another width)
+    go into ``left``; returns how many. A document with no ids is skipped (its str is
+    "")."""
+    n_left = 0
+    tables = (copies, ascii_copies, shapes, byte_slots, wide_slots, units, unit_offsets,
+              table_bytes, table_offsets)
+    for d in range(doc_offsets.size - 1):
+        first, last = doc_offsets[d], doc_offsets[d + 1]
+        if first == last:  # no ids: the str is "" already
+            continue
+        address = _load(items_at + 8 * d, np.int64)
+        length, width, ascii, data = _str_form(address, layout)
+        fits = (length == characters[d] and length >= 2
+                and width == (1 << max(np.int64(wide[d]) - 1, 0))
+                and ascii == (wide[d] == WIDE_ASCII)
+                and _load(address + _REFCOUNT_AT, np.int64) == 1)
+        if fits and ascii:
+            fits = _fill_text(ids, first, last, tables, data, length, np.uint8, True)
+        elif fits and width == 1:
+            fits = _fill_text(ids, first, last, tables, data, length, np.uint8, False)
+        elif fits and width == 2:
+            fits = _fill_text(ids, first, last, tables, data, length, np.uint16, False)
+        elif fits:
+            fits = _fill_text(ids, first, last, tables, data, length, np.uint32, False)
+        if not fits:
+            left[n_left] = d
+            n_left += 1
+    return n_left
+
+
+@hot
+def _fill_text(ids, first, last, tables, data, length, unit, ascii):
+    """Write the characters of ``ids[first:last]`` at ``data`` (``length`` of them, each a
+    ``unit``); False where their bytes are not valid UTF-8 (the str is then left half
+    written, for the caller to drop). Runs of tokens with a copy go to ``_copy_run``; a
+    token without one, or one met inside a character, is applied by its shape
+    (``_apply_shape``). Within 16 characters of the end, a token is copied character by
+    character or decoded byte by byte (no store past the end)."""
+    (copies, ascii_copies, shapes, byte_slots, wide_slots, units, unit_offsets, table_bytes,
+     table_offsets) = tables
+    width = np.int64(_unit_bytes(unit))
+    k, end, pos = np.uint64(first), np.uint64(last), np.int64(0)
+    last_slot = length - ASCII_COPIES
+    need, code, low, high = 0, 0, 0x80, 0xBF
+    while k < end:
+        if need == 0 and ascii:
+            k, pos = _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos,
+                                     last_slot)
+        elif need == 0:
+            k, pos = _copy_run(ids, k, end, copies, byte_slots, wide_slots, data, pos,
+                               last_slot, unit)
+        if need == 0:
+            if k == end:
+                break
+        token = np.uint64(ids[k])
+        k += np.uint64(1)
+        shape = shapes[token]
+        if pos <= last_slot and shape != 0:
+            pos, need, code, low, high = _apply_shape(shape, token, wide_slots, data, pos,
+                                                      need, code, low, high, unit)
+            if pos < 0:
+                return False
+            continue
+        copy = np.int64(copies[token])
+        if need == 0 and copy != 0:  # a whole token near the end
+            _copy_units(data + pos * width, units, unit_offsets[token],
+                        unit_offsets[token + np.uint64(1)], unit)
+            pos += copy
+            continue
+        for j in range(table_offsets[token], table_offsets[token + np.uint64(1)]):
+            need, code, low, high, ended = _utf8_step(np.int64(table_bytes[j]), need, code,
+                                                      low, high)
+            if ended < 0 or (ended > 0 and pos >= length):
+                return False
+            if ended > 0:
+                _store(data + pos * width, unit(code))
+                pos += 1
+    return need == 0 and pos == length
+
+
+@hot
+def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, unit):
+    """Apply a token by its shape at ``pos`` (at least 16 characters from the end) with
+    the UTF-8 decoder in state (need, code, low, high): its head ends the open character,
+    its middle is one slot store, its tail is the new state. Returns ``(pos, need, code,
+    low, high)`` after it, pos -1 where the bytes are invalid. Byte by byte, the tokens
+    that split CJK characters under cl100k_base (a quarter of the ids of mixed-script
+    text) cost ~11 ns each more than a whole token; by shape, X."""
+    width = np.int64(_unit_bytes(unit))
+    head = shape & 3
+    middle = (shape >> SHAPE_MIDDLE) & 15
+    tail = (shape >> SHAPE_NEED) & 3
+    if head > need or (head < need and (head == 0 or middle | tail != 0)):
+        return -1, 0, 0, 0, 0
+    if head != 0:
+        payload = (shape >> SHAPE_PAYLOAD) & 0x3FFFF
+        first = 0x80 | ((payload >> (6 * (head - 1))) & 0x3F)
+        if first < low or first > high:
+            return -1, 0, 0, 0, 0
+        code = (code << (6 * head)) | payload
+        if head == need:
+            _store(data + pos * width, unit(code))
+            pos += 1
+        need, low, high = need - head, 0x80, 0xBF
+    if middle != 0:
+        _narrow_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS), unit)
+        pos += middle
+    if need == 0:
+        need, code = tail, (shape >> SHAPE_CODE) & 0x7FFF
+        low, high = (shape >> SHAPE_LOW) & 0xFF, (shape >> SHAPE_HIGH) & 0xFF
+    return pos, need, code, low, high
+
+
+@hot
+def _copy_run(ids, k, end, copies, byte_slots, wide_slots, data, pos, last_slot, unit):
+    """Copy tokens from ``ids[k]`` on while each has a copy and a slot store at ``pos``
+    stays at or before ``last_slot``; returns where it stopped ``(k, pos)``. A loop of
+    its own: inside ``_fill_text``'s, LLVM kept ``pos`` on the stack (a store and a load
+    on the chain from one token to the next: 2.5 ns an id, English, against ~1.5 for
+    the byte gather)."""
+    width = np.int64(_unit_bytes(unit))
+    while k < end:
+        token = np.uint64(ids[k])
+        copy = np.int64(copies[token])
+        if copy == 0 or pos > last_slot:
+            break
+        if copy <= WIDE_SLOT_UNITS:
+            _narrow_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS),
+                         unit)
+        else:
+            _widen_slot(data + pos * width, byte_slots, token * np.uint64(SLOT_BYTES), unit)
+        pos += copy
+        k += np.uint64(1)
+    return k, pos
+
+
+@hot
+def _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos, last_slot):
+    """``_copy_run`` of an ASCII document: every token a 16-byte move from its slot of
+    ``byte_slots``."""
+    while k < end:
+        token = np.uint64(ids[k])
+        copy = np.int64(ascii_copies[token])
+        if copy == 0 or pos > last_slot:
+            break
+        _widen_slot(data + pos, byte_slots, token * np.uint64(SLOT_BYTES), np.uint8)
+        pos += copy
+        k += np.uint64(1)
+    return k, pos
+
+
+@hot
+def _copy_units(at, units, first, last, unit):
+    for k in range(first, last):
+        _store(at + (k - first) * _unit_bytes(unit), unit(units[k]))
+
+
+@intrinsic
+def _unit_bytes(typingctx, unit):
+    """The bytes of ``unit`` (a NumPy integer type), a compile-time constant."""
+    size = unit.instance_type.bitwidth // 8
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.int64, size)
+
+    return types.int64(unit), codegen
+
+
+def _array_at(context, builder, array_type, array, index):
+    """A pointer to ``array[index]``."""
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.gep(data, [index])
+
+
+@intrinsic
+def _widen_slot(typingctx, destination, slots, at, unit):
+    """Store the 16 bytes at ``slots[at:]`` (uint8) at address ``destination`` as 16
+    characters of type ``unit``: one load, a zero extension (vpmovzxbw / vpmovzxbd), one
+    store."""
+    bits = unit.instance_type.bitwidth
+
+    def codegen(context, builder, signature, args):
+        source = _array_at(context, builder, signature.args[1], args[1], args[2])
+        value = builder.load(builder.bitcast(source, ir.VectorType(ir.IntType(8), 16)
+                                             .as_pointer()), align=1)
+        if bits > 8:
+            value = builder.zext(value, ir.VectorType(ir.IntType(bits), 16))
+        target = ir.VectorType(ir.IntType(bits), 16).as_pointer()
+        builder.store(value, builder.inttoptr(args[0], target), align=1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, slots, types.uint64, unit), codegen
+
+
+@intrinsic
+def _narrow_slot(typingctx, destination, slots, at, unit):
+    """Store the ``WIDE_SLOT_UNITS`` characters at ``slots[at:]`` (uint32) at address
+    ``destination`` as characters of type ``unit``: one load, a truncation, one store."""
+    bits = unit.instance_type.bitwidth
+
+    def codegen(context, builder, signature, args):
+        source = _array_at(context, builder, signature.args[1], args[1], args[2])
+        value = builder.load(builder.bitcast(source, ir.VectorType(
+            ir.IntType(32), WIDE_SLOT_UNITS).as_pointer()), align=4)
+        if bits < 32:
+            value = builder.trunc(value, ir.VectorType(ir.IntType(bits), WIDE_SLOT_UNITS))
+        target = ir.VectorType(ir.IntType(bits), WIDE_SLOT_UNITS).as_pointer()
+        builder.store(value, builder.inttoptr(args[0], target), align=1)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, slots, types.uint64, unit), codegen
