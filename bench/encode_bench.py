@@ -305,9 +305,10 @@ def decode_rows(megabytes: float, repeats: int) -> None:
     and a 4,096-id trained vocabulary. Rows: the byte gather alone
     (``gather_token_bytes_cpu``), ``decode_batch`` (ids checked, the gather, one Python str
     per document), tiktoken's ``decode_bytes`` per document on the same ids (no str: it
-    does less than decode_batch), and the str step alone (CPython's UTF-8 decoder over
-    the gathered bytes, the floor of any list-of-str decode). Output MB/s; medians of
-    ``repeats`` interleaved runs, CPU time of the process."""
+    does less than decode_batch), the str step alone (CPython's UTF-8 decoder over the
+    gathered bytes), and the two together (how decode_batch made its strs before it wrote
+    them itself: ``kernels/encode/texts.py``). Output MB/s; medians of ``repeats``
+    interleaved runs, CPU time of the process."""
     import tiktoken
 
     import gpubpe
@@ -345,7 +346,10 @@ def _decode_case(title: str, path: Path, tok, encoding, megabytes: float, repeat
              "tiktoken decode_bytes per document": lambda: [encoding.decode_bytes(ids)
                                                             for ids in id_lists],
              "str step alone (CPython UTF-8 decode)": lambda: _utf8_strings(
-                 gathered, bounds, "replace")}
+                 gathered, bounds, "replace"),
+             "gather + CPython UTF-8 decode (decode_batch before issue 18's str kernels)":
+                 lambda: _utf8_strings(*tok._gather_bytes(batch.ids, batch.offsets),
+                                       "replace")}
     times = {name: [] for name in calls}
     for _ in range(repeats + 1):
         for name, call in calls.items():
