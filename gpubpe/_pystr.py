@@ -174,30 +174,51 @@ class TextTables:
             self.forms = self.forms.astype(np.uint16)
 
 
-def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables):
+def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables, run_all=None,
+                 parts: int = 1):
     """Each document of ``ids`` (a 1-D integer array cut at int64 ``offsets``) as a str:
     ``(texts, left)``, where ``left`` (int64) names the documents not decoded (their bytes
     are not valid UTF-8, or they hold fewer than two characters): the caller decodes those
     with CPython and puts them in. ``(None, k)`` when the id at position k is no token;
-    None when this interpreter's str layout was not checked (decode with CPython)."""
+    None when this interpreter's str layout was not checked (decode with CPython).
+
+    ``parts`` > 1 plans and fills that many runs of documents (of about equal ids) at once
+    through ``run_all`` (as in ``str_list_utf8``); the strs are made between the two steps,
+    on the calling thread."""
     if not _fills_probes():
         return None
-    return _decode_with(ids, offsets, tables, _checked_layout())
+    return _decode_with(ids, offsets, tables, _checked_layout(), run_all, parts)
 
 
-def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray):
-    characters, wide, bad = text_plan(ids, offsets, tables.forms)
-    if bad >= 0:
-        return None, bad
+def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=None,
+                 parts: int = 1):
+    runs = _document_runs(offsets, parts)
+    plans = _each(run_all, text_plan, [(ids, offsets[lo:hi + 1], tables.forms)
+                                       for lo, hi in runs])
+    for _, _, bad in plans:
+        if bad >= 0:
+            return None, bad
+    characters = np.concatenate([plan[0] for plan in plans])
+    wide = np.concatenate([plan[1] for plan in plans])
     texts = [_BLANK[w] * n for w, n in zip(wide.tolist(), characters.tolist())]
     items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
     left = np.empty(len(texts), dtype=np.int64)
-    n_left = fill_texts(ids, offsets, tables.copies, tables.ascii_copies, tables.shapes,
-                        tables.byte_slots,
-                        tables.wide_slots,
-                        tables.units, tables.unit_offsets, tables.table_bytes,
-                        tables.table_offsets, items_at, layout, characters, wide, left)
-    return texts, left[:n_left]
+    fills = [(ids, offsets[lo:hi + 1], tables.copies, tables.ascii_copies, tables.shapes,
+              tables.byte_slots, tables.wide_slots, tables.units, tables.unit_offsets,
+              tables.table_bytes, tables.table_offsets, items_at + 8 * lo, layout,
+              characters[lo:hi], wide[lo:hi], left[lo:hi]) for lo, hi in runs]
+    n_left = _each(run_all, fill_texts, fills)
+    return texts, np.concatenate([left[lo:lo + n] + lo for (lo, _), n in zip(runs, n_left)])
+
+
+def _document_runs(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """About ``parts`` runs (lo, hi) of documents holding about equal numbers of ids."""
+    n_docs = offsets.size - 1
+    if parts <= 1 or n_docs <= 1:
+        return [(0, n_docs)]
+    targets = offsets[0] + (offsets[-1] - offsets[0]) * np.arange(1, parts) // parts
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(offsets, targets), [n_docs]]))
+    return [(int(lo), int(hi)) for lo, hi in zip(cuts, cuts[1:])]
 
 
 @lru_cache(maxsize=1)

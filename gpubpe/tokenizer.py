@@ -733,9 +733,10 @@ class Tokenizer:
         return self._id_gaps
 
     def decode_batch(self, batch: Iterable[Iterable[int]] | RaggedBatch,
-                     errors: str = "replace") -> list[str]:
-        """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device)
-        with one gather."""
+                     errors: str = "replace", num_threads: int | None = None) -> list[str]:
+        """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device).
+        Host ids are decoded on ``num_threads`` threads (default: all cores); invalid
+        UTF-8 is handled as ``bytes.decode(..., errors)`` would."""
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             out, bounds = self.decode_arrays(batch.ids, batch.offsets)
             out = to_host(out, "decoded bytes")  # sync
@@ -745,13 +746,15 @@ class Tokenizer:
                 flat, offsets = self._id_array(batch.ids, check=False), batch.offsets
             else:
                 flat, offsets = self._flatten_batch(batch)
-            texts = self._decode_texts(flat, np.asarray(offsets, dtype=np.int64), errors)
+            texts = self._decode_texts(flat, np.asarray(offsets, dtype=np.int64), errors,
+                                       num_threads)
             if texts is not None:
                 return texts
             out, bounds = self._gather_bytes(flat, offsets)
         return _utf8_strings(out, bounds, errors)
 
-    def _decode_texts(self, flat: np.ndarray, offsets: np.ndarray, errors: str):
+    def _decode_texts(self, flat: np.ndarray, offsets: np.ndarray, errors: str,
+                      num_threads: int | None = 1):
         """``decode_batch`` of host ids written straight into new str objects
         (``_pystr.decode_texts``), the documents it leaves (invalid UTF-8, under two
         characters) decoded by CPython with ``errors``; None where it cannot run (this
@@ -766,7 +769,8 @@ class Tokenizer:
             return None
         if self._text_tables is None:
             self._text_tables = TextTables(*self._byte_table(), self._gather_tables()[1])
-        decoded = decode_texts(flat, offsets, self._text_tables)
+        threads = _thread_count(num_threads, 4 * flat.size)  # ~4 bytes an id
+        decoded = decode_texts(flat, offsets, self._text_tables, _run_all, threads)
         if decoded is None:
             return None
         texts, left = decoded
@@ -1411,18 +1415,20 @@ class BitLevelTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         return self.decode_bytes(ids, errors).decode("utf-8", errors)
 
-    def decode_batch(self, batch, errors: str = "replace") -> list[str]:
+    def decode_batch(self, batch, errors: str = "replace",
+                     num_threads: int | None = None) -> list[str]:
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             ids, offsets = self.codec.decode_batch(batch.ids.astype(np.uint32), batch.offsets,
                                                    _codec_errors(errors))
-            return super().decode_batch(RaggedBatch(ids, offsets), errors)
+            return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads)
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:
             flat, offsets = self._flatten_batch(batch)
         ids, offsets = self.codec.decode_batch(flat.astype(np.uint32), offsets,
                                                _codec_errors(errors))
-        return super().decode_batch(RaggedBatch(np.asarray(ids, np.uint32), offsets), errors)
+        return super().decode_batch(RaggedBatch(np.asarray(ids, np.uint32), offsets), errors,
+                                    num_threads)
 
     def _codec_ids(self, ids) -> np.ndarray:
         return self._id_array(ids).astype(np.uint32)

@@ -97,3 +97,23 @@ def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
         assert np.array_equal(other[0], ids) and np.array_equal(other[1], offsets)
         assert other[2:] == (0, -1)
 
+
+
+def test_decode_batch_is_the_same_on_every_thread_count(tok, lines):
+    """Documents in runs on the threads (plans, then fills), with invalid UTF-8 and
+    one-character documents (left to CPython) in every run: the lines, and ids of each
+    line cut at a random place, both halves decoded as their own documents."""
+    batch = tok.encode_arrays(lines[:6000], num_threads=1)
+    rng = np.random.default_rng(18)
+    cuts = batch.offsets[:-1] + rng.integers(0, 1 + np.diff(batch.offsets))
+    offsets = np.unique(np.concatenate([batch.offsets, cuts]))
+    cut = tokenizer_module.RaggedBatch(batch.ids, offsets)
+    assert 4 * batch.ids.size > tokenizer_module._PARALLEL_MIN_BYTES
+    results = [tok.decode_batch(b, num_threads=t) for b in (batch, cut) for t in THREAD_COUNTS]
+    assert results[0] == lines[:6000]
+    assert results[1] == results[2] == results[0]
+    assert "\ufffd" in "".join(results[3])  # characters were cut
+    assert results[3] == [tok.decode_bytes(batch.ids[a:b]).decode("utf-8", "replace")
+                          for a, b in zip(offsets, offsets[1:])]
+    assert results[4] == results[5] == results[3]
+    assert "".join(results[3]) != "".join(lines[:6000])
