@@ -218,8 +218,8 @@ SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
 
 
 def thread_sweep(megabytes: float, repeats: int) -> None:
-    """count_words and encode_arrays (cold cache) over short documents on 1, 2 and all
-    cores, in this process: the lines of tests/data/multiscript.txt (real text in six
+    """count_words, encode_arrays (cold cache) and decode_batch over short documents on 1,
+    2 and all cores, in this process: the lines of tests/data/multiscript.txt (real text in six
     parts: English, Python, zh, ja, ko, emoji), repeated with a little variation up to
     ``megabytes``; count_words also on the same lines written as a .txt file (no Python
     str to convert). Outputs are checked equal across thread counts first; every thread
@@ -252,6 +252,9 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
                   "count_words (the lines as a .txt file)":
                       lambda t: count_words(lines_file, num_threads=t),
                   "encode_arrays (lines, cold cache)": encode}
+    line_ids = tok.encode_arrays(docs)
+    operations["decode_batch (the lines' ids, to str)"] = \
+        lambda t: tok.decode_batch(line_ids, num_threads=t)
     thread_counts = sorted({1, 2, os.cpu_count() or 1})
     print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
           f"(~{n_bytes // len(docs)} B each), {machine()}\n")
@@ -263,6 +266,8 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
         outputs = [run(t) for t in thread_counts]  # warm-up, and the outputs compared
         if name.startswith("count"):
             same = all(o == outputs[0] and list(o) == list(outputs[0]) for o in outputs)
+        elif name.startswith("decode"):
+            same = all(o == docs for o in outputs)
         else:
             same = all(np.array_equal(o.ids, outputs[0].ids)
                        and np.array_equal(o.offsets, outputs[0].offsets) for o in outputs)
