@@ -347,7 +347,7 @@ def _decode_case(title: str, path: Path, tok, encoding, megabytes: float, repeat
     gathered, bounds = tok._gather_bytes(batch.ids, batch.offsets)
     calls = {"gpubpe gather (ids to bytes)": lambda: tok._gather_bytes(batch.ids,
                                                                       batch.offsets),
-             "gpubpe decode_batch (list of str)": lambda: tok.decode_batch(batch),
+             "gpubpe decode_batch (list of str)": lambda: tok.decode_batch(batch, num_threads=1),
              "tiktoken decode_bytes per document": lambda: [encoding.decode_bytes(ids)
                                                             for ids in id_lists],
              "str step alone (CPython UTF-8 decode)": lambda: _utf8_strings(
