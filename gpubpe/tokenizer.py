@@ -70,7 +70,13 @@ from .kernels.encode import (
 )
 from .kernels.pretok import GPT2
 from .model import Vocabulary
-from .pretokenize import resolve_pattern, scanner_for, scanner_table, utf8_documents
+from .pretokenize import (
+    resolve_pattern,
+    scanner_for,
+    scanner_table,
+    thread_count,
+    utf8_documents,
+)
 
 # Word cache: at most this many words, of at most _CACHE_WORD_BYTES bytes each.
 _CACHE_WORDS = 1 << 17
@@ -1117,12 +1123,8 @@ _POOL_LOCK = threading.Lock()
 
 
 def _thread_count(num_threads, n_bytes: int) -> int:
-    if num_threads is None:
-        num_threads = os.cpu_count() or 1
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-        raise ConfigError(f"num_threads must be a positive int or None (every core), not "
-                          f"{num_threads!r}")
-    return 1 if n_bytes < _PARALLEL_MIN_BYTES else num_threads
+    threads = thread_count(num_threads)  # checked, at most the cores
+    return 1 if n_bytes < _PARALLEL_MIN_BYTES else threads
 
 
 def _pool(n_workers: int) -> ThreadPoolExecutor:

@@ -117,3 +117,15 @@ def test_decode_batch_is_the_same_on_every_thread_count(tok, lines):
                           for a, b in zip(offsets, offsets[1:])]
     assert results[4] == results[5] == results[3]
     assert "".join(results[3]) != "".join(lines[:6000])
+
+
+def test_more_threads_than_cores_run_on_the_cores():
+    """A thread count past the cores this process may use runs on those cores (more
+    threads only took turns: slower, bench/RESULTS.md); None means all of them."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert pretokenize.thread_count(None) == cores
+    assert pretokenize.thread_count(cores + 6) == cores
+    assert pretokenize.thread_count(1) == 1
+    assert tokenizer_module._thread_count(cores + 6, 1 << 30) == cores
