@@ -3,7 +3,8 @@
 Modules, one per stage: ``pieces`` (special tokens, documents cut into pieces),
 ``words`` (word keys, refs, new words), ``bpe`` (one word; a list of words),
 ``scatter`` (ids per piece, written in place), ``cache`` (the word cache),
-``decode`` (ids to bytes), ``rules`` (rule tables), ``cuda`` (the CUDA target:
+``decode`` (ids to bytes), ``texts`` (ids to Python str objects, written in place),
+``rules`` (rule tables), ``cuda`` (the CUDA target:
 word lists, decoding), ``batch_cuda`` (the CUDA target of a whole batch: items
 from word-start flags, dedupe, the device word cache, scatter; its docstring
 lists the steps).

@@ -19,10 +19,13 @@ Steps (``gpubpe._pystr.decode_texts`` runs them):
 4. ``fill_texts``: each document's characters written into its str. A whole token met
    where no character is open is one vector load, widened or narrowed to the str's
    width, and one store: an ASCII token from its 16-byte slot of the byte gather's
-   ``byte_slots``, another from a slot of its first 8 characters (``wide_slots``). Other
-   tokens go byte by byte through a UTF-8 decoder that checks what CPython's does. A
-   document whose bytes are not valid UTF-8 is left for the caller (CPython decodes it
-   with the caller's ``errors``).
+   ``byte_slots``, another from a slot of its first 8 characters (``wide_slots``). A
+   token that splits a character (or is met inside one) is applied by its *shape*: the
+   continuation bytes that end the open character, the characters after them (one slot
+   store), the decoder state it leaves. Near a document's end, and for a token with no
+   shape, its bytes go one at a time through a UTF-8 decoder that checks what CPython's
+   does. A document whose bytes are not valid UTF-8 is left for the caller (CPython
+   decodes it with the caller's ``errors``).
 
 The str objects are read and written where CPython keeps them, as ``kernels.str_utf8``
 reads them: see there, and ``gpubpe._pystr`` for the checks made before any of this
@@ -42,6 +45,7 @@ from .._jit import hot
 from .._raw import load as _load
 from .._raw import store as _store
 from ..str_utf8 import _str_form
+from .decode import SLOT_BYTES
 
 # A token's form (uint32, narrowed to uint16 by the caller when every form fits: the plan
 # reads it once an id, and half the table stays in cache better; 0 for an id with no
@@ -69,7 +73,6 @@ ASCII_COPIES, WIDE_SLOT_UNITS = 16, 8
 # (need, code, low, high: ``_utf8_step``'s; need 0 when no character is left open).
 SHAPE_PAYLOAD, SHAPE_MIDDLE, SHAPE_NEED, SHAPE_CODE, SHAPE_LOW, SHAPE_HIGH = 2, 20, 24, 26, 41, 49
 SHAPE_REGULAR = 1 << 57
-SLOT_BYTES = 16  # byte_slots' slot (kernels.encode.decode)
 _REFCOUNT_AT = 0
 
 
