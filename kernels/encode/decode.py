@@ -74,8 +74,8 @@ def gather_token_bytes_cpu(ids, doc_offsets, table_bytes, table_offsets, lengths
     at = np.uint64(0)
     slot, short = np.uint64(SLOT_BYTES), np.uint64(SLOT_BYTES)
     for d in range(n_docs):
-        for k in range(doc_offsets[d], doc_offsets[d + 1]):
-            token = np.uint64(ids[k])
+        for k in range(np.uint64(doc_offsets[d]), np.uint64(doc_offsets[d + 1])):
+            token = np.uint64(ids[k])  # uint64 k: no negative-index fix-up on the read
             length = np.uint64(lengths[token])
             _move_slot(slots, token * slot, out, at)
             if length > short:

@@ -194,10 +194,12 @@ def text_plan(ids, doc_offsets, forms):
     n_forms = np.uint64(forms.size)
     for d in range(n_docs):
         count, seen = np.uint64(0), np.uint64(0)
-        for k in range(doc_offsets[d], doc_offsets[d + 1]):
+        # uint64 positions: with int64 ones Numba adds the negative-index fix-up to every
+        # read of ids (2.16 -> 1.4 ms for 1.9 M ids, the cost of a plain pass over them)
+        for k in range(np.uint64(doc_offsets[d]), np.uint64(doc_offsets[d + 1])):
             token = np.uint64(np.int64(ids[k]))  # a negative id wraps past every id
             if token >= n_forms or forms[token] == 0:
-                return characters, wide, k
+                return characters, wide, np.int64(k)
             form = np.uint64(forms[token])
             count += form >> np.uint64(FORM_COUNT_SHIFT)
             seen |= form
@@ -283,7 +285,8 @@ def _fill_text(ids, first, last, tables, data, length, unit, ascii):
                         unit_offsets[token + np.uint64(1)], unit)
             pos += copy
             continue
-        for j in range(table_offsets[token], table_offsets[token + np.uint64(1)]):
+        for j in range(np.uint64(table_offsets[token]),
+                       np.uint64(table_offsets[token + np.uint64(1)])):
             need, code, low, high, ended = _utf8_step(np.int64(table_bytes[j]), need, code,
                                                       low, high)
             if ended < 0 or (ended > 0 and pos >= length):
@@ -375,8 +378,8 @@ def _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos, last_slot)
 
 @hot
 def _copy_units(at, units, first, last, unit):
-    for k in range(first, last):
-        _store(at + (k - first) * _unit_bytes(unit), unit(units[k]))
+    for k in range(np.uint64(first), np.uint64(last)):
+        _store(at + np.int64(k - np.uint64(first)) * _unit_bytes(unit), unit(units[k]))
 
 
 @intrinsic
