@@ -91,6 +91,13 @@ _CACHE_MIN_HIT_RATE = 0.5
 # 256 KB, which kept ~200 KB batches on one thread where tiktoken used two.
 _PARALLEL_MIN_BYTES = 1 << 16
 _PARALLEL_MIN_DOCUMENTS = 1 << 13  # str documents encoded to UTF-8 on one thread below this
+# decode_batch writes its strs itself (kernels.encode.texts) from this many host ids on;
+# below, the byte gather and CPython's decoder. Measured (2-core VM, cl100k, ~2 KB
+# documents, one thread; bench/RESULTS.md): 29 K English ids 129-139 us against 111-112,
+# 89 K 342-396 against 337-351, 1.9 M at parity; the pool's hand-offs (~30-45 us each,
+# two a call) made 2 threads slower than one up to ~90 K English ids and faster from
+# ~200 K mixed-script ids (865-1004 us against 1107-1163).
+_TEXT_KERNEL_MIN_IDS = 1 << 18
 # Long GPT-2 documents are cut near every this many bytes (at least) so threads share them.
 _MIN_CUT_BYTES = 1 << 16
 # With backend="auto", the device takes a step only with this much work (bytes of new
@@ -764,14 +771,16 @@ class Tokenizer:
         """``decode_batch`` of host ids written straight into new str objects
         (``_pystr.decode_texts``), the documents it leaves (invalid UTF-8, under two
         characters) decoded by CPython with ``errors``; None where it cannot run (this
-        interpreter's str layout is not the one checked, or the gather runs on the device).
+        interpreter's str layout is not the one checked, the gather runs on the device, or
+        there are fewer than ``_TEXT_KERNEL_MIN_IDS`` ids).
 
         Measured against the byte gather followed by CPython's UTF-8 decoder per document
-        (``bench/encode_bench.py --decode``, one core, ~2 KB documents, one run): English
-        under cl100k_base 1.14x, mixed scripts under a 4,096-id vocabulary 1.43x, mixed
-        scripts under cl100k_base 0.97x (a quarter of its ids split CJK characters and
-        take the fill's slower path; bench/RESULTS.md)."""
-        if self._gathers_on_device(flat):
+        (``bench/encode_bench.py --decode``, one core, 8 MB of ~2 KB documents, four runs):
+        English under cl100k_base 0.94-1.14x, mixed scripts under a 4,096-id vocabulary
+        1.34-1.48x, mixed scripts under cl100k_base 0.93-1.00x (a quarter of its ids split
+        CJK characters and take the fill's slower path); on 2 threads 1.47-1.63x more
+        (the old path's decoder holds the GIL). bench/RESULTS.md."""
+        if self._gathers_on_device(flat) or flat.size < _TEXT_KERNEL_MIN_IDS:
             return None
         if self._text_tables is None:
             self._text_tables = TextTables(*self._byte_table(), self._gather_tables()[1])

@@ -13,6 +13,15 @@ import pytest
 from gpubpe import _pystr
 from gpubpe.kernels.encode.texts import fill_texts, text_plan
 
+
+@pytest.fixture(autouse=True)
+def kernels_on_every_batch(monkeypatch):
+    """decode_batch takes the kernels from ``_TEXT_KERNEL_MIN_IDS`` ids on; here always."""
+    from gpubpe import tokenizer
+
+    monkeypatch.setattr(tokenizer, "_TEXT_KERNEL_MIN_IDS", 0)
+
+
 BASES = ["plain ascii text, ", "café naïve ÿ ", "Ālex ĀĂă ", "日本語のテキスト ", "😀 emoji 🎉 ",
          "mixed 日本 café 😀 tëxt ", "Привет мир ", "ﬁ\u0300\ufeff\U0010ffff "]
 
