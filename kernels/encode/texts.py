@@ -114,10 +114,10 @@ def _utf8_step(byte, need, code, low, high):
 def token_text_forms(table_bytes, table_offsets):
     """``(forms, copies uint8, ascii_copies uint8, shapes int64, units uint32, unit_offsets
     int64, wide_slots uint32)``: every token's form, copies and shape (see the top of the
-    module); for a whole
-    token, its characters at ``units[unit_offsets[id]:unit_offsets[id + 1]]`` (none for the
-    others); for a token whose shape has 1-8 characters in the middle, them at
-    ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot at the end)."""
+    module); for a whole token, its characters at ``units[unit_offsets[id]:unit_offsets[id
+    + 1]]`` (none for the others); for a token whose shape has 1-8 characters in the
+    middle, them at ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot at
+    the end)."""
     n_ids = table_offsets.size - 1
     forms = np.zeros(n_ids, np.uint32)
     copies = np.zeros(n_ids, np.uint8)
