@@ -71,6 +71,7 @@ from .kernels.encode import (
 from .kernels.pretok import GPT2
 from .model import Vocabulary
 from .pretokenize import (
+    check_num_threads,
     resolve_pattern,
     scanner_for,
     scanner_table,
@@ -750,6 +751,7 @@ class Tokenizer:
         """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device).
         Host ids are decoded on ``num_threads`` threads (default: all cores); invalid
         UTF-8 is handled as ``bytes.decode(..., errors)`` would."""
+        check_num_threads(num_threads)
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             out, bounds = self.decode_arrays(batch.ids, batch.offsets)
             out = to_host(out, "decoded bytes")  # sync

@@ -130,3 +130,12 @@ def test_more_threads_than_cores_run_on_the_cores():
     assert pretokenize.thread_count(cores + 6) == cores
     assert pretokenize.thread_count(1) == 1
     assert tokenizer_module._thread_count(cores + 6, 1 << 30) == cores
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "2", True])
+def test_decode_batch_refuses_a_bad_thread_count(tok, threads):
+    """Checked on every batch, also those too small to use threads."""
+    from gpubpe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_threads"):
+        tok.decode_batch([[1, 2]], num_threads=threads)
