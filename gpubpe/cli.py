@@ -474,13 +474,20 @@ def _run_decode(args) -> int:
 def _write_token_file(tok, path: Path, dtype, out) -> None:
     """A token file's documents as bytes: end to end when they came from line files (so the
     input comes back byte for byte), else each ended by a newline it lacks."""
-    from .encode_files import decode_token_file, read_manifest
+    import numpy as np
+
+    from .encode_files import decode_token_file_bytes, read_manifest
 
     manifest = read_manifest(path) if path.is_file() else None
     exact = bool(manifest and manifest.get("lines"))
-    for text in decode_token_file(tok, path, dtype=dtype, errors="surrogateescape"):
-        data = text.encode("utf-8", "surrogateescape")
-        out.write(data if exact else _as_line(data))
+    for data, bounds in decode_token_file_bytes(tok, path, dtype=dtype):
+        data = data[:bounds[-1]]
+        if not exact:  # a newline after each document that does not end with one
+            ends = bounds[1:]
+            bare = ends == bounds[:-1]
+            bare[~bare] = data[ends[~bare] - 1] != ord("\n")
+            data = np.insert(data, ends[bare], ord("\n"))
+        out.write(memoryview(data))
     out.flush()
 
 

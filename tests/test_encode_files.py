@@ -246,3 +246,20 @@ def test_cli_bin_with_dtype_and_text_output(tok, corpus, tmp_path, capsys):
     assert main(["decode", "-t", str(tok_path), str(out), "--dtype", "uint32"]) == 0
     assert capsys.readouterr().out == paths[0].read_text(encoding="utf-8")  # byte for byte
     assert main(["encode", "-t", str(tok_path), "--text", "x", "-o", str(out)]) == 2
+
+
+def test_cli_decode_ends_each_document_with_one_newline(tok, tmp_path, capsys):
+    """Documents of a .jsonl file (not exact: each gets a newline it lacks), among them
+    empty ones and ones ending with one or two newlines, written from their bytes (no
+    str made)."""
+    texts = ["", "plain", "ends with one\n", "", "中文字符", "two\n\n", "tail ", ""]
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n"
+                              for t in texts), encoding="utf-8")
+    tok_path, out = tmp_path / "tok.json", tmp_path / "docs.npy"
+    tok.save(tok_path)
+    assert main(["encode", "-t", str(tok_path), str(source), "-o", str(out),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["decode", "-t", str(tok_path), str(out)]) == 0
+    assert capsys.readouterr().out == "".join(t if t.endswith("\n") else t + "\n" for t in texts)
