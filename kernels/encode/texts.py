@@ -141,8 +141,10 @@ def token_text_forms(table_bytes, table_offsets):
         if stop > start:
             forms[token] = (FORM_TOKEN | (widest << FORM_WIDE_SHIFT)
                             | (starts << FORM_COUNT_SHIFT))
-        count, need, code, low, high = _decode_token(table_bytes, start + head, stop, units,
-                                                     n_units)
+        end, need, code, low, high = _decode_bytes(table_bytes, start + head, stop, 0, 0,
+                                                   0x80, 0xBF, units.ctypes.data, n_units,
+                                                   units.size, np.uint32)
+        count = end - n_units if end >= 0 else -1
         if stop > start and count >= 0 and head <= 3 and count <= WIDE_SLOT_UNITS:
             at = token * WIDE_SLOT_UNITS
             wide_slots[at:at + count] = units[n_units:n_units + count]
@@ -158,21 +160,22 @@ def token_text_forms(table_bytes, table_offsets):
     return forms, copies, ascii_copies, shapes, units[:n_units], unit_offsets, wide_slots
 
 
-@njit(inline="always", cache=True)
-def _decode_token(table_bytes, start, stop, units, at):
-    """Decode ``table_bytes[start:stop]`` from no open character, writing characters from
-    ``units[at]`` on: ``(characters, need, code, low, high)``, the state left open after
-    them; characters -1 where the bytes are invalid."""
-    need, code, low, high, count = 0, 0, 0x80, 0xBF, 0
-    for j in range(start, stop):
+@hot
+def _decode_bytes(table_bytes, start, stop, need, code, low, high, data, pos, length, unit):
+    """Run ``table_bytes[start:stop]`` through ``_utf8_step`` from the state (need, code,
+    low, high), storing each character that ends as a ``unit`` at ``data + pos *
+    width``, ``pos`` counting up; returns ``(pos, need, code, low, high)`` after them, pos
+    -1 where the bytes are invalid or a character would land at or past ``length``."""
+    width = np.int64(_unit_bytes(unit))
+    for j in range(np.uint64(start), np.uint64(stop)):
         need, code, low, high, ended = _utf8_step(np.int64(table_bytes[j]), need, code,
                                                   low, high)
-        if ended < 0:
+        if ended < 0 or (ended > 0 and pos >= length):
             return -1, 0, 0, 0, 0
-        if ended:
-            units[at + count] = code
-            count += 1
-    return count, need, code, low, high
+        if ended > 0:
+            _store(data + pos * width, unit(code))
+            pos += 1
+    return pos, need, code, low, high
 
 
 @njit(inline="always", cache=True)
@@ -267,9 +270,8 @@ def _fill_text(ids, first, last, tables, data, length, unit, ascii):
         elif need == 0:
             k, pos = _copy_run(ids, k, end, copies, byte_slots, wide_slots, data, pos,
                                last_slot, unit)
-        if need == 0:
-            if k == end:
-                break
+        if k == end:
+            break
         token = np.uint64(ids[k])
         k += np.uint64(1)
         shape = shapes[token]
@@ -285,15 +287,11 @@ def _fill_text(ids, first, last, tables, data, length, unit, ascii):
                         unit_offsets[token + np.uint64(1)], unit)
             pos += copy
             continue
-        for j in range(np.uint64(table_offsets[token]),
-                       np.uint64(table_offsets[token + np.uint64(1)])):
-            need, code, low, high, ended = _utf8_step(np.int64(table_bytes[j]), need, code,
-                                                      low, high)
-            if ended < 0 or (ended > 0 and pos >= length):
-                return False
-            if ended > 0:
-                _store(data + pos * width, unit(code))
-                pos += 1
+        pos, need, code, low, high = _decode_bytes(
+            table_bytes, table_offsets[token], table_offsets[token + np.uint64(1)], need, code,
+            low, high, data, pos, length, unit)
+        if pos < 0:
+            return False
     return need == 0 and pos == length
 
 
