@@ -9,9 +9,8 @@ what the kernels assume; then the kernels must encode the probes as ``str.encode
 does. Any difference (another implementation, a free-threaded build, a future
 layout) leaves the kernels unused and the callers on ``str.encode``.
 
-Decoding (``decode_texts``) writes into str objects it has just made (a character
-repeated: a fresh object of the right length and width), which the kernel checks
-before each write (exact compact str, that length and width, referenced by the list
+Decoding (``decode_texts``) writes into str objects it has just made (PyUnicode_New: a
+fresh object of the right length and width), which the kernel checks before each write (exact compact str, that length and width, referenced by the list
 alone). It runs only where the same layout checks passed and a probe decode gave
 the probe texts back.
 """
@@ -27,15 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from .kernels.encode.decode import byte_slots
-from .kernels.encode.texts import (
-    WIDE_ASCII,
-    WIDE_LATIN1,
-    WIDE_UCS2,
-    WIDE_UCS4,
-    fill_texts,
-    text_plan,
-    token_text_forms,
-)
+from .kernels.encode.texts import fill_texts, new_texts, text_plan, token_text_forms
 from .kernels.str_utf8 import (
     ASCII_DATA,
     COMPACT_DATA,
@@ -156,7 +147,6 @@ def _items_as_assumed(items: list) -> bool:
 
 # --- decoding: ids into new str objects ---------------------------------------------------
 
-_BLANK = {WIDE_ASCII: "\x00", WIDE_LATIN1: "\xff", WIDE_UCS2: "\u0100", WIDE_UCS4: "\U00010000"}
 
 
 class TextTables:
@@ -200,8 +190,11 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
             return None, bad
     characters = np.concatenate([plan[0] for plan in plans])
     wide = np.concatenate([plan[1] for plan in plans])
-    texts = [_BLANK[w] * n for w, n in zip(wide.tolist(), characters.tolist())]
+    texts = [None] * characters.size
     items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
+    if new_texts(items_at, characters, wide, _str_api()) >= 0:
+        raise MemoryError(f"no memory for the str objects of {characters.size:,} decoded "
+                          f"documents ({int(characters.sum()):,} characters)")
     left = np.empty(len(texts), dtype=np.int64)
     fills = [(ids, offsets[lo:hi + 1], tables.copies, tables.ascii_copies, tables.shapes,
               tables.byte_slots, tables.wide_slots, tables.units, tables.unit_offsets,
@@ -209,6 +202,13 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
               characters[lo:hi], wide[lo:hi], left[lo:hi]) for lo, hi in runs]
     n_left = _each(run_all, fill_texts, fills)
     return texts, np.concatenate([left[lo:lo + n] + lo for (lo, _), n in zip(runs, n_left)])
+
+
+@lru_cache(maxsize=1)
+def _str_api() -> tuple[int, int, int]:
+    """The addresses of the CPython functions ``new_texts`` calls."""
+    return tuple(ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+                 for name in ("PyUnicode_New", "Py_DecRef", "PyErr_Clear"))
 
 
 def _document_runs(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:

@@ -4,6 +4,7 @@ describe (``str_utf8``: CPython's str objects) or read it wider than its type
 
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -43,3 +44,21 @@ def copy_bytes(typingctx, destination, source, size):
         return context.get_dummy_value()
 
     return types.none(types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def call(typingctx, address, arguments):
+    """Call the C function at ``address`` (an int64) with ``arguments`` (a tuple of
+    integers, each passed as a 64-bit integer: right for integer and pointer parameters
+    up to 64 bits on x86-64 and AArch64, where a narrower parameter reads the low bits);
+    its int64 result (meaningless for a function returning nothing)."""
+    count = len(arguments)
+
+    def codegen(context, builder, signature, args):
+        word = ir.IntType(64)
+        function = ir.FunctionType(word, [word] * count)
+        values = [context.cast(builder, builder.extract_value(args[1], k), kind, types.int64)
+                  for k, kind in enumerate(signature.args[1])]
+        return builder.call(builder.inttoptr(args[0], function.as_pointer()), values)
+
+    return types.int64(types.int64, arguments), codegen

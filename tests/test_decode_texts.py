@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpubpe import _pystr
-from gpubpe.kernels.encode.texts import fill_texts, text_plan
+from gpubpe.kernels.encode.texts import fill_texts, new_texts, text_plan
 
 
 @pytest.fixture(autouse=True)
@@ -132,6 +132,52 @@ def test_a_str_something_else_holds_is_never_written():
                         items_at, _pystr._checked_layout(), characters, wide, left)
     assert left[:n_left].tolist() == [0]
     assert held == "\x00" * 4 and texts == [held, "cdab"]
+
+
+def test_the_strs_made_for_the_fill_are_freed_with_their_list(cl100k, cl100k_tok):
+    """``new_texts`` puts fresh strs in a list of None: each None's reference is given
+    back, and the strs go with the list (memory traced by tracemalloc, which sees
+    CPython's object allocator)."""
+    import tracemalloc
+
+    id_lists = [cl100k.encode(doc) for doc in _documents()] * 20
+    cl100k_tok.decode_batch(id_lists)
+    nones = sys.getrefcount(None)
+    tracemalloc.start()
+    try:
+        for _ in range(5):
+            texts = cl100k_tok.decode_batch(id_lists)
+            del texts
+        traced, _ = tracemalloc.get_traced_memory()
+        texts = cl100k_tok.decode_batch(id_lists)
+        made, _ = tracemalloc.get_traced_memory()
+        del texts
+        freed, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert abs(sys.getrefcount(None) - nones) <= 2
+    assert made - traced > sum(map(len, _documents())) * 20  # the strs were traced ...
+    assert freed - traced < 4096  # ... and freed
+
+
+def test_no_memory_for_a_str_leaves_none_and_no_error_set(monkeypatch):
+    """PyUnicode_New fails (a length past what memory allows): ``new_texts`` names that
+    document, clears CPython's error and leaves the rest None; ``decode_texts`` raises
+    MemoryError."""
+    import ctypes
+
+    texts = [None] * 3
+    items_at = ctypes.c_int64.from_address(id(texts) + 24).value
+    characters = np.array([3, 1 << 60, 2], dtype=np.int64)
+    wide = np.array([0, 2, 0], dtype=np.uint8)
+    assert new_texts(items_at, characters, wide, _pystr._str_api()) == 1
+    assert len(texts[0]) == 3 and texts[1:] == [None, None]
+    table_bytes, table_offsets = np.frombuffer(b"ab", np.uint8), np.array([0, 1, 2])
+    tables = _pystr.TextTables(table_bytes, table_offsets,
+                               _pystr.byte_slots(table_bytes, table_offsets))
+    monkeypatch.setattr(_pystr, "new_texts", lambda *args: 0)
+    with pytest.raises(MemoryError, match="no memory for the str objects of 1 decoded"):
+        _pystr._decode_with(*_flat([[0, 1]]), tables, _pystr._checked_layout())
 
 
 @pytest.mark.parametrize("bad", [b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf",
