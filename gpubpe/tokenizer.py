@@ -94,11 +94,15 @@ _PARALLEL_MIN_BYTES = 1 << 16
 _PARALLEL_MIN_DOCUMENTS = 1 << 13  # str documents encoded to UTF-8 on one thread below this
 # decode_batch writes its strs itself (kernels.encode.texts) from this many host ids on;
 # below, the byte gather and CPython's decoder. Measured (2-core VM, cl100k, ~2 KB
-# documents, one thread; bench/RESULTS.md): 29 K English ids 129-139 us against 111-112,
-# 89 K 342-396 against 337-351, 1.9 M at parity; the pool's hand-offs (~30-45 us each,
-# two a call) made 2 threads slower than one up to ~90 K English ids and faster from
-# ~200 K mixed-script ids (865-1004 us against 1107-1163).
-_TEXT_KERNEL_MIN_IDS = 1 << 18
+# documents, one thread, best of 7 x 5 calls, us, str kernels against the old path;
+# bench/RESULTS.md): English 29 K ids 70 against 64, 89 K 202 against 199; mixed scripts
+# 15 K 47 against 55, 63 K 218 against 233.
+_TEXT_KERNEL_MIN_IDS = 1 << 16
+# ... and runs on more than one thread from this many ids on: the pool's hand-offs (two a
+# call) made 2 threads slower than one below it (English 380 K ids 816 us against 746,
+# 757 K 1,378 against 1,540; mixed scripts 200 K 855 against 835, 373 K 1,276 against
+# 1,592).
+_TEXT_PARALLEL_MIN_IDS = 1 << 19
 # Long GPT-2 documents are cut near every this many bytes (at least) so threads share them.
 _MIN_CUT_BYTES = 1 << 16
 # With backend="auto", the device takes a step only with this much work (bytes of new
@@ -786,7 +790,7 @@ class Tokenizer:
             return None
         if self._text_tables is None:
             self._text_tables = TextTables(*self._byte_table(), self._gather_tables()[1])
-        threads = _thread_count(num_threads, 4 * flat.size)  # ~4 bytes an id
+        threads = 1 if flat.size < _TEXT_PARALLEL_MIN_IDS else thread_count(num_threads)
         decoded = decode_texts(flat, offsets, self._text_tables, _run_all, threads)
         if decoded is None:
             return None

@@ -104,12 +104,13 @@ def test_decode_batch_is_the_same_on_every_thread_count(tok, lines, monkeypatch)
     one-character documents (left to CPython) in every run: the lines, and ids of each
     line cut at a random place, both halves decoded as their own documents."""
     monkeypatch.setattr(tokenizer_module, "_TEXT_KERNEL_MIN_IDS", 1 << 12)
+    monkeypatch.setattr(tokenizer_module, "_TEXT_PARALLEL_MIN_IDS", 1 << 12)
     batch = tok.encode_arrays(lines[:6000], num_threads=1)
     rng = np.random.default_rng(18)
     cuts = batch.offsets[:-1] + rng.integers(0, 1 + np.diff(batch.offsets))
     offsets = np.unique(np.concatenate([batch.offsets, cuts]))
     cut = tokenizer_module.RaggedBatch(batch.ids, offsets)
-    assert 4 * batch.ids.size > tokenizer_module._PARALLEL_MIN_BYTES
+    assert batch.ids.size > tokenizer_module._TEXT_PARALLEL_MIN_IDS
     results = [tok.decode_batch(b, num_threads=t) for b in (batch, cut) for t in THREAD_COUNTS]
     assert results[0] == lines[:6000]
     assert results[1] == results[2] == results[0]
