@@ -152,14 +152,15 @@ def _items_as_assumed(items: list) -> bool:
 class TextTables:
     """What ``decode_texts`` reads of a vocabulary: its bytes (``table_bytes`` at int64
     ``table_offsets``, and ``byte_slots``: ``kernels.encode.decode``'s), and each token's
-    form, copy, shape and characters (``kernels.encode.texts.token_text_forms``)."""
+    form, copies, shape and slot of characters
+    (``kernels.encode.texts.token_text_forms``)."""
 
     def __init__(self, table_bytes: np.ndarray, table_offsets: np.ndarray,
                  byte_slots: np.ndarray):
         self.table_bytes, self.table_offsets, self.byte_slots = (table_bytes, table_offsets,
                                                                  byte_slots)
-        (self.forms, self.copies, self.ascii_copies, self.shapes, self.units,
-         self.unit_offsets, self.wide_slots) = token_text_forms(table_bytes, table_offsets)
+        (self.forms, self.copies, self.ascii_copies, self.shapes,
+         self.wide_slots) = token_text_forms(table_bytes, table_offsets)
         if self.forms.size and self.forms.max() <= np.iinfo(np.uint16).max:
             self.forms = self.forms.astype(np.uint16)
 
@@ -168,8 +169,7 @@ def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables, run_a
                  parts: int = 1):
     """Each document of ``ids`` (a 1-D integer array cut at int64 ``offsets``) as a str:
     ``(texts, left)``, where ``left`` (int64) names the documents not decoded (their bytes
-    are not valid UTF-8, or they hold fewer than two characters): the caller decodes those
-    with CPython and puts them in. ``(None, k)`` when the id at position k is no token;
+    are not valid UTF-8): the caller decodes those with CPython and puts them in. ``(None, k)`` when the id at position k is no token;
     None when this interpreter's str layout was not checked (decode with CPython).
 
     ``parts`` > 1 plans and fills that many runs of documents (of about equal ids) at once
@@ -197,9 +197,9 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
                           f"documents ({int(characters.sum()):,} characters)")
     left = np.empty(len(texts), dtype=np.int64)
     fills = [(ids, offsets[lo:hi + 1], tables.copies, tables.ascii_copies, tables.shapes,
-              tables.byte_slots, tables.wide_slots, tables.units, tables.unit_offsets,
-              tables.table_bytes, tables.table_offsets, items_at + 8 * lo, layout,
-              characters[lo:hi], wide[lo:hi], left[lo:hi]) for lo, hi in runs]
+              tables.byte_slots, tables.wide_slots, tables.table_bytes, tables.table_offsets,
+              items_at + 8 * lo, layout, characters[lo:hi], wide[lo:hi], left[lo:hi])
+             for lo, hi in runs]
     n_left = _each(run_all, fill_texts, fills)
     return texts, np.concatenate([left[lo:lo + n] + lo for (lo, _), n in zip(runs, n_left)])
 
@@ -229,7 +229,7 @@ def _fills_probes() -> bool:
     layout = _checked_layout()
     if layout is None:
         return False
-    probes = [text for text in _PROBES if len(text) >= 2]
+    probes = [text for text in _PROBES if text]
     pieces = [text.encode() for text in probes] + [bytes([b]) for b in range(256)]
     offsets = np.cumsum([0] + list(map(len, pieces)), dtype=np.int64)
     table_bytes = np.frombuffer(b"".join(pieces), np.uint8)

@@ -775,8 +775,8 @@ class Tokenizer:
     def _decode_texts(self, flat: np.ndarray, offsets: np.ndarray, errors: str,
                       num_threads: int | None = 1):
         """``decode_batch`` of host ids written straight into new str objects
-        (``_pystr.decode_texts``), the documents it leaves (invalid UTF-8, under two
-        characters) decoded by CPython with ``errors``; None where it cannot run (this
+        (``_pystr.decode_texts``), the documents it leaves (invalid UTF-8) decoded by
+        CPython with ``errors``; None where it cannot run (this
         interpreter's str layout is not the one checked, the gather runs on the device, or
         there are fewer than ``_TEXT_KERNEL_MIN_IDS`` ids).
 

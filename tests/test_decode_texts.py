@@ -57,11 +57,9 @@ def test_documents_of_every_width_and_length_decode_as_tiktoken(cl100k, cl100k_t
 
 
 def _assert_written_by_the_kernels(id_lists, docs, tok):
-    """The kernels wrote every document but those of one character (left to CPython)."""
+    """The kernels wrote every document (one character long too)."""
     texts, left = _pystr.decode_texts(*_flat(id_lists), tok._text_tables)
-    assert left.tolist() == [d for d, doc in enumerate(docs) if len(doc) == 1]
-    assert [text for text, doc in zip(texts, docs) if len(doc) != 1] == \
-        [doc for doc in docs if len(doc) != 1]
+    assert left.tolist() == [] and texts == docs
 
 
 def test_characters_split_between_tokens_at_every_place(cl100k, cl100k_tok):
@@ -127,8 +125,8 @@ def test_a_str_something_else_holds_is_never_written():
 
     items_at = ctypes.c_int64.from_address(id(texts) + 24).value
     n_left = fill_texts(ids, doc_offsets, tables.copies, tables.ascii_copies, tables.shapes,
-                        tables.byte_slots, tables.wide_slots, tables.units,
-                        tables.unit_offsets, tables.table_bytes, tables.table_offsets,
+                        tables.byte_slots, tables.wide_slots, tables.table_bytes,
+                        tables.table_offsets,
                         items_at, _pystr._checked_layout(), characters, wide, left)
     assert left[:n_left].tolist() == [0]
     assert held == "\x00" * 4 and texts == [held, "cdab"]

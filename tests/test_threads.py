@@ -101,7 +101,7 @@ def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
 
 def test_decode_batch_is_the_same_on_every_thread_count(tok, lines, monkeypatch):
     """Documents in runs on the threads (plans, then fills), with invalid UTF-8 and
-    one-character documents (left to CPython) in every run: the lines, and ids of each
+    one-character documents in every run: the lines, and ids of each
     line cut at a random place, both halves decoded as their own documents."""
     monkeypatch.setattr(tokenizer_module, "_TEXT_KERNEL_MIN_IDS", 1 << 12)
     monkeypatch.setattr(tokenizer_module, "_TEXT_PARALLEL_MIN_IDS", 1 << 12)
