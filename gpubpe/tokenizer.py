@@ -781,11 +781,11 @@ class Tokenizer:
         there are fewer than ``_TEXT_KERNEL_MIN_IDS`` ids).
 
         Measured against the byte gather followed by CPython's UTF-8 decoder per document
-        (``bench/encode_bench.py --decode``, one core, 8 MB of ~2 KB documents, four runs):
-        English under cl100k_base 0.94-1.14x, mixed scripts under a 4,096-id vocabulary
-        1.34-1.48x, mixed scripts under cl100k_base 0.93-1.00x (a quarter of its ids split
-        CJK characters and take the fill's slower path); on 2 threads 1.47-1.63x more
-        (the old path's decoder holds the GIL). bench/RESULTS.md."""
+        (``bench/encode_bench.py --decode``, one core, 8 MB of ~2 KB documents, five runs):
+        English under cl100k_base 1.1-1.4x, mixed scripts under a 4,096-id vocabulary
+        1.8-1.9x, mixed scripts under cl100k_base 1.05-1.2x (a quarter of its ids split
+        CJK characters and take the fill's slower path); on 2 threads 1.5-1.8x more (the
+        old path's decoder holds the GIL). bench/RESULTS.md."""
         if self._gathers_on_device(flat) or flat.size < _TEXT_KERNEL_MIN_IDS:
             return None
         if self._text_tables is None:
