@@ -10,9 +10,9 @@ does. Any difference (another implementation, a free-threaded build, a future
 layout) leaves the kernels unused and the callers on ``str.encode``.
 
 Decoding (``decode_texts``) writes into str objects it has just made (PyUnicode_New: a
-fresh object of the right length and width), which the kernel checks before each write (exact compact str, that length and width, referenced by the list
-alone). It runs only where the same layout checks passed and a probe decode gave
-the probe texts back.
+fresh object of the right length and width), which the kernel checks before each write
+(exact compact str, that length and width, referenced by the list alone). It runs only
+where the same layout checks passed and a probe decode gave the probe texts back.
 """
 
 from __future__ import annotations
@@ -148,7 +148,6 @@ def _items_as_assumed(items: list) -> bool:
 # --- decoding: ids into new str objects ---------------------------------------------------
 
 
-
 class TextTables:
     """What ``decode_texts`` reads of a vocabulary: its bytes (``table_bytes`` at int64
     ``table_offsets``, and ``byte_slots``: ``kernels.encode.decode``'s), and each token's
@@ -169,8 +168,9 @@ def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables, run_a
                  parts: int = 1):
     """Each document of ``ids`` (a 1-D integer array cut at int64 ``offsets``) as a str:
     ``(texts, left)``, where ``left`` (int64) names the documents not decoded (their bytes
-    are not valid UTF-8): the caller decodes those with CPython and puts them in. ``(None, k)`` when the id at position k is no token;
-    None when this interpreter's str layout was not checked (decode with CPython).
+    are not valid UTF-8): the caller decodes those with CPython and puts them in.
+    ``(None, k)`` when the id at position k is no token; None when this interpreter's str
+    layout was not checked (decode with CPython).
 
     ``parts`` > 1 plans and fills that many runs of documents (of about equal ids) at once
     through ``run_all`` (as in ``str_list_utf8``); the strs are made between the two steps,

@@ -270,7 +270,9 @@ def fill_texts(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_
     returns how many. A document with no ids is skipped (its str is "")."""
     n_left = 0
     tables = (copies, ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets)
-    scratch = np.empty(2 * ASCII_COPIES + WIDE_SLOT_UNITS, np.uint32)
+    # a document's last characters (fewer than ASCII_COPIES) and what a slot store at the
+    # last of them may write past it (ASCII_COPIES more), in any width
+    scratch = np.empty(2 * ASCII_COPIES, np.uint32)
     for d in range(doc_offsets.size - 1):
         first, last = doc_offsets[d], doc_offsets[d + 1]
         if first == last:  # no ids: the str is "" already
