@@ -217,6 +217,71 @@ DEMO = HERE.parent / "gpubpe" / "data" / "demo.txt"
 SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
 
 
+def machine_ceiling(thread_counts: list[int], repeats: int) -> None:
+    """What more threads give this machine on kernels with no shared state, interleaved
+    like the sweep: arithmetic in registers, and random reads of a table of a given size
+    (each thread its own share of the reads, all of one read-only table). On the 2-vCPU
+    build VM (session 7) the first scales ~2x in every run, the reads of a table near the
+    size of one core's L2 (0.5-2 MB) 1.3-1.8x by the run: the size of the word-counting
+    tables, which is why the sweep's 2-thread rows move with the VM's phase."""
+    import numba
+    import numpy as np
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def arithmetic(steps, parts):
+        out = np.zeros(parts, np.uint64)
+        for p in prange(parts):
+            x = np.uint64(p + 1)
+            for _ in range(steps):
+                x = x * np.uint64(6364136223846793005) + np.uint64(1442695040888963407)
+                x ^= x >> np.uint64(29)
+            out[p] = x
+        return out
+
+    @njit(parallel=True, cache=False)
+    def random_reads(table, at, parts):
+        out = np.zeros(parts, np.uint64)
+        share = at.size // parts
+        for p in prange(parts):
+            total = np.uint64(0)
+            for i in range(p * share, (p + 1) * share):
+                total += table[at[i]]
+            out[p] = total
+        return out
+
+    most = max(thread_counts)
+    kernels = {"arithmetic in registers": lambda: arithmetic(20_000_000, most)}
+    for kilobytes in (16, 1024, 4096):
+        table = np.arange(kilobytes * 128, dtype=np.uint64)
+        at = np.random.default_rng(0).integers(0, table.size, 8 << 20)
+        kernels[f"random reads of a {kilobytes:,} KB table"] = \
+            lambda table=table, at=at: random_reads(table, at, most)
+    print("\nThis machine's own ceiling, interleaved the same way (wall time, speedup over "
+          "1 thread per round, median and IQR):\n")
+    print("| kernel | " + " | ".join(f"{t} threads" for t in thread_counts[1:]) + " |")
+    print("|---|" + "---:|" * (len(thread_counts) - 1))
+    for name, run in kernels.items():
+        wall = {t: [] for t in thread_counts}
+        for _ in range(2):  # compile, then warm
+            for t in thread_counts:
+                numba.set_num_threads(t)
+                run()
+        for _ in range(repeats):
+            for t in thread_counts:
+                numba.set_num_threads(t)
+                start = time.perf_counter()
+                run()
+                wall[t].append(time.perf_counter() - start)
+        cells = []
+        for t in thread_counts[1:]:
+            speedup = np.array(wall[1]) / np.array(wall[t])
+            q1, q3 = np.percentile(speedup, [25, 75])
+            cells.append(f"{np.median(speedup):.2f}x ({q1:.2f}-{q3:.2f})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
 def thread_sweep(megabytes: float, repeats: int) -> None:
     """count_words, encode_arrays (cold cache) and decode_batch over short documents on 1,
     2 and all cores, in this process: the lines of tests/data/multiscript.txt (real text in six
@@ -225,7 +290,9 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     str to convert). Outputs are checked equal across thread counts first; every thread
     count is warmed up on the full input (the threaded path has its own kernels to
     load), then the runs are interleaved. Prints median wall MB/s with the spread, the
-    CPU seconds per call (all threads) and the speedup over one thread.
+    CPU seconds per call (all threads) and the speedup over one thread; then the same
+    speedups of kernels that share nothing (``machine_ceiling``), for what this machine
+    gives more threads at the time of the run.
     """
     import numpy as np
 
@@ -302,6 +369,7 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
           "the rest / threads): Amdahl's bound if every thread had a core of its own, the "
           "calling thread's share (reading, str to bytes, joining) taken as serial; "
           "count_words overlaps its reading with the counting and can do better.")
+    machine_ceiling(thread_counts, repeats)
 
 
 def decode_rows(megabytes: float, repeats: int) -> None:

@@ -371,7 +371,16 @@ def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, uni
     of token, the shape applied without branches (a character stored at ``pos`` whether
     the head ended one or not, the middle's slot whether empty or not): 0.90x / 0.94x
     (4,096 ids / cl100k, medians of 15 interleaved rounds in one process): the chain
-    from one token's state to the next got longer than the mispredictions it saved."""
+    from one token's state to the next got longer than the mispredictions it saved.
+
+    Session 7 (bench/RESULTS.md, "Issue 18, lead, session 7"): runs of such tokens in a
+    loop of their own with no branch but its exit, each token's head, middle, state
+    change and every check in a record of 8 fields (~27 instructions a token): 1.3-1.5x
+    on text that is all one-byte tokens, 1.17-1.25x under a vocabulary that never saw
+    the script, but 0.92-1.04x on the benchmark's documents; a 64-byte row a token
+    (slot, record, copies); software prefetches: none kept. What did move the fill of
+    mixed scripts under cl100k_base was where its tables' entries lie: the same tokens
+    given dense ids filled 1.14-1.36x faster (``bench/decode_footprint.py``)."""
     width = np.int64(_unit_bytes(unit))
     head = shape & 3
     middle = (shape >> SHAPE_MIDDLE) & 15
