@@ -62,3 +62,19 @@ def call(typingctx, address, arguments):
         return builder.call(builder.inttoptr(args[0], function.as_pointer()), values)
 
     return types.int64(types.int64, arguments), codegen
+
+
+@intrinsic
+def prefetch(typingctx, address):
+    """Ask for the cache line at ``address`` (an int64) to be loaded, for reading; a hint
+    (llvm.prefetch), never a fault."""
+    def codegen(context, builder, signature, args):
+        byte_pointer = ir.IntType(8).as_pointer()
+        word = ir.IntType(32)
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            ir.VoidType(), [byte_pointer, word, word, word]), "llvm.prefetch.p0")
+        builder.call(function, [builder.inttoptr(args[0], byte_pointer), ir.Constant(word, 0),
+                                ir.Constant(word, 3), ir.Constant(word, 1)])
+        return context.get_dummy_value()
+
+    return types.none(types.int64), codegen

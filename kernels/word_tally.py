@@ -19,6 +19,14 @@ here), a table cell holds key and word index side by side, and a word's record h
 its pool offset, length and count side by side: three misses an add where there were
 seven.
 
+Session 7: those three are asked for ahead (``_prefetch_ahead``: the cell of the word 24
+on, the record its first cell names 12 on, the pool bytes 6 on), and a word's bytes are
+compared 8 at a time (``_same_bytes``). The adds of counting the sweep's 8.4 MB of lines
+(``count_words`` on a list; 8 shares, 181 K words): one thread 13.1-13.4 -> 6.7 ms, two
+threads 17.4-18.2 -> 8.7 ms (the prefetches alone: 8.1-8.4 / 11.2-12.6). Run alone on a
+warm tally the adds took 39 ns a word, 28 with the wide compare: in the count, the
+tally's lines are cold (the counting threads read through the batch in between).
+
 Layout: ``cells`` (uint64, 2 a cell: the word's polynomial hash, ``EMPTY_KEY`` free,
 then the word's index) an open-addressing table; a hash is only a hint: a cell whose
 hash matches is the word only when its bytes match too, else the probe goes on, so two
@@ -29,10 +37,14 @@ words sharing a hash are both kept (no fallback needed). Word ``w`` is
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
 from ._jit import hot
+from ._raw import load as _load
+from ._raw import prefetch as _prefetch
 from .encode.words import equal_bytes
 from .hashing import EMPTY_KEY, hash_bytes, mix64
 
@@ -64,7 +76,9 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     when the table, the records or the pool need room (grow, then call again)."""
     n_words, used, start = cursor[0], cursor[1], cursor[3]
     mask = np.uint64(cells.shape[0] - 1)
-    for k in range(cursor[2], length.size):
+    n = length.size
+    for k in range(cursor[2], n):
+        _prefetch_ahead(cells, records, pool, hashes, k, n, mask)
         size, value = length[k], hashes[k]
         if 2 * (n_words + 1) > cells.shape[0] or n_words == records.shape[0] \
                 or used + size > pool.size:
@@ -73,7 +87,7 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
         cell = mix64(value) & mask
         while cells[cell, KEY] != EMPTY_KEY:
             word = cells[cell, WORD]
-            if cells[cell, KEY] == value and records[word, LENGTH] == size and equal_bytes(
+            if cells[cell, KEY] == value and records[word, LENGTH] == size and _same_bytes(
                     pool, records[word, AT], packed, start, size):
                 break
             cell = (cell + np.uint64(1)) & mask
@@ -104,3 +118,42 @@ def cells_grown(cells):
                 cell = (cell + np.uint64(1)) & mask
             grown[cell, KEY], grown[cell, WORD] = cells[old, KEY], cells[old, WORD]
     return grown
+
+
+CELL_AHEAD, RECORD_AHEAD, BYTES_AHEAD = 24, 12, 6
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+@njit(inline="always", cache=True)
+def _prefetch_ahead(cells, records, pool, hashes, k, n, mask):
+    """Ask for what the adds of later words will read: the first cell of word k +
+    CELL_AHEAD, the record its first cell names for word k + RECORD_AHEAD (that cell
+    asked for before), the pool bytes of word k + BYTES_AHEAD's record."""
+    if k + CELL_AHEAD < n:
+        cell = mix64(hashes[k + CELL_AHEAD]) & mask
+        _prefetch(cells.ctypes.data + np.int64(cell) * 16)
+    if k + RECORD_AHEAD < n:
+        cell = mix64(hashes[k + RECORD_AHEAD]) & mask
+        if cells[cell, KEY] == hashes[k + RECORD_AHEAD]:
+            _prefetch(records.ctypes.data + np.int64(cells[cell, WORD]) * 24)
+    if k + BYTES_AHEAD < n:
+        cell = mix64(hashes[k + BYTES_AHEAD]) & mask
+        if cells[cell, KEY] == hashes[k + BYTES_AHEAD]:
+            _prefetch(pool.ctypes.data + records[cells[cell, WORD], AT])
+
+
+@njit(inline="always", cache=True)
+def _same_bytes(a, a_at, b, b_at, size):
+    """``equal_bytes``, 8 bytes at a time where both arrays hold 8 from there (the last
+    chunk masked to the bytes left, the first in memory being the low ones on a
+    little-endian CPU): most words are one load and one compare."""
+    if not _LITTLE_ENDIAN or a_at + size + 8 > a.size or b_at + size + 8 > b.size:
+        return equal_bytes(a, a_at, b, b_at, size)
+    a_address, b_address = a.ctypes.data + a_at, b.ctypes.data + b_at
+    for k in range(0, size, 8):
+        left = min(size - k, 8)
+        mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - 8 * left)
+        if (_load(a_address + k, np.uint64) ^ _load(b_address + k, np.uint64)) & mask:
+            return False
+    return True
+

@@ -146,3 +146,26 @@ def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
             expected[word] += count
     assert len(expected) > 1 << 16 and sum(map(len, expected)) > 1 << 20  # it grew
     assert list(tally.as_dict().items()) == list(expected.items())
+
+
+def test_the_word_tally_keeps_words_that_share_a_hash_apart():
+    """A hash is only a hint: words of one length given one hash, each differing from
+    the first in one byte (every byte of words of 1-20 bytes, so every lane of the 8-byte
+    compares and every masked tail), are counted apart; the same words again add to them.
+    The last words end the packed array, where the compare goes byte by byte."""
+    import numpy as np
+
+    from gpubpe.kernels.word_tally import packed_words
+
+    words = []
+    for size in range(1, 21):
+        first = bytes(range(65, 65 + size))
+        words += [first] + [first[:k] + b"~" + first[k + 1:] for k in range(size)]
+    length = np.array([len(w) for w in words], dtype=np.int64)
+    packed, _ = packed_words(np.frombuffer(b"".join(words), np.uint8),
+                             np.cumsum(length) - length, length)
+    hashes = length.astype(np.uint64) * np.uint64(7919)  # one hash a length
+    tally = pretokenize._WordTally()
+    tally.add(packed, length, np.ones(len(words), np.int64), hashes)
+    tally.add(packed, length, np.full(len(words), 2, np.int64), hashes)
+    assert tally.as_dict() == {word: 3 for word in words}
