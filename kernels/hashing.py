@@ -12,11 +12,14 @@ for PTX without a GPU must have its helpers inlined at Numba IR level
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
 from ._cuda import device_phase, helper_cuda
 from ._jit import hot
+from ._raw import load as _load
 
 EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)
 # Odd multiplier of the polynomial byte-string hash (mod 2**64).
@@ -76,6 +79,29 @@ def table_grown(keys, values):
         if keys[cell] != EMPTY_KEY:
             table_put(new_keys, new_values, keys[cell], values[cell])
     return new_keys, new_values
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+@njit(inline="always", cache=True)
+def same_bytes(a, a_at, b, b_at, size):
+    """Whether ``a[a_at:a_at + size]`` spells ``b[b_at:b_at + size]``: 8 bytes at a time
+    where both arrays hold 8 more (the last chunk masked to the bytes left, the first in
+    memory being the low ones on a little-endian CPU), so most words are one load each
+    and one compare; else byte by byte."""
+    if not _LITTLE_ENDIAN or a_at + size + 8 > a.size or b_at + size + 8 > b.size:
+        for k in range(size):
+            if a[a_at + k] != b[b_at + k]:
+                return False
+        return True
+    a_address, b_address = a.ctypes.data + a_at, b.ctypes.data + b_at
+    for k in range(0, size, 8):
+        left = min(size - k, 8)
+        mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - 8 * left)
+        if (_load(a_address + k, np.uint64) ^ _load(b_address + k, np.uint64)) & mask:
+            return False
+    return True
 
 
 @hot

@@ -21,7 +21,7 @@ seven.
 
 Session 7: those three are asked for ahead (``_prefetch_ahead``: the cell of the word 24
 on, the record its first cell names 12 on, the pool bytes 6 on), and a word's bytes are
-compared 8 at a time (``_same_bytes``). The adds of counting the sweep's 8.4 MB of lines
+compared 8 at a time (``same_bytes``). The adds of counting the sweep's 8.4 MB of lines
 (``count_words`` on a list; 8 shares, 181 K words): one thread 13.1-13.4 -> 6.7 ms, two
 threads 17.4-18.2 -> 8.7 ms (the prefetches alone: 8.1-8.4 / 11.2-12.6). Run alone on a
 warm tally the adds took 39 ns a word, 28 with the wide compare: in the count, the
@@ -37,16 +37,12 @@ words sharing a hash are both kept (no fallback needed). Word ``w`` is
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 from numba import njit
 
 from ._jit import hot
-from ._raw import load as _load
 from ._raw import prefetch as _prefetch
-from .encode.words import equal_bytes
-from .hashing import EMPTY_KEY, hash_bytes, mix64
+from .hashing import EMPTY_KEY, hash_bytes, mix64, same_bytes
 
 AT, LENGTH, COUNT = 0, 1, 2  # the columns of a word's record
 KEY, WORD = 0, 1  # the columns of a table cell
@@ -87,7 +83,7 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
         cell = mix64(value) & mask
         while cells[cell, KEY] != EMPTY_KEY:
             word = cells[cell, WORD]
-            if cells[cell, KEY] == value and records[word, LENGTH] == size and _same_bytes(
+            if cells[cell, KEY] == value and records[word, LENGTH] == size and same_bytes(
                     pool, records[word, AT], packed, start, size):
                 break
             cell = (cell + np.uint64(1)) & mask
@@ -121,7 +117,6 @@ def cells_grown(cells):
 
 
 CELL_AHEAD, RECORD_AHEAD, BYTES_AHEAD = 24, 12, 6
-_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 @njit(inline="always", cache=True)
@@ -140,20 +135,3 @@ def _prefetch_ahead(cells, records, pool, hashes, k, n, mask):
         cell = mix64(hashes[k + BYTES_AHEAD]) & mask
         if cells[cell, KEY] == hashes[k + BYTES_AHEAD]:
             _prefetch(pool.ctypes.data + records[cells[cell, WORD], AT])
-
-
-@njit(inline="always", cache=True)
-def _same_bytes(a, a_at, b, b_at, size):
-    """``equal_bytes``, 8 bytes at a time where both arrays hold 8 from there (the last
-    chunk masked to the bytes left, the first in memory being the low ones on a
-    little-endian CPU): most words are one load and one compare."""
-    if not _LITTLE_ENDIAN or a_at + size + 8 > a.size or b_at + size + 8 > b.size:
-        return equal_bytes(a, a_at, b, b_at, size)
-    a_address, b_address = a.ctypes.data + a_at, b.ctypes.data + b_at
-    for k in range(0, size, 8):
-        left = min(size - k, 8)
-        mask = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - 8 * left)
-        if (_load(a_address + k, np.uint64) ^ _load(b_address + k, np.uint64)) & mask:
-            return False
-    return True
-

@@ -169,3 +169,27 @@ def test_the_word_tally_keeps_words_that_share_a_hash_apart():
     tally.add(packed, length, np.ones(len(words), np.int64), hashes)
     tally.add(packed, length, np.full(len(words), 2, np.int64), hashes)
     assert tally.as_dict() == {word: 3 for word in words}
+
+
+def test_words_compare_equal_8_bytes_at_a_time_and_at_an_arrays_end():
+    """``hashing.same_bytes`` against bytes equality: words of 1-20 bytes equal, and
+    differing in any one byte, read with 8 bytes to spare (the wide compare) and ending
+    their array (byte by byte); and the counting kernel, which compares every word it
+    meets again with its first occurrence, finds no false collision in real text."""
+    from pathlib import Path
+
+    from gpubpe.kernels.hashing import same_bytes
+
+    for size in range(1, 21):
+        word = bytes(range(40, 40 + size))
+        for k in [None, *range(size)]:
+            other = word if k is None else word[:k] + b"!" + word[k + 1:]
+            for spare in (b"", b"12345678"):
+                a = np.frombuffer(b"x" + word + spare, np.uint8)
+                b = np.frombuffer(b"yz" + other + spare, np.uint8)
+                assert same_bytes(a, 1, b, 2, size) == (word == other), (size, k, spare)
+    text = Path(__file__).parent / "data" / "multiscript.txt"
+    data = np.frombuffer(text.read_bytes(), np.uint8)
+    starts, ends = np.array([0], np.int64), np.array([data.size], np.int64)
+    *_, collided = count_scanned_words(data, starts, ends, GPT2, pretokenize.scanner_table(GPT2))
+    assert not collided
