@@ -691,23 +691,17 @@ def split_ends(data, segment_start, segment_end, scanner, table):
 
 
 @hot
-def _same_bytes(data, a, b, length):
-    """Whether ``data[a:a + length]`` spells ``data[b:b + length]``, 8 bytes at a time.
-
-    Every word met again is compared with its first occurrence. Byte by byte (a loop
-    whose end mispredicted once a word of a new length) the counting kernel took 67.5-70.8
-    ms for the sweep's 8.4 MB of lines on one thread, 8 bytes at a time 58.0-59.6 (two
-    threads: 35.0-37.5 -> 30.4-30.7; bench/RESULTS.md, session 7)."""
-    return same_bytes(data, a, data, b, length)
-
-
-@hot
 def _count_into(data, segment_start, segment_end, scanner, table, keys, slots, word_at, word_len,
                 word_count, cursor):
     """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
 
     Returns True when every segment is done, False when the tables need room.
     Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
+
+    Every word met again is compared with its first occurrence (``same_bytes``, 8 bytes
+    at a time). Byte by byte, a loop whose end mispredicted at each change of word
+    length, this kernel took 67.5-70.8 ms for the sweep's 8.4 MB of lines on one thread,
+    now 58.0-59.6 (two threads: 35.0-37.5 -> 30.4-30.7; bench/RESULTS.md, session 7).
     """
     n_words = cursor[2]
     mask = np.uint64(keys.size - 1)
@@ -729,7 +723,8 @@ def _count_into(data, segment_start, segment_end, scanner, table, keys, slots, w
                 cell = (cell + np.uint64(1)) & mask
             if keys[cell] == value:
                 slot = slots[cell]
-                if word_len[slot] != stop - i or not _same_bytes(data, word_at[slot], i, stop - i):
+                if word_len[slot] != stop - i or not same_bytes(data, word_at[slot], data, i,
+                                                                stop - i):
                     cursor[2], cursor[3] = n_words, 1
                     return True
                 word_count[slot] += 1
