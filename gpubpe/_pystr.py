@@ -37,6 +37,7 @@ from .kernels.str_utf8 import (
     str_utf8_bound,
     write_str_utf8,
 )
+from .kernels.word_tally import new_words
 
 _LIST_ITEMS_AT = 24  # PyListObject: ob_refcnt, ob_type, ob_size, then ob_item
 _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", "\U0001F600 \u20ac",
@@ -204,11 +205,34 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
     return texts, np.concatenate([left[lo:lo + n] + lo for (lo, _), n in zip(runs, n_left)])
 
 
+def bytes_objects(pool: np.ndarray, records: np.ndarray, first: int, last: int) -> list | None:
+    """The bytes of words ``first`` to ``last - 1`` of a word tally (``kernels.word_tally``:
+    word w is ``pool[records[w, 0]:][:records[w, 1]]``) as a list of new bytes objects,
+    made by a kernel; None where this interpreter's list layout was not checked."""
+    if _checked_layout() is None:
+        return None
+    words = [None] * (last - first)
+    items_at = ctypes.c_int64.from_address(id(words) + _LIST_ITEMS_AT).value
+    if words and new_words(items_at, len(words), records, pool, first, _bytes_api()) >= 0:
+        raise MemoryError(f"no memory for the bytes of {len(words):,} counted words")
+    return words
+
+
+@lru_cache(maxsize=1)
+def _bytes_api() -> tuple[int, int, int]:
+    """The addresses of the CPython functions ``new_words`` calls."""
+    return _addresses("PyBytes_FromStringAndSize", "Py_DecRef", "PyErr_Clear")
+
+
+def _addresses(*names: str) -> tuple[int, ...]:
+    return tuple(ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+                 for name in names)
+
+
 @lru_cache(maxsize=1)
 def _str_api() -> tuple[int, int, int]:
     """The addresses of the CPython functions ``new_texts`` calls."""
-    return tuple(ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
-                 for name in ("PyUnicode_New", "Py_DecRef", "PyErr_Clear"))
+    return _addresses("PyUnicode_New", "Py_DecRef", "PyErr_Clear")
 
 
 def _document_runs(offsets: np.ndarray, parts: int) -> list[tuple[int, int]]:

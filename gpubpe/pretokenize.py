@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from ._pystr import str_list_utf8
+from ._pystr import bytes_objects, str_list_utf8
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
 from .kernels.jsonl import MAX_DEPTH as JSONL_MAX_DEPTH
 from .kernels.jsonl import TEXT as JSONL_TEXT
-from .kernels.jsonl import jsonl_texts
+from .kernels.jsonl import jsonl_texts, line_ends
 from .kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
@@ -557,10 +557,7 @@ def _line_chunks(path: Path, batch_bytes: int, start: int,
 
 def _line_ends(data: bytes) -> np.ndarray:
     """int64 ends of the lines of ``data`` (the last one may lack its "\\n")."""
-    line_ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
-    if line_ends.size == 0 or line_ends[-1] != len(data):
-        line_ends = np.append(line_ends, len(data))
-    return line_ends.astype(np.int64)
+    return line_ends(np.frombuffer(data, dtype=np.uint8))
 
 
 def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
@@ -872,12 +869,12 @@ class _WordTally:
         """The new words' bytes objects, made now: the dict at the end then only inserts
         them (issue 18: bytes objects made at the end were ~3 of its ~5 ms, 27 K words,
         on the calling thread after every counting thread had finished)."""
-        at, length = self.records[first:self.cursor[0], 0], self.records[first:self.cursor[0], 1]
-        if at.size:
-            start = int(at[0])  # new words lie end to end in the pool
-            new_bytes = self.pool[start:int(at[-1] + length[-1])].tobytes()
-            self.words += [new_bytes[a:b] for a, b in zip((at - start).tolist(),
-                                                          (at - start + length).tolist())]
+        made = bytes_objects(self.pool, self.records, first, int(self.cursor[0]))
+        if made is None:  # not an interpreter whose list layout was checked
+            at = self.records[first:self.cursor[0], 0]
+            length = self.records[first:self.cursor[0], 1]
+            made = [self.pool[a:a + n].tobytes() for a, n in zip(at.tolist(), length.tolist())]
+        self.words += made
 
     def _grow(self, word_bytes: int) -> None:
         n_words, used = int(self.cursor[0]), int(self.cursor[1])

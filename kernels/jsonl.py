@@ -1,4 +1,5 @@
-"""The text field of JSON lines, read by a kernel without the GIL (issue 18).
+"""The text field of JSON lines, read by a kernel without the GIL (issue 18); and the line
+ends of a chunk of a line file or a JSON-lines file (``line_ends``).
 
 ``.jsonl`` corpora were read line by line with ``json.loads`` on the reading thread
 (~10 us a 1.5 KB line): that thread bounded ``count_words`` and ``encode_files`` on
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from ._jit import hot
 from ._raw import copy_bytes, load
 from .encode._shared import inlined
+from .hashing import _LITTLE_ENDIAN
 from .pretok import decode_multibyte
 from .str_utf8 import put_character
 
@@ -105,6 +108,42 @@ def _escape_end(data, i, end):
 _ONES, _HIGHS = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
 _SPACES = np.uint64(0x2020202020202020)
 _QUOTES, _BACKSLASHES = np.uint64(0x2222222222222222), np.uint64(0x5C5C5C5C5C5C5C5C)
+_NEWLINES, _LOWS = np.uint64(0x0A0A0A0A0A0A0A0A), np.uint64(0x7F7F7F7F7F7F7F7F)
+
+
+@njit(nogil=True, cache=True)
+def line_ends(data):
+    """int64 ends of the lines of ``data`` (uint8): the position after each "\\n", then
+    ``data.size`` when the last line has none (``[0]`` for no data: one empty line).
+
+    8 bytes a step on a little-endian CPU: each newline is a bit of an exact zero-byte
+    mask of the word xor "\\n" x 8 (no false bit above a real one), its byte the mask's
+    trailing zeros / 8; the first one stored without a branch (a loop over every found bit
+    mispredicted at each line: 1.9 -> 1.45 ms on 8.4 MB of 53-byte lines). Issue 18: NumPy's
+    ``flatnonzero(data == 10)`` took ~3.2 ms of that chunk (this, with its output: ~2.4),
+    read before any counting thread starts: a serial start of counting a line file."""
+    n = data.size
+    ends = np.empty(n + 1, np.int64)
+    base, i, k = np.int64(data.ctypes.data), 0, 0
+    while _LITTLE_ENDIAN and i + 8 <= n:
+        word = load(base + i, np.uint64) ^ _NEWLINES
+        found = ~(((word & _LOWS) + _LOWS) | word | _LOWS)
+        ends[k] = i + np.int64(trailing_zeros(found) >> np.uint64(3)) + 1  # kept if found
+        k += found != 0
+        found &= found - np.uint64(1)
+        while found:  # a second newline in 8 bytes (blank lines)
+            ends[k] = i + np.int64(trailing_zeros(found) >> np.uint64(3)) + 1
+            k += 1
+            found &= found - np.uint64(1)
+        i += 8
+    for j in range(i, n):
+        if data[j] == 10:
+            ends[k] = j + 1
+            k += 1
+    if k == 0 or ends[k - 1] != n:
+        ends[k] = n
+        k += 1
+    return ends[:k].copy()
 
 
 @inlined

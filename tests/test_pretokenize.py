@@ -193,3 +193,64 @@ def test_words_compare_equal_8_bytes_at_a_time_and_at_an_arrays_end():
     starts, ends = np.array([0], np.int64), np.array([data.size], np.int64)
     *_, collided = count_scanned_words(data, starts, ends, GPT2, pretokenize.scanner_table(GPT2))
     assert not collided
+
+
+def test_line_ends_equal_numpys_at_every_place_in_a_word():
+    """``kernels.jsonl.line_ends`` (8 bytes a step) against NumPy: newlines at every
+    position of the 8-byte words and in the bytes after the last whole word, several in
+    one word, none at all, no data; beside them the bytes one bit from a newline (0x0B,
+    0x08, 0x8A, 0x0E) and 0x00/0xFF, which an inexact zero-byte test would take for one
+    just above a real newline."""
+    from gpubpe.kernels.jsonl import line_ends
+
+    def numpy_ends(data: bytes) -> list[int]:
+        ends = (np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1).tolist()
+        return ends if ends and ends[-1] == len(data) else [*ends, len(data)]
+
+    rng = np.random.default_rng(5)
+    others = np.array([0x0B, 0x08, 0x8A, 0x0E, 0x00, 0xFF, 0x61], np.uint8)
+    cases = [b"", b"\n", b"a", b"\n" * 20, bytes(others) * 3]
+    for size in range(1, 34):
+        for p in (0.05, 0.3, 0.9):
+            newline = rng.random(size) < p
+            cases.append(np.where(newline, 10, rng.choice(others, size)).astype(np.uint8).tobytes())
+        cases += [b"\x0b" * k + b"\n" + b"\x0b" * (size - k) for k in range(size)]
+    for data in cases:
+        assert line_ends(np.frombuffer(data, np.uint8)).tolist() == numpy_ends(data), data
+
+
+def test_the_tallys_words_are_new_bytes_freed_with_their_list():
+    """``_pystr.bytes_objects`` makes the tally's words (``kernels.word_tally.new_words``):
+    equal to slices of the pool, each None's reference given back, the bytes freed with
+    the list (tracemalloc sees CPython's allocator); when PyBytes_FromStringAndSize fails
+    (a length past what memory allows) the kernel names that word, the rest stay None and
+    no error is left set."""
+    import ctypes
+    import sys
+    import tracemalloc
+
+    from gpubpe import _pystr
+    from gpubpe.kernels.word_tally import new_words
+
+    pool = np.frombuffer(b"alpha beta\xe4\xb8\xad\x00gamma" * 50, np.uint8)
+    records = np.array([[a, n, 1] for a in range(0, 800, 7) for n in (0, 1, 5, 13)], np.int64)
+    expected = [pool[a:a + n].tobytes() for a, n, _ in records.tolist()]
+    assert _pystr.bytes_objects(pool, records, 0, len(expected)) == expected
+    assert _pystr.bytes_objects(pool, records, 3, 9) == expected[3:9]
+    nones = sys.getrefcount(None)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        words = _pystr.bytes_objects(pool, records, 0, len(expected))
+        made, _ = tracemalloc.get_traced_memory()
+        del words
+        freed, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert abs(sys.getrefcount(None) - nones) <= 2
+    assert made - before > sum(map(len, expected)) and freed - before < 1024
+    words = [None] * 3
+    items_at = ctypes.c_int64.from_address(id(words) + 24).value
+    records = np.array([[0, 5, 1], [0, 1 << 62, 1], [6, 4, 1]], np.int64)
+    assert new_words(items_at, 3, records, pool, 0, _pystr._bytes_api()) == 1
+    assert words == [b"alpha", None, None]
