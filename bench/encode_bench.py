@@ -334,9 +334,8 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
     print(f"\n### Thread sweep: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines "
           f"(~{n_bytes // len(docs)} B each), {machine()}\n")
     print("| operation | threads | MB/s (median) | spread (IQR) | CPU s per call | "
-          "of it on the calling thread | speedup over 1 thread, per round (IQR) | "
-          "bound on free cores |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "of it on the calling thread | speedup over 1 thread, per round (IQR) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, run in operations.items():
         outputs = [run(t) for t in thread_counts]  # warm-up, and the outputs compared
         if name.startswith("count"):
@@ -362,21 +361,19 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
         for t in thread_counts:
             rates = n_bytes / np.array(wall[t]) / 1e6
             q1, q3 = np.percentile(rates, [25, 75])
-            total, serial = np.median(cpu[t]), np.median(caller[t])
-            bound = np.median(cpu[1]) / (serial + (total - serial) / t)
+            total, caller_total = np.median(cpu[t]), np.median(caller[t])
             speedup = np.array(wall[1]) / np.array(wall[t])  # per round: the VM's speed drifts
             s1, s3 = np.percentile(speedup, [25, 75])
             print(f"| {name} | {t} | {np.median(rates):.1f} | {q1:.1f}-{q3:.1f} | "
-                  f"{total:.2f} | {serial:.2f} | {np.median(speedup):.2f}x ({s1:.2f}-{s3:.2f}) | "
-                  f"{bound:.2f}x |")
+                  f"{total:.2f} | {caller_total:.2f} | "
+                  f"{np.median(speedup):.2f}x ({s1:.2f}-{s3:.2f}) |")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nLoad average at the end: {load:.1f}. With other work on the machine the "
           "wall-time speedup is capped by the cores left free; equal CPU seconds per call "
-          "across thread counts mean the threads add no work (no contention). \"Bound on "
-          "free cores\": one thread's CPU time over (CPU time on the calling thread + "
-          "the rest / threads): Amdahl's bound if every thread had a core of its own, the "
-          "calling thread's share (reading, str to bytes, joining) taken as serial; "
-          "count_words overlaps its reading with the counting and can do better.")
+          "across thread counts mean the threads add no work (no contention). The calling "
+          "thread is one of the working threads (it reads, adds and makes the strs, and "
+          "takes shares of the rest), so its CPU time is not the serial part: the serial "
+          "steps are named in bench/RESULTS.md.")
     machine_ceiling(thread_counts, repeats)
 
 
