@@ -40,7 +40,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._jit import hot
 from ._raw import call as _call
 from ._raw import load as _load
 from ._raw import prefetch as _prefetch
@@ -67,12 +66,17 @@ def packed_words(data, at, length):
     return packed, hashes
 
 
-@hot
+@njit(nogil=True, cache=True, _nrt=False)
 def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     """Add the packed words (``length[k]`` bytes each, ``counts[k]`` times, hash
     ``hashes[k]``) from word ``cursor[2]``, packed byte ``cursor[3]`` on. ``cursor``:
     (distinct words, pool bytes used, next word to add, its packed offset). Returns False
-    when the table, the records or the pool need room (grow, then call again)."""
+    when the table, the records or the pool need room (grow, then call again).
+
+    Without the GIL (it was held here): a counting thread needs the GIL to start and to
+    end its share, and ``decode_batch``'s pool fills waited 3-5 ms for a kernel that held
+    it (``gpubpe._pystr``). Here no change beyond this VM's noise (counting 8.4 MB of lines
+    on 2 threads, two alternating pairs: 39.9-47.9 ms held, 40.4-61.8 released)."""
     n_words, used, start = cursor[0], cursor[1], cursor[3]
     mask = np.uint64(cells.shape[0] - 1)
     n = length.size
