@@ -4,8 +4,9 @@ describe (``str_utf8``: CPython's str objects) or read it wider than its type
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -78,3 +79,19 @@ def prefetch(typingctx, address):
         return context.get_dummy_value()
 
     return types.none(types.int64), codegen
+
+
+@njit(inline="always", cache=True)
+def put_new_item(items_at, k, item, decref, clear_error):
+    """Put ``item`` (the address of a new object, its reference given to the list; 0 when
+    CPython could not make it) at item k of a list of None whose item pointers are at
+    ``items_at``, giving back the None's reference (``decref``: Py_DecRef's address).
+    False when ``item`` is 0, CPython's error then cleared (``clear_error``: PyErr_Clear's
+    address) and the item left None."""
+    if item == 0:
+        call(clear_error, ())
+        return False
+    at = items_at + 8 * k
+    call(decref, (load(at, np.int64),))
+    store(at, item)
+    return True

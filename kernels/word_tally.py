@@ -41,9 +41,8 @@ import numpy as np
 from numba import njit
 
 from ._raw import call as _call
-from ._raw import load as _load
 from ._raw import prefetch as _prefetch
-from ._raw import store as _store
+from ._raw import put_new_item as _put_new_item
 from .hashing import EMPTY_KEY, hash_bytes, mix64, same_bytes
 
 AT, LENGTH, COUNT = 0, 1, 2  # the columns of a word's record
@@ -161,10 +160,6 @@ def new_words(items_at, n, records, pool, first, api):
     for k in range(n):
         w = first + k
         word = _call(new_bytes, (base + records[w, AT], records[w, LENGTH]))
-        if word == 0:
-            _call(clear_error, ())
+        if not _put_new_item(items_at, k, word, decref, clear_error):
             return k
-        at = items_at + 8 * k
-        _call(decref, (_load(at, np.int64),))
-        _store(at, word)
     return -1

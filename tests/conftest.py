@@ -75,3 +75,32 @@ def interrupt_encoding(monkeypatch):
         monkeypatch.setattr(tok, "encode_buffer", interrupted)
 
     return install
+
+
+@pytest.fixture
+def traced_memory():
+    """``traced_memory(make, warm=1)``: ``(bytes traced while what make() returns is held,
+    bytes still traced once it is dropped, change in None's reference count)`` over one
+    call of ``make``, after ``warm`` calls that compile and fill whatever caches it uses
+    (a first call's compiling gave None's references back by the dozen). tracemalloc
+    sees CPython's object allocator: for kernels that make str or bytes objects into a
+    list of None."""
+    import sys
+    import tracemalloc
+
+    def measure(make, warm: int = 1):
+        for _ in range(warm):
+            make()
+        nones = sys.getrefcount(None)
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            held = make()
+            made, _ = tracemalloc.get_traced_memory()
+            del held
+            freed, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return made - before, freed - before, sys.getrefcount(None) - nones
+
+    return measure

@@ -132,30 +132,17 @@ def test_a_str_something_else_holds_is_never_written():
     assert held == "\x00" * 4 and texts == [held, "cdab"]
 
 
-def test_the_strs_made_for_the_fill_are_freed_with_their_list(cl100k, cl100k_tok):
+def test_the_strs_made_for_the_fill_are_freed_with_their_list(cl100k, cl100k_tok,
+                                                               traced_memory):
     """``new_texts`` puts fresh strs in a list of None: each None's reference is given
     back, and the strs go with the list (memory traced by tracemalloc, which sees
     CPython's object allocator)."""
-    import tracemalloc
 
     id_lists = [cl100k.encode(doc) for doc in _documents()] * 20
-    cl100k_tok.decode_batch(id_lists)
-    nones = sys.getrefcount(None)
-    tracemalloc.start()
-    try:
-        for _ in range(5):
-            texts = cl100k_tok.decode_batch(id_lists)
-            del texts
-        traced, _ = tracemalloc.get_traced_memory()
-        texts = cl100k_tok.decode_batch(id_lists)
-        made, _ = tracemalloc.get_traced_memory()
-        del texts
-        freed, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert abs(sys.getrefcount(None) - nones) <= 2
-    assert made - traced > sum(map(len, _documents())) * 20  # the strs were traced ...
-    assert freed - traced < 4096  # ... and freed
+    made, left, nones = traced_memory(lambda: cl100k_tok.decode_batch(id_lists), warm=5)
+    assert abs(nones) <= 2
+    assert made > sum(map(len, _documents())) * 20  # the strs were traced ...
+    assert left < 4096  # ... and freed
 
 
 def test_no_memory_for_a_str_leaves_none_and_no_error_set(monkeypatch):

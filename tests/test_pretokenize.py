@@ -219,15 +219,13 @@ def test_line_ends_equal_numpys_at_every_place_in_a_word():
         assert line_ends(np.frombuffer(data, np.uint8)).tolist() == numpy_ends(data), data
 
 
-def test_the_tallys_words_are_new_bytes_freed_with_their_list():
+def test_the_tallys_words_are_new_bytes_freed_with_their_list(traced_memory):
     """``_pystr.bytes_objects`` makes the tally's words (``kernels.word_tally.new_words``):
     equal to slices of the pool, each None's reference given back, the bytes freed with
     the list (tracemalloc sees CPython's allocator); when PyBytes_FromStringAndSize fails
     (a length past what memory allows) the kernel names that word, the rest stay None and
     no error is left set."""
     import ctypes
-    import sys
-    import tracemalloc
 
     from gpubpe import _pystr
     from gpubpe.kernels.word_tally import new_words
@@ -237,18 +235,9 @@ def test_the_tallys_words_are_new_bytes_freed_with_their_list():
     expected = [pool[a:a + n].tobytes() for a, n, _ in records.tolist()]
     assert _pystr.bytes_objects(pool, records, 0, len(expected)) == expected
     assert _pystr.bytes_objects(pool, records, 3, 9) == expected[3:9]
-    nones = sys.getrefcount(None)
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        words = _pystr.bytes_objects(pool, records, 0, len(expected))
-        made, _ = tracemalloc.get_traced_memory()
-        del words
-        freed, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert abs(sys.getrefcount(None) - nones) <= 2
-    assert made - before > sum(map(len, expected)) and freed - before < 1024
+    made, left, nones = traced_memory(lambda: _pystr.bytes_objects(pool, records, 0,
+                                                                  len(expected)))
+    assert abs(nones) <= 2 and made > sum(map(len, expected)) and left < 1024
     words = [None] * 3
     items_at = ctypes.c_int64.from_address(id(words) + 24).value
     records = np.array([[0, 5, 1], [0, 1 << 62, 1], [6, 4, 1]], np.int64)

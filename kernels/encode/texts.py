@@ -47,6 +47,7 @@ from .._jit import hot
 from .._raw import call as _call
 from .._raw import copy_bytes as _copy_bytes
 from .._raw import load as _load
+from .._raw import put_new_item as _put_new_item
 from .._raw import store as _store
 from ..str_utf8 import _str_form
 from .decode import SLOT_BYTES
@@ -251,12 +252,8 @@ def new_texts(items_at, characters, wide, api):
     new_str, decref, clear_error = api
     for d in range(characters.size):
         text = _call(new_str, (characters[d], WIDE_MAXCHAR[wide[d]]))
-        if text == 0:
-            _call(clear_error, ())
+        if not _put_new_item(items_at, d, text, decref, clear_error):
             return d
-        at = items_at + 8 * d
-        _call(decref, (_load(at, np.int64),))
-        _store(at, text)
     return -1
 
 
