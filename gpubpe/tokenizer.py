@@ -31,7 +31,7 @@ import os
 import threading
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -648,26 +648,25 @@ class Tokenizer:
 
     @contextmanager
     def _admit_while_scattering(self, array, new: _NewWords):
-        """Admit ``new`` on a pool thread while the ids are written (the calling thread and
-        the pool; this call the cache's only reader). Issue 18, py-spy on 2 threads: the
-        ids were written on the calling thread alone (admission on the pool took ~6% of
-        that time, the pool idled ~37%); now they are written in shares as always.
+        """Yield the admission of ``new`` (a function of no arguments), for the calling
+        thread to run while the pool writes the ids (this call the cache's only reader);
+        None when it cannot admit now (the caller then calls ``_admit``). Issue 18, py-spy
+        on 2 threads: the ids were written on the calling thread alone while a pool
+        thread admitted (~6% of that time; the pool idled ~37%); then the admission ran on
+        a third thread beside the two writing (see ``_scatter_ids``).
 
-        Yields True when it admits (the caller then skips ``_admit``). The ids
-        read only cache slots older than the call, which admission never
-        changes; emptying a full cache waits until the ids are written. The
-        lock is held throughout, so no other call reads or clears the cache
-        meanwhile, and the cache ends as ``_admit`` would leave it.
+        The ids read only cache slots older than the call, which admission never
+        changes; emptying a full cache waits until the ids are written. The lock is held
+        throughout, so no other call reads or clears the cache meanwhile, and the cache
+        ends as ``_admit`` would leave it.
         """
         with self._cache_lock:
             if new.word_at.size == 0 or self._cache_readers != 1:
-                yield False
+                yield None
                 return
-            admitting = _pool(2).submit(_admit_new_words, self._cache, array, new)
-            try:
-                yield True
-            finally:
-                self._admit_after(array, new, admitting.result())
+            all_fit = []  # _scatter_ids runs the admission once
+            yield lambda: all_fit.append(_admit_new_words(self._cache, array, new))
+            self._admit_after(array, new, all_fit[0])
 
     # ------------------------------------------------------------ special tokens
     def _special_set(self, value) -> set[str]:
@@ -1134,6 +1133,7 @@ def _raise_bad_kind(texts):
 # ---------------------------------------------------------------- the batch pipeline
 
 _POOL: ThreadPoolExecutor | None = None
+_HELPER_POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
 
 
@@ -1235,8 +1235,9 @@ class _WordEncoder:
 def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads, admitting):
     """Steps 1-4 of ``kernels.encode``: (ids, first id of each piece, the batch's _NewWords).
 
-    ``admitting(new_words)``: a context that may admit the new words to the cache
-    while step 4 runs; it yields True when it does, and _NewWords is then None.
+    ``admitting(new_words)``: a context that yields the admission of the new words to the
+    cache, for step 4 to run beside its writes (None when they are not admitted now; else
+    _NewWords is None).
     """
     if isinstance(words, _Scanner) and threads == 1 and encoder.cpu_only:
         return _encode_pieces_serial(array, pieces, words, cache, encoder.rules)
@@ -1252,11 +1253,10 @@ def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads, 
     n_words = sum(refs[0].size for refs in shard_refs)
     hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
     new_words = _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets, hit_rate)
-    with admitting(new_words) as admitted:
+    with admitting(new_words) as admit:
         ids, piece_offsets = _scatter_ids(pieces, shards, shard_refs, piece_ref_end,
-                                          local_to_global, cache, new_ids, new_offsets,
-                                          _run_all)
-    return ids, piece_offsets, None if admitted else new_words
+                                          local_to_global, cache, new_ids, new_offsets, admit)
+    return ids, piece_offsets, None if admit else new_words
 
 
 def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple]:
@@ -1273,20 +1273,85 @@ def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple
 
 
 def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cache, new_ids,
-                 new_offsets, run=_run_all) -> tuple[np.ndarray, np.ndarray]:
-    """Step 4 on every shard (each ``run``): count each piece's ids, prefix-sum, write them."""
+                 new_offsets, admit=None) -> tuple[np.ndarray, np.ndarray]:
+    """Step 4 on every shard: count each piece's ids, prefix-sum, write them. ``admit``
+    (None, or the admission of the batch's new words to the cache) runs on the calling
+    thread while the pool writes; the ids read only cache slots older than the call."""
     piece_special = pieces[2]
     new_base = np.cumsum([0] + [refs[1].size for refs in shard_refs])
     shard_args = [(refs[0], piece_ref_end, piece_special, lo, hi, local_to_global[base:])
                   for refs, (lo, hi), base in zip(shard_refs, shards, new_base)]
     piece_tokens = np.empty(piece_special.size, dtype=np.int64)
-    run(count_piece_tokens_cpu, [(*a, cache, new_offsets, piece_tokens) for a in shard_args])
+    _run_all(count_piece_tokens_cpu, [(*a, cache, new_offsets, piece_tokens) for a in shard_args])
     piece_offsets = np.zeros(piece_special.size + 1, dtype=np.int64)
     np.cumsum(piece_tokens, out=piece_offsets[1:])
     ids = np.empty(piece_offsets[-1], dtype=np.uint32)
-    run(write_piece_tokens_cpu, [(*a, cache, new_ids, new_offsets, piece_offsets, ids)
-                                      for a in shard_args])
+    runs = _WRITE_RUNS_A_SHARD if len(shards) > 1 else 1
+    _helped(write_piece_tokens_cpu, [
+        (refs, ends, special, lo, hi, to_global, cache, new_ids, new_offsets, piece_offsets, ids,
+         first_ref)
+        for refs, ends, special, shard_lo, shard_hi, to_global in shard_args
+        for lo, hi, first_ref in _piece_runs(ends, shard_lo, shard_hi, runs)], len(shards), admit)
     return ids, piece_offsets
+
+
+# Issue 18, encode_arrays of 8.4 MB of lines on 2 threads: the admission ran on a third
+# thread beside the two writing the ids, and on 2 cores a pool thread's share then waited
+# 2-5 ms for a core (timelines: a write share began when the admission ended). Now the
+# calling thread admits while one pool thread a core writes runs of pieces, then writes
+# the runs none has started.
+_WRITE_RUNS_A_SHARD = 4
+
+
+def _piece_runs(piece_ref_end, lo: int, hi: int, runs: int) -> list[tuple[int, int, int]]:
+    """About ``runs`` runs ``(lo, hi, first ref)`` of the pieces ``[lo, hi)`` of one shard,
+    of about equal refs (``piece_ref_end``: each piece's ref end in its shard's refs)."""
+    ends = piece_ref_end[lo:hi]
+    if runs <= 1 or ends.size < 2 * runs:
+        return [(lo, hi, 0)]
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, runs) / runs) + lo + 1
+    bounds = np.unique(np.concatenate([[lo], cuts.clip(lo, hi), [hi]])).tolist()
+    return [(a, b, int(piece_ref_end[a - 1]) if a > lo else 0)
+            for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _helped(function, calls: list[tuple], threads: int, first=None) -> None:
+    """``function(*args)`` for every args tuple, on ``threads - 1`` pool threads and this
+    one, which runs ``first()`` (when given) before it takes, newest first, the calls no
+    pool thread has started. Every call handed over has ended when this returns or
+    raises (they write into the caller's arrays)."""
+    if threads <= 1 or len(calls) <= 1:
+        if first is not None:
+            first()
+        for args in calls:
+            function(*args)
+        return
+    futures = [_helper_pool(threads - 1).submit(function, *args) for args in calls]
+    here = set()
+    try:
+        if first is not None:
+            first()
+        for k in reversed(range(len(calls))):
+            if not futures[k].cancel():
+                break
+            here.add(k)
+            function(*calls[k])
+    finally:
+        for future in futures:
+            future.cancel()
+        wait([future for future in futures if not future.cancelled()])
+    for k, future in enumerate(futures):
+        if k not in here:
+            future.result()  # a call's error, raised here
+
+
+def _helper_pool(n_workers: int) -> ThreadPoolExecutor:
+    """A pool of exactly ``n_workers`` threads (one per size, made on first use)."""
+    with _POOL_LOCK:
+        if n_workers not in _HELPER_POOLS:
+            _HELPER_POOLS[n_workers] = ThreadPoolExecutor(n_workers,
+                                                          thread_name_prefix="gpubpe-helper")
+        return _HELPER_POOLS[n_workers]
 
 
 def _admit_new_words(cache, array, new: _NewWords) -> bool:

@@ -64,13 +64,17 @@ def test_encode_arrays_is_the_same_on_every_thread_count(tok, lines, cache, monk
     documents = lines[:6000] + ["<|endoftext|>" + lines[7]]
     if cache == "warm":
         tok.encode_arrays(documents[::3], num_threads=1, allowed_special="all")
-    results = []
+    results, caches = [], []
     for threads in THREAD_COUNTS:
         if cache == "cold":
             tok.clear_cache()
         results.append(tok.encode_arrays(documents, num_threads=threads,
                                          allowed_special="all"))
+        caches.append([array.copy() for array in tok._cache])
     assert results[0].ids.size > 50_000
+    for other in caches[1:]:  # the new words admitted alike (on 2 threads beside the writes)
+        assert all(np.array_equal(a, b) for a, b in zip(other, caches[0]))
+    assert caches[0][-1][0] > 1000  # words in the cache
     for other in results[1:]:
         assert np.array_equal(other.ids, results[0].ids)
         assert np.array_equal(other.offsets, results[0].offsets)
@@ -140,3 +144,41 @@ def test_decode_batch_refuses_a_bad_thread_count(tok, threads):
 
     with pytest.raises(ConfigError, match="num_threads"):
         tok.decode_batch([[1, 2]], num_threads=threads)
+
+
+def test_helped_calls_end_before_an_error_is_raised():
+    """``tokenizer._helped`` runs calls on a pool thread and the calling thread (which runs
+    ``first`` before): every call has run once; when ``first`` or a call raises, the error
+    is raised only once no call runs any more (they write into the caller's arrays)."""
+    import threading
+    import time
+
+    from gpubpe.tokenizer import _helped
+
+    ran, running, lock = [], [0], threading.Lock()
+
+    def call(k, fail=False):
+        with lock:
+            running[0] += 1
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+            ran.append(k)
+        if fail:
+            raise ValueError(f"call {k}")
+
+    _helped(call, [(k,) for k in range(12)], 2, first=lambda: time.sleep(0.03))
+    assert sorted(ran) == list(range(12))
+    def fail_soon():
+        time.sleep(0.005)  # a pool thread has begun a call
+        raise ZeroDivisionError("first")
+
+    for first, calls, message in ((fail_soon, [(k,) for k in range(6)], "first"),
+                                  (None, [(0,), (1,), (2,), (3, True)], "call 3"),  # here
+                                  (None, [(0,), (1, True), (2,), (3,)], "call 1")):  # pooled
+        ran.clear()
+        with pytest.raises((ZeroDivisionError, ValueError), match=message):
+            try:
+                _helped(call, calls, 2, first=first)
+            finally:
+                assert running[0] == 0

@@ -42,9 +42,10 @@ def count_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_h
 @hot_nogil
 def write_piece_tokens_cpu(refs, piece_ref_end, piece_special, piece_lo, piece_hi,
                            local_to_global, cache, new_ids, new_offsets, piece_token_offsets,
-                           ids):
-    """Step 4b (one shard): write each piece's ids at ``ids[piece_token_offsets[p]:]``."""
-    r = 0
+                           ids, first_ref):
+    """Step 4b (a shard, or a run of its pieces whose refs start at ``first_ref``): write
+    each piece's ids at ``ids[piece_token_offsets[p]:]``."""
+    r = first_ref
     for piece in range(piece_lo, piece_hi):
         out = piece_token_offsets[piece]
         if piece_special[piece] >= 0:
@@ -87,5 +88,5 @@ def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanne
         piece_offsets[piece + 1] = piece_offsets[piece] + piece_tokens[piece]
     ids = np.empty(piece_offsets[n_pieces], np.uint32)
     write_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
-                           cache, new_ids, new_offsets, piece_offsets, ids)
+                           cache, new_ids, new_offsets, piece_offsets, ids, 0)
     return ids, piece_offsets, refs.size, new_ids, new_offsets, new_at, new_len, new_count, new_key
