@@ -21,14 +21,20 @@ import ctypes
 import struct
 import sys
 import sysconfig
-import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from contextlib import nullcontext
+from functools import lru_cache, partial
 
 import numpy as np
 
 from .kernels.encode.decode import byte_slots
-from .kernels.encode.texts import fill_texts, new_texts, text_plan, token_text_forms
+from .kernels.encode.texts import (
+    fill_claimed,
+    new_texts,
+    publish_made,
+    text_plan,
+    token_text_forms,
+)
 from .kernels.str_utf8 import (
     ASCII_DATA,
     COMPACT_DATA,
@@ -196,58 +202,46 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
     texts = [None] * characters.size
     items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
     left = np.empty(len(texts), dtype=np.int64)
-
-    def make(lo: int, hi: int) -> None:
-        if new_texts(items_at + 8 * lo, characters[lo:hi], wide[lo:hi], _str_api()) >= 0:
-            raise MemoryError(f"no memory for the str objects of {characters.size:,} decoded "
-                              f"documents ({int(characters.sum()):,} characters)")
-
-    def fill(lo: int, hi: int) -> int:
-        return fill_texts(ids, offsets[lo:hi + 1], tables.copies, tables.ascii_copies,
-                          tables.shapes, tables.byte_slots, tables.wide_slots,
-                          tables.table_bytes, tables.table_offsets, items_at + 8 * lo, layout,
-                          characters[lo:hi], wide[lo:hi], left[lo:hi])
-
-    chunks = runs if parts <= 1 else _document_runs(offsets, _FILL_CHUNKS_A_THREAD * parts)
-    n_left = _made_and_filled(chunks, make, fill, parts)
-    return texts, np.concatenate([left[lo:lo + n] + lo for (lo, _), n in zip(chunks, n_left)])
+    fill_args = (ids, offsets, tables.copies, tables.ascii_copies, tables.shapes,
+                 tables.byte_slots, tables.wide_slots, tables.table_bytes, tables.table_offsets,
+                 items_at, layout, characters, wide, left)
+    chunks = _document_runs(offsets, _FILL_CHUNKS_A_THREAD * parts if parts > 1 else 1)
+    chunk_docs = np.array([lo for lo, _ in chunks] + [chunks[-1][1]], dtype=np.int64)
+    chunk_left = np.zeros(len(chunks), dtype=np.int64)
+    state = np.zeros(2, dtype=np.int64)
+    claim = partial(fill_claimed, *fill_args, chunk_docs, chunk_left, state)
+    with ThreadPoolExecutor(parts - 1) if parts > 1 else nullcontext() as pool:
+        fillers = [pool.submit(claim) for _ in range(parts - 1)]
+        try:
+            for lo, hi in chunks:
+                if new_texts(items_at + 8 * lo, characters[lo:hi], wide[lo:hi],
+                             _str_api()) >= 0:
+                    raise MemoryError(f"no memory for the str objects of {characters.size:,} "
+                                      f"decoded documents ({int(characters.sum()):,} "
+                                      "characters)")
+                publish_made(state, hi)
+        except BaseException:
+            publish_made(state, -1)  # the fillers stop; the with waits for them
+            raise
+        claim()
+        for filler in fillers:
+            filler.result()
+    return texts, np.concatenate([left[lo:lo + n] + lo
+                                  for (lo, _), n in zip(chunks, chunk_left.tolist())])
 
 
 # Issue 18, decode_batch of 157 K lines on 2 threads: the strs were all made on the calling
-# thread (PyUnicode_New holds the GIL: 7.9 of the 19 ms), then filled on both threads. Now a
-# chunk's fill is handed to the pool as soon as its strs are made, and once every str is
-# made the calling thread fills, newest first, the chunks no pool thread has started
-# (2 threads 19 -> 13.5 ms, 1 thread 22). A pool thread needs the GIL to start and to end a
-# fill, and ``new_texts`` holds it: without the ``time.sleep(0)`` after each chunk the
-# pool's fills waited for it (a 1 ms fill ended 4-6 ms late); strs made for 1, 1, 2, 4, 8
-# chunks at once waited the same way (18.5 ms). 4-16 chunks a thread: 13.5-14.2 ms.
+# thread (PyUnicode_New holds the GIL: 7.9 of the 19 ms), then filled on both threads. Now
+# the pool's threads fill chunks of documents as soon as their strs are made (``fill_claimed``:
+# one kernel call a thread, each chunk claimed by an atomic count, the strs made so far read
+# from a count the calling thread publishes; a filler ahead of them waits without the GIL),
+# and the calling thread claims chunks too once it has made every str. Tried before it:
+# each chunk's fill handed to the pool as a task of its own: 2 threads 1.32x -> 1.61-1.66x
+# one thread (the sweep); a pool thread needs the GIL to start and to end a task, and the
+# calling thread holds it while it makes strs, so it gave it away after each chunk
+# (``time.sleep(0)``; without, a 1 ms fill ended 4-6 ms late): ~0.1 ms of hand-offs a
+# chunk. With one call a thread: 1.81-1.82x (two alternating pairs of sweeps).
 _FILL_CHUNKS_A_THREAD = 8
-
-
-def _made_and_filled(chunks: list[tuple[int, int]], make, fill, threads: int) -> list[int]:
-    """``make(lo, hi)`` then ``fill(lo, hi)`` of every chunk; the fills on ``threads - 1``
-    pool threads and this one (which makes every chunk's strs first). Returns the fills'
-    results in chunk order; a fill started is always waited for, also when ``make`` raises
-    (a fill writes into strs its list must keep alive)."""
-    if threads <= 1:
-        return [make(lo, hi) or fill(lo, hi) for lo, hi in chunks]
-    with ThreadPoolExecutor(threads - 1) as pool:
-        futures = []
-        try:
-            for lo, hi in chunks:
-                make(lo, hi)
-                futures.append(pool.submit(fill, lo, hi))
-                time.sleep(0)  # the GIL to a pool thread about to start or end a fill
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-        here = {}  # the pool takes the oldest fills: this thread the newest none started
-        for k in reversed(range(len(chunks))):
-            if not futures[k].cancel():
-                break
-            here[k] = fill(*chunks[k])
-        return [here[k] if k in here else futures[k].result() for k in range(len(chunks))]
 
 
 def bytes_objects(pool: np.ndarray, records: np.ndarray, first: int, last: int) -> list | None:

@@ -95,3 +95,38 @@ def put_new_item(items_at, k, item, decref, clear_error):
     call(decref, (load(at, np.int64),))
     store(at, item)
     return True
+
+
+@intrinsic
+def fetch_add(typingctx, address, value):
+    """Add ``value`` to the int64 at ``address`` atomically (sequentially consistent); the
+    value it held before."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", pointer, args[1], "seq_cst")
+
+    return types.int64(types.int64, types.int64), codegen
+
+
+@intrinsic
+def load_acquire(typingctx, address):
+    """The int64 at ``address``, read with acquire ordering: what was written before a
+    ``store_release`` of the value read is seen too (and the read is never hoisted out of
+    a loop)."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.load_atomic(pointer, "acquire", 8)
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def store_release(typingctx, address, value):
+    """Store the int64 ``value`` at ``address`` with release ordering (every write before
+    it is seen by a ``load_acquire`` that reads it)."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        builder.store_atomic(args[1], pointer, "release", 8)
+        return context.get_dummy_value()
+
+    return types.none(types.int64, types.int64), codegen

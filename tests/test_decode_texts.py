@@ -167,11 +167,12 @@ def test_no_memory_for_a_str_leaves_none_and_no_error_set(monkeypatch):
 
 def test_no_memory_mid_way_on_two_threads_raises_once_no_fill_runs(monkeypatch, cl100k,
                                                                     cl100k_tok):
-    """On 2 threads the strs are made chunk by chunk, each chunk's fill handed to the pool
-    as soon as they are: when PyUnicode_New fails in the third chunk, MemoryError is
-    raised only once no fill runs any more (a fill writes into strs of the list, which
-    must outlive it; each fill here lingers 20 ms), and no later chunk is made; the same
-    documents then decode on 2 threads as on 1."""
+    """On 2 threads a pool thread fills chunks of documents as their strs are made (one
+    ``fill_claimed`` call, waiting for each chunk's strs without the GIL): when
+    PyUnicode_New fails in the third chunk, MemoryError is raised only once that filler
+    has returned (it writes into strs of the list, which must outlive it; each filler here
+    lingers 20 ms after its kernel), no later chunk is made, and no filler waits forever
+    for strs that will not come; the same documents then decode on 2 threads as on 1."""
     import threading
     import time
 
@@ -181,21 +182,20 @@ def test_no_memory_mid_way_on_two_threads_raises_once_no_fill_runs(monkeypatch, 
     ids, offsets = _flat([cl100k.encode(doc) for doc in documents])
     cl100k_tok.decode_batch([ids[:4].tolist()])
     tables, layout = cl100k_tok._text_tables, _pystr._checked_layout()
-    made, running, lock, real_new, real_fill = [], [0], threading.Lock(), _pystr.new_texts, \
-        _pystr.fill_texts
+    made, running, lock = [], [0], threading.Lock()
+    real_new, real_claimed = _pystr.new_texts, _pystr.fill_claimed
 
-    def slow_fill(*args):
+    def slow_claimed(*args):
         with lock:
             running[0] += 1
-        n_left = real_fill(*args)
+        real_claimed(*args)
         time.sleep(0.02)
         with lock:
             running[0] -= 1
-        return n_left
 
     monkeypatch.setattr(_pystr, "new_texts", lambda *args: (
         made.append(1) or (0 if len(made) == 3 else real_new(*args))))
-    monkeypatch.setattr(_pystr, "fill_texts", slow_fill)
+    monkeypatch.setattr(_pystr, "fill_claimed", slow_claimed)
     with pytest.raises(MemoryError, match="no memory for the str objects"):
         try:
             _pystr._decode_with(ids, offsets, tables, layout, tokenizer._run_all, 2)
@@ -203,7 +203,7 @@ def test_no_memory_mid_way_on_two_threads_raises_once_no_fill_runs(monkeypatch, 
             assert running[0] == 0
     assert len(made) == 3
     monkeypatch.setattr(_pystr, "new_texts", real_new)
-    monkeypatch.setattr(_pystr, "fill_texts", real_fill)
+    monkeypatch.setattr(_pystr, "fill_claimed", real_claimed)
     texts, left = _pystr._decode_with(ids, offsets, tables, layout, tokenizer._run_all, 2)
     assert texts == documents and left.size == 0
 

@@ -46,9 +46,12 @@ from numba.core.extending import intrinsic
 from .._jit import hot
 from .._raw import call as _call
 from .._raw import copy_bytes as _copy_bytes
+from .._raw import fetch_add as _fetch_add
 from .._raw import load as _load
+from .._raw import load_acquire as _load_acquire
 from .._raw import put_new_item as _put_new_item
 from .._raw import store as _store
+from .._raw import store_release as _store_release
 from ..str_utf8 import _str_form
 from .decode import SLOT_BYTES
 
@@ -292,6 +295,46 @@ def fill_texts(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_
             left[n_left] = d
             n_left += 1
     return n_left
+
+
+# ``fill_claimed``'s state (int64): the documents whose strs are made, from the first on (-1:
+# no more will be, the maker stopped), and the next chunk to claim.
+MADE, NEXT_CHUNK = 0, 1
+
+
+@njit(nogil=True, cache=True)
+def fill_claimed(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_slots,
+                 table_bytes, table_offsets, items_at, layout, characters, wide, left,
+                 chunk_docs, chunk_left, state):
+    """``fill_texts`` of chunks of documents (chunk c: documents ``chunk_docs[c]`` to
+    ``chunk_docs[c + 1] - 1``), each claimed by whichever thread calling this takes it
+    first (``state[NEXT_CHUNK]``, an atomic count): a thread fills a chunk once its strs
+    are made (``state[MADE]`` reaches its end, waiting for it without the GIL while the
+    calling thread makes them), and returns when no chunk is left or the maker stopped
+    (``state[MADE]`` -1). Chunk c's documents not written go into ``left[chunk_docs[c]:]``,
+    relative to it, and their number into ``chunk_left[c]``."""
+    at = state.ctypes.data
+    while True:
+        c = _fetch_add(at + 8 * NEXT_CHUNK, 1)
+        if c >= chunk_docs.size - 1:
+            return
+        lo, hi = chunk_docs[c], chunk_docs[c + 1]
+        made = _load_acquire(at + 8 * MADE)
+        while 0 <= made < hi:
+            made = _load_acquire(at + 8 * MADE)
+        if made < 0:
+            return
+        chunk_left[c] = fill_texts(ids, doc_offsets[lo:hi + 1], copies, ascii_copies, shapes,
+                                   byte_slots, wide_slots, table_bytes, table_offsets,
+                                   items_at + 8 * lo, layout, characters[lo:hi], wide[lo:hi],
+                                   left[lo:hi])
+
+
+@njit(cache=True)
+def publish_made(state, made):
+    """``state[MADE] = made`` with release ordering: a thread that reads it in
+    ``fill_claimed`` sees every str made before (-1: the maker stopped)."""
+    _store_release(state.ctypes.data + 8 * MADE, made)
 
 
 @hot
