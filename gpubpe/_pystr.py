@@ -181,9 +181,10 @@ def decode_texts(ids: np.ndarray, offsets: np.ndarray, tables: TextTables, run_a
     ``(None, k)`` when the id at position k is no token; None when this interpreter's str
     layout was not checked (decode with CPython).
 
-    ``parts`` > 1 plans and fills that many runs of documents (of about equal ids) at once
-    through ``run_all`` (as in ``str_list_utf8``); the strs are made between the two steps,
-    on the calling thread."""
+    ``parts`` > 1 plans that many runs of documents (of about equal ids) at once through
+    ``run_all`` (as in ``str_list_utf8``); then the calling thread makes the strs chunk by
+    chunk while ``parts - 1`` pool threads fill the chunks made (``fill_claimed``), and
+    fills what is left once it has made them all."""
     if not _fills_probes():
         return None
     return _decode_with(ids, offsets, tables, _checked_layout(), run_all, parts)

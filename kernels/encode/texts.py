@@ -27,7 +27,9 @@ Steps (``gpubpe._pystr.decode_texts`` runs them):
    time through a UTF-8 decoder that checks what CPython's does. The last 16 characters
    (a slot store may run past the one it writes) are written the same way into a scratch
    buffer, then copied. A document whose bytes are not valid UTF-8 is left for the caller
-   (CPython decodes it with the caller's ``errors``).
+   (CPython decodes it with the caller's ``errors``). On several threads steps 3 and 4
+   overlap: ``fill_claimed`` fills chunks of documents as soon as the calling thread has
+   published that their strs are made (``publish_made``).
 
 The str objects are read and written where CPython keeps them, as ``kernels.str_utf8``
 reads them: see there, and ``gpubpe._pystr`` for the checks made before any of this
