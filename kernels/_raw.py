@@ -1,8 +1,12 @@
 """Loads, stores and copies at raw addresses, for kernels that read memory NumPy does not
 describe (``str_utf8``: CPython's str objects) or read it wider than its type
-(``jsonl``: 8 bytes at a time)."""
+(``jsonl``: 8 bytes at a time); calls of C functions at an address (CPython's, to make
+objects: ``put_new_item``); and the atomics of threads that share a count
+(``encode.texts.fill_claimed``)."""
 
 from __future__ import annotations
+
+import platform
 
 import numpy as np
 from llvmlite import ir
@@ -130,3 +134,21 @@ def store_release(typingctx, address, value):
         return context.get_dummy_value()
 
     return types.none(types.int64, types.int64), codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+@intrinsic
+def spin_pause(typingctx):
+    """A hint that this thread spins waiting (x86's ``pause``: it then yields the core's
+    shared resources to a hyper-thread sibling, which may be the thread it waits for);
+    nothing on other CPUs."""
+    def codegen(context, builder, signature, args):
+        if _X86:
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
+            builder.call(function, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen

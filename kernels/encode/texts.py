@@ -52,6 +52,7 @@ from .._raw import fetch_add as _fetch_add
 from .._raw import load as _load
 from .._raw import load_acquire as _load_acquire
 from .._raw import put_new_item as _put_new_item
+from .._raw import spin_pause as _spin_pause
 from .._raw import store as _store
 from .._raw import store_release as _store_release
 from ..str_utf8 import _str_form
@@ -323,6 +324,7 @@ def fill_claimed(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wid
         lo, hi = chunk_docs[c], chunk_docs[c + 1]
         made = _load_acquire(at + 8 * MADE)
         while 0 <= made < hi:
+            _spin_pause()
             made = _load_acquire(at + 8 * MADE)
         if made < 0:
             return
