@@ -42,6 +42,7 @@ import regex
 
 from . import interop
 from ._pystr import TextTables, decode_texts
+from ._threads import helper_pool
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
@@ -1133,7 +1134,6 @@ def _raise_bad_kind(texts):
 # ---------------------------------------------------------------- the batch pipeline
 
 _POOL: ThreadPoolExecutor | None = None
-_HELPER_POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
 
 
@@ -1326,7 +1326,7 @@ def _helped(function, calls: list[tuple], threads: int, first=None) -> None:
         for args in calls:
             function(*args)
         return
-    futures = [_helper_pool(threads - 1).submit(function, *args) for args in calls]
+    futures = [helper_pool(threads - 1).submit(function, *args) for args in calls]
     here = set()
     try:
         if first is not None:
@@ -1343,15 +1343,6 @@ def _helped(function, calls: list[tuple], threads: int, first=None) -> None:
     for k, future in enumerate(futures):
         if k not in here:
             future.result()  # a call's error, raised here
-
-
-def _helper_pool(n_workers: int) -> ThreadPoolExecutor:
-    """A pool of exactly ``n_workers`` threads (one per size, made on first use)."""
-    with _POOL_LOCK:
-        if n_workers not in _HELPER_POOLS:
-            _HELPER_POOLS[n_workers] = ThreadPoolExecutor(n_workers,
-                                                          thread_name_prefix="gpubpe-helper")
-        return _HELPER_POOLS[n_workers]
 
 
 def _admit_new_words(cache, array, new: _NewWords) -> bool:
