@@ -287,9 +287,10 @@ def iter_batches(corpus, text_field: str = "text",
 
 _READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches
 # Documents given in memory: the first batch is this many bytes, each next one twice
-# the last, up to ``batch_bytes`` (a line file's first chunk too: ``_line_chunks``). Issue 18, 2-thread counting of 8.4 MB of lines:
-# threads start on the first batch, and reading 8 MB first (~40 ms, GIL-bound) was a
-# serial start; 1 MB batches throughout cost as much in merging the threads' shares
+# the last, up to ``batch_bytes`` (a line file's first chunk too: ``_line_chunks``).
+# Issue 18, 2-thread counting of 8.4 MB of lines: threads start on the first batch, and
+# reading 8 MB first (~40 ms, GIL-bound) was a serial start; 1 MB batches throughout cost
+# as much in merging the threads' shares
 # (~15K distinct words a share, ~100 ns each on the reading thread: 8 -> 29 ms).
 # Wall, 2 threads: 8 MB batches ~110 ms, 1 MB ~105, 4 MB ~85, growing from 1 MB: RESULTS.
 _FIRST_DOCUMENT_BATCH_BYTES = 1 << 20

@@ -73,9 +73,10 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     when the table, the records or the pool need room (grow, then call again).
 
     Without the GIL (it was held here): a counting thread needs the GIL to start and to
-    end its share, and ``decode_batch``'s pool fills waited 3-5 ms for a kernel that held
-    it (``gpubpe._pystr``). Here no change beyond this VM's noise (counting 8.4 MB of lines
-    on 2 threads, two alternating pairs: 39.9-47.9 ms held, 40.4-61.8 released)."""
+    end its share (``decode_batch``'s first 2-thread pipeline, a task a chunk, had its
+    fills wait 3-5 ms for a kernel that held it). Here no change beyond this VM's noise
+    (counting 8.4 MB of lines on 2 threads, two alternating pairs: 39.9-47.9 ms held,
+    40.4-61.8 released)."""
     n_words, used, start = cursor[0], cursor[1], cursor[3]
     mask = np.uint64(cells.shape[0] - 1)
     n = length.size
@@ -147,10 +148,10 @@ def _prefetch_ahead(cells, records, pool, hashes, k, n, mask):
 def new_words(items_at, n, records, pool, first, api):
     """Put in item k < ``n`` of the list whose item pointers are at ``items_at`` (a list of
     ``n`` None) the bytes of word w = ``first + k``
-    (``pool[records[w, AT]:records[w, AT] + records[w, LENGTH]]``). ``api``: the addresses of CPython's
-    PyBytes_FromStringAndSize, Py_DecRef and PyErr_Clear. Returns -1, or the first item
-    no bytes could be made for (out of memory; it and those after it stay None). Not
-    nogil: it calls CPython, which needs the GIL held.
+    (``pool[records[w, AT]:records[w, AT] + records[w, LENGTH]]``). ``api``: the addresses
+    of CPython's PyBytes_FromStringAndSize, Py_DecRef and PyErr_Clear. Returns -1, or the
+    first item no bytes could be made for (out of memory; it and those after it stay
+    None). Not nogil: it calls CPython, which needs the GIL held.
 
     Issue 18: the tally's new words were made in Python as slices of one bytes object
     (~90 ns a word: 2.3 ms for the 27 K words of the sweep's 8.4 MB of lines, on the
