@@ -6,8 +6,8 @@ load 16 ids, compute on all of them at once, then keep some lanes and store
 them packed (``llvm.experimental.vector.compress``: one ``vpcompressd`` with
 AVX-512, a short branch-free sequence on other CPUs). The IR is
 target-independent, so the same code compiles for every CPU Numba supports, except
-``permuted`` (a table lookup in one vpermw / vpermd), which callers use only where
-``can_permute`` says the CPU has it.
+``permuted`` (a table lookup in one vpermw / vpermd) and ``deposit`` (BMI2's pdep), which
+callers use only where ``can_permute`` / ``can_deposit`` say the CPU has them.
 
 ``LaneBuilder`` wraps an ``llvmlite`` IR builder; ``Lanes`` (16 uint32 values, or
 ``LaneBuilder(builder, 32, 16)``: 32 uint16 values in the same 512 bits) and ``Flags``
@@ -51,6 +51,11 @@ def can_permute(count: int, bits: int) -> bool:
     """Whether ``LaneBuilder.permuted`` is one instruction for these lanes on this CPU."""
     shape = _PERMUTES.get((count, bits))
     return shape is not None and shape[1] in cpu_features().split(",")
+
+
+def can_deposit() -> bool:
+    """Whether ``LaneBuilder.deposit`` is one instruction (BMI2's pdep) on this CPU."""
+    return "+bmi2" in cpu_features().split(",")
 
 
 class _Vector:
@@ -242,6 +247,12 @@ class LaneBuilder:
         name = _PERMUTES[(self.count, self.bits)][0]
         function = self._intrinsic(name, self.values_type, [self.values_type] * 2)
         return Lanes(self, self.builder.call(function, [table.value, index.value]))
+
+    def deposit(self, word, mask):
+        """The low bits of ``word`` put, in order, at the set bits of ``mask`` (i64 IR
+        values): BMI2's pdep. Only where ``can_deposit()``: it is target-specific IR."""
+        function = self._intrinsic("llvm.x86.bmi.pdep.64", _I64, [_I64, _I64])
+        return self.builder.call(function, [word, mask])
 
     def interleaved(self, first: Lanes, second: Lanes, half: int) -> Lanes:
         """Lanes of half ``half`` (0 or 1) of ``first`` and ``second`` taken in turn:

@@ -56,7 +56,7 @@ from ._cuda import (
     to_host,
 )
 from ._jit import hot
-from ._lanes import LANES, Flags, LaneBuilder, can_permute
+from ._lanes import LANES, Flags, LaneBuilder, can_deposit, can_permute
 
 # Kinds of id seen by the decoder. KIND_END stands for "no next id in this sequence".
 KIND_PASS, KIND_HI, KIND_LO, KIND_PREFIX, KIND_INVALID, KIND_END = 0, 1, 2, 3, 4, 5
@@ -294,8 +294,8 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # the junk a vector store writes past its end); the pieces are then gathered. One
 # chunk (one thread) returns its piece as it is, without a copy.
 #
-# Within a chunk the positions are taken 64 (encoding: two vectors) or 32 (decoding) at a
-# time by one wide step in 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``)
+# Within a chunk the positions are taken 64 at a time (two vectors) by one wide step in
+# 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``)
 # where the codec's ids fit in 16 bits and the CPU has AVX-512BW, else (and at the edges,
 # the chunk's tail, and around bad ids or ids of 0xFFFF or more) 16 at a time in 32-bit
 # lanes (``_encode_step``, ``_decode_step``); all are LLVM IR written with ``_lanes``, and
@@ -429,8 +429,9 @@ def _popcount(typingctx, word):
 
 EDGE = 8  # added to lane-relative positions: a step reads ids from 3 before its first lane
 ENCODE_REACH = (3, LANES + 2)  # an encoding step at p reads ids[p - 3 : p + 18]
-WIDE_LANES = 32  # a wide step: 32 positions in 16-bit lanes, where every id is below 0xFFFF
+WIDE_LANES = 32  # a wide step's vector: 32 positions in 16-bit lanes (every id below 0xFFFF)
 WIDE_ENCODE_POSITIONS = 2 * WIDE_LANES  # a wide encoding step: two such vectors
+WIDE_DECODE_POSITIONS = 2 * WIDE_LANES  # a wide decoding step likewise
 WIDE_ENCODE_REACH = (3, WIDE_ENCODE_POSITIONS + 2)
 DECODE_REACH = (0, LANES)  # a decoding step, ids[p : p + 16]
 _EDGE_SCRATCH = 2 * EDGE + LANES + ENCODE_REACH[1]
@@ -542,13 +543,35 @@ def _i64(k):
     return ir.Constant(ir.IntType(64), k)
 
 
+def _or(builder, *words):
+    word = words[0]
+    for other in words[1:]:
+        word = builder.or_(word, other)
+    return word
+
+
+def _and(builder, *words):
+    word = words[0]
+    for other in words[1:]:
+        word = builder.and_(word, other)
+    return word
+
+
+def _bit_map(lanes, flags):
+    """Flags of two vectors (positions p .. p + 31 and p + 32 .. p + 63) as one i64 IR
+    value: one kunpckdq and one kmovq."""
+    both = lanes.shuffle(flags[0].value, flags[1].value, range(2 * lanes.count))
+    return lanes.builder.bitcast(both, ir.IntType(64))
+
+
 def _fits_wide_lanes(base_vocab_size, *tables):
     """Whether wide steps run: the codec's ids (and so every id below base_vocab_size)
     are below 0xFFFF, the largest value of a 16-bit lane, which stands for every id at
     or above it; and the CPU permutes 16-bit lanes (AVX-512BW: without it LLVM spells
-    out the 32-lane compress lane by lane, slower than two 16-lane steps)."""
+    out the 32-lane compress lane by lane, slower than two 16-lane steps) and has BMI2's
+    pdep (the wide decoding step's keep masks; every AVX-512BW CPU has it)."""
     fits = max([base_vocab_size, *(int(t.max()) for t in tables)]) < 0xFFFF
-    return fits and can_permute(WIDE_LANES, 16)
+    return fits and can_permute(WIDE_LANES, 16) and can_deposit()
 
 
 def _lane_table(derive, *tables):
@@ -710,21 +733,13 @@ def _wide_encode_flags(lanes, halves, starts_here, carried, ids_data, p, base, l
         return builder.shl(word, _i64(k))
 
     def or_(*words):
-        word = words[0]
-        for other in words[1:]:
-            word = builder.or_(word, other)
-        return word
+        return _or(builder, *words)
 
     def and_(*words):
-        word = words[0]
-        for other in words[1:]:
-            word = builder.and_(word, other)
-        return word
+        return _and(builder, *words)
 
-    def bit_map(flags_of):  # a flag of each position, as 64 bits (one kunpckdq, one kmovq)
-        both = lanes.shuffle(*(flags_of(h, x).value for h, x in enumerate(halves)),
-                             range(2 * lanes.count))
-        return builder.bitcast(both, ir.IntType(64))
+    def bit_map(flags_of):  # a flag of each position, as 64 bits
+        return _bit_map(lanes, [flags_of(h, x) for h, x in enumerate(halves)])
 
     prefixes = [lanes.permuted(prefix_table, x) for x in halves]
     is_lead = bit_map(lambda h, x: (x & ~15).eq(0xE0) & prefixes[h].ne(0))
@@ -1128,7 +1143,167 @@ def _decode_step_of(count, bits):
 
 
 _decode_step = _decode_step_of(LANES, 32)
-_decode_wide_step = _decode_step_of(WIDE_LANES, 16)
+
+
+# The wide decoding step: 64 positions in two vectors of 16-bit lanes. The classes of
+# the ids are bit maps (bit k: position p + k) in general-purpose registers, where the
+# checks are shifts and logic on 64-bit words, and the "last prefix seen" scan is an
+# addition (``_filled``): the carry of ``runs + heads`` runs through each run of
+# positions that keeps the prefix bit of the event that heads it. The 16-lane step
+# scans by rounds of shuffles on vectors (``_last_prefix_seen``).
+
+
+def _filled(builder, events, heads, carried_in):
+    """Bit k set where the last event at or before position p + k is one of ``heads``
+    (a subset of ``events``), or where no event is (bit 0 of ``carried_in``: the state
+    before p). Adding the heads to the runs (the positions that are not events, and the
+    heads) carries through each run from a head, or from bit 0 with ``carried_in``, up to
+    the next event that is not a head: the bits the sum clears are those filled, the
+    heads after the first of a run stay set in it and are put back."""
+    runs = builder.or_(builder.not_(events), heads)
+    total = builder.add(builder.add(runs, heads), carried_in)
+    return builder.or_(builder.and_(runs, builder.not_(total)), heads)
+
+
+def _wide_decode_classes(lanes, x, layout, base):
+    """The flags of each id's class (hi, lo, prefix, plain), of the two bits of its
+    prefix (prefix - 0x38, where it is a prefix id), and its 9-bit value (where it is a
+    value id). One vpermw looks up a value id's run (first value, hi or lo), one a
+    prefix id's prefix; the tables of the lane number are hoisted out of the loop."""
+    numbers = lanes.lane_numbers()
+    index = x - base
+    run_is_hi = ((layout[_RUN_IS_HI] >> (numbers & 7)) & 1) << 12
+    runs = (_select_of(lanes, numbers & 7, layout[_RUN_VALUE_OF : _RUN_VALUE_OF + 8]) << 5) \
+        | run_is_hi
+    entry = lanes.permuted(runs, index >> 5)
+    in_hi_run = (entry & 0x1000).ne(0)
+    is_value = index.lt(N_VALUE_IDS)
+    prefix_bits = lanes.permuted((layout[_PREFIX_VALUES] >> ((numbers & 3) << 1)) & 3, index)
+    flags = {"hi": is_value & in_hi_run, "lo": is_value & ~in_hi_run,
+             "prefix": (index - N_VALUE_IDS).lt(layout[_N_PREFIXES]), "plain": x.lt(base),
+             "bit0": (prefix_bits & 1).ne(0), "bit1": (prefix_bits & 2).ne(0)}
+    return flags, (entry & 0x1E0) | (index & 31)
+
+
+def _wide_decode_bits(builder, maps, starts, carried):
+    """The bit maps of a wide decoding step: (the prefix in force, its two bits, and
+    malformed positions), from the class maps, the sequence starts and ``carried`` (IR
+    values: prefix in force before p, class of ids[p - 1]).
+
+    The checks are those of ``_decode_lanes``: a lo id right after each hi id of its
+    sequence and only there, a prefix in force at each hi id, a hi id right after each
+    prefix id, no unit left open before a sequence start, no id past the codec's."""
+    hi, lo, prefix, plain = maps["hi"], maps["lo"], maps["prefix"], maps["plain"]
+    prefix_before, class_before = carried
+
+    def carried_flag(predicate, value, constant):
+        return builder.zext(builder.icmp_unsigned(predicate, value, _i64(constant)),
+                            ir.IntType(64))
+
+    def shl(word, k):
+        return builder.shl(word, _i64(k))
+
+    has_before = carried_flag("!=", prefix_before, _NONE)
+    events = builder.or_(builder.not_(builder.or_(hi, lo)), starts)
+    in_force = _filled(builder, events, prefix, has_before)
+    bits = [_filled(builder, events, builder.and_(prefix, maps[f"bit{k}"]),
+                    builder.and_(has_before, builder.lshr(prefix_before, _i64(k))))
+            for k in (0, 1)]
+    hi_back = builder.or_(shl(hi, 1), carried_flag("==", class_before, _HI))
+    prefix_back = builder.or_(shl(prefix, 1), carried_flag("==", class_before, _PREFIX))
+    inside = builder.not_(starts)
+    bad = _or(
+        builder,
+        builder.xor(lo, builder.and_(hi_back, inside)),
+        _and(builder, starts, builder.or_(hi_back, prefix_back)),
+        builder.and_(hi, builder.not_(in_force)),
+        _and(builder, prefix_back, inside, builder.not_(hi)),
+        builder.not_(_or(builder, hi, lo, prefix, plain)),
+    )
+    return in_force, bits, bad
+
+
+@intrinsic
+def _decode_wide_step(typingctx, ids, p, starts, layout, base, carried, out, o):
+    """Decode positions p .. p + 63 into out[o:] in two vectors of 16-bit lanes;
+    ``starts``: bit k set where a sequence starts at p + k; ``carried`` as
+    ``_decode_lanes`` takes it. Returns (ids written, malformed bits, what to carry, kept
+    bits of positions p .. p + 31 (2k and 2k + 1: the two ids position p + k may write),
+    the same of p + 32 .. p + 63, ids written by p .. p + 31). Reads ids[p : p + 64],
+    writes out[o : o + 128 + 32]; where a malformed bit is set what was written is not the
+    decoding (the caller redoes the positions). An id of 0xFFFF or more reads as 0xFFFF,
+    past the codec's ids (``wide`` makes sure), so it is malformed too.
+
+    A hi id writes the lead byte, the lo id after it the middle byte (from the hi value
+    one lane back) and the last; each vector's first and second ids are interleaved
+    into two vectors of 32 slots, compressed and stored, their keep masks put together by
+    pdep from the bit maps."""
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, starts_v, layout_v, base_v, carried_v, out_v, o_v = args
+        if not (can_permute(WIDE_LANES, 16) and can_deposit()):  # (``wide`` is false there)
+            nothing = [_i64(0), _i64(-1), context.make_tuple(
+                builder, signature.return_type[2], [_i64(0)] * 3)] + [_i64(0)] * 3
+            return context.make_tuple(builder, signature.return_type, nothing)
+        lanes = LaneBuilder(builder, WIDE_LANES, 16)
+        ids_data = _array_data(context, builder, signature.args[0], ids_v)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[3]))]
+        prefix_before, class_before, value_before = (builder.extract_value(carried_v, k)
+                                                     for k in range(3))
+        halves = [lanes.load(ids_data, builder.add(p_v, _i64(WIDE_LANES * h))) for h in (0, 1)]
+        classes = [_wide_decode_classes(lanes, x, layout_words, lanes.splat(base_v))
+                   for x in halves]
+        maps = {name: _bit_map(lanes, [flags[name] for flags, _ in classes])
+                for name in classes[0][0]}
+        in_force, prefix_bits, bad = _wide_decode_bits(builder, maps, starts_v,
+                                                       (prefix_before, class_before))
+        kept_first = _or(builder, maps["hi"], maps["lo"], maps["plain"])
+        out_data = _array_data(context, builder, signature.args[6], out_v)
+        values = [value for _, value in classes]
+        hi_values = [values[0].shifted_up(lanes.splat(value_before), 1),
+                     values[1].shifted_up(values[0], 1, WIDE_LANES)]
+        at, kept, written = o_v, [], []
+        for h, ((flags, value), x) in enumerate(zip(classes, halves)):
+            lead = (value >> 7) | 0xE0
+            for k, word in enumerate(prefix_bits):
+                lead = _half_flags(lanes, word, h).select(lead | (4 << k), lead)
+            middle = ((hi_values[h] & 0x7F) << 1) | (value >> 8)
+            first = flags["plain"].select(x, flags["hi"].select(lead, middle))
+            slot_bits = builder.or_(
+                lanes.deposit(builder.lshr(kept_first, _i64(WIDE_LANES * h)),
+                              _i64(0x5555555555555555)),
+                lanes.deposit(builder.lshr(maps["lo"], _i64(WIDE_LANES * h)),
+                              _i64(-0x5555555555555556)))  # 0xAAAA...
+            start = at
+            for quarter in (0, 1):
+                keep = lanes.flags_of_bits(slot_bits, WIDE_LANES * quarter)
+                lanes.store_kept(lanes.interleaved(first, value & 0xFF, quarter), keep,
+                                 out_data, at)
+                at = builder.add(at, lanes.count_of(keep))
+            kept.append(slot_bits)
+            written.append(builder.sub(at, start))
+
+        def last_bit(word):
+            return builder.lshr(word, _i64(WIDE_DECODE_POSITIONS - 1))
+
+        prefix_after = builder.select(
+            builder.icmp_unsigned("!=", last_bit(in_force), _i64(0)),
+            _or(builder, _i64(0x38), builder.shl(last_bit(prefix_bits[1]), _i64(1)),
+                last_bit(prefix_bits[0])),
+            _i64(_NONE))
+        invalid = builder.not_(_or(builder, *(maps[k] for k in ("hi", "lo", "prefix", "plain"))))
+        class_after = _or(builder, *(builder.mul(last_bit(word), _i64(k)) for word, k in (
+            (maps["hi"], _HI), (maps["lo"], _LO), (maps["prefix"], _PREFIX),
+            (maps["plain"], _PLAIN), (invalid, _INVALID))))
+        carry = [prefix_after, class_after, builder.zext(values[1].last(), ir.IntType(64))]
+        return context.make_tuple(builder, signature.return_type, [
+            builder.sub(at, o_v), bad,
+            context.make_tuple(builder, signature.return_type[2], carry),
+            kept[0], kept[1], written[0]])
+    carried_type = types.UniTuple(types.int64, 3)
+    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64,
+                               types.int64, types.int64))
+    return return_type(ids, p, starts, layout, base, carried, out, o), codegen
 
 
 @njit(inline="always", cache=True)
@@ -1232,7 +1407,7 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
 @njit(cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
                   out, sequence_out):
-    """Decode chunk ``chunk`` into out[source:] across sequence ends, 32 positions a step
+    """Decode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
     in 16-bit lanes where ``wide`` (the codec's ids fit), else 16 in 32-bit lanes; record
     where its sequences begin. Steps with a malformed unit are redone one unit at a time
     (``_redo_units``). Writes up to 2 * LANES ids past its output."""
@@ -1242,25 +1417,29 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     carried = (np.int64(_NONE), np.int64(_PLAIN), np.int64(0))
     n_bad, first_bad = 0, -1
     scratch = np.zeros(_EDGE_SCRATCH, dtype=np.uint32)
-    last_wide = min(stop - 1, ids.size) - WIDE_LANES  # wide steps run from p <= last_wide
+    # wide steps run from p <= last_wide (the last position is left to a 16-lane step,
+    # which checks the unit it ends with)
+    last_wide = min(stop - 1, ids.size) - WIDE_DECODE_POSITIONS
     while p < stop:
         if wide and p <= last_wide:
             malformed = 0
             while p <= last_wide:  # a loop of its own: its values stay in registers
-                cut = _cut_window(cuts, p)
-                written, malformed, carry, kept = _decode_wide_step(ids, p, WIDE_LANES, cut,
-                                                                    layout, base, carried, out,
-                                                                    o)
+                starts = _cut_window(cuts, p + EDGE)  # bit k: p + k
+                written, malformed, carry, kept, kept_after, written_before = \
+                    _decode_wide_step(ids, p, starts, layout, base, carried, out, o)
                 if malformed != 0:
                     break
-                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2,
-                                                   p, chunk, sequence_out)
-                p, o, carried = p + WIDE_LANES, o + written, carry
+                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
+                                                   2, p, chunk, sequence_out)
+                sequence = _record_sequence_starts(offsets, sequence, p + 2 * WIDE_LANES,
+                                                   o + written_before, kept_after, 2,
+                                                   p + WIDE_LANES, chunk, sequence_out)
+                p, o, carried = p + WIDE_DECODE_POSITIONS, o + written, carry
             if malformed == 0:
                 continue
             p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
-                ids, offsets, sequence, p, p + WIDE_LANES, decode_table, base, out, o,
-                carried, chunk, sequence_out)
+                ids, offsets, sequence, p, p + WIDE_DECODE_POSITIONS, decode_table, base, out,
+                o, carried, chunk, sequence_out)
             n_bad += run_bad
             if first_bad < 0:
                 first_bad = run_first_bad

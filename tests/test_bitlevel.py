@@ -575,14 +575,14 @@ def _malformed_pieces(codec):
 def _malformed_variants(coded, codec):
     """(name, where, ids, offsets): a malformed piece put in at each unit boundary of the
     first 200 ids (a base or prefix id starts there), and after 0-63 base ids, so that it
-    meets every lane of the CPU's 16- and 32-position steps; pieces named "at the end" end
-    a sequence."""
+    meets every lane of the CPU's 16-lane and 64-position steps; pieces named "at the end"
+    end a sequence."""
     is_value = (coded >= BASE) & (coded < BASE + 256)
     boundaries = [b for b in range(min(coded.size, 200)) if not is_value[b]]
-    padded = np.concatenate([np.full(2 * bitpack.WIDE_LANES, 65), coded])  # every lane
+    padded = np.concatenate([np.full(bitpack.WIDE_DECODE_POSITIONS, 65), coded])  # every lane
     for name, piece in _malformed_pieces(codec).items():
         for stream, b in [(coded, b) for b in boundaries] + [
-                (padded, k) for k in range(2 * bitpack.WIDE_LANES)]:
+                (padded, k) for k in range(bitpack.WIDE_DECODE_POSITIONS)]:
             ids = np.concatenate([stream[:b], piece, stream[b:]]).astype(np.uint32)
             cut = [b + len(piece)] if name.endswith("at the end") else []
             yield name, b, ids, np.array([0, *cut, ids.size], dtype=np.int64)
@@ -590,9 +590,9 @@ def _malformed_variants(coded, codec):
 
 @pytest.mark.parametrize("codecs", [PAPER_CODECS, DEFAULT_CODECS], ids=["E4-EF", "E0-EF"])
 def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
-    """Each malformation at each lane of the 16- and 32-lane steps: the step is redone one
-    unit at a time, from the unit the step before left open, to exactly the NumPy
-    backend's output."""
+    """Each malformation at each lane of the 16-lane and 64-position steps: the step is
+    redone one unit at a time, from the unit the step before left open, to exactly the
+    NumPy backend's output."""
     codec = codecs["cpu"]
     coded = _dense_coded(codec, 120, seed=len(codec.prefixes))
     table = codec._tables["decode_table"]
@@ -603,8 +603,45 @@ def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
         assert got[2:] == expected[2:], (name, where)
         assert expected[2] >= 1
         assert_same([expected[:2], got[:2]])
-        lanes_met.add(where % bitpack.WIDE_LANES)
-    assert lanes_met == set(range(bitpack.WIDE_LANES))
+        lanes_met.add(where % bitpack.WIDE_DECODE_POSITIONS)
+    assert lanes_met == set(range(bitpack.WIDE_DECODE_POSITIONS))
+
+
+@numba.njit
+def _wide_decode_steps_from(ids, layout):
+    """Run the wide decoding steps over one sequence, each taking what the one before
+    carried, until a step finds a malformed unit; returns the position it stopped at."""
+    n = ids.size
+    cuts = bitpack._cut_map(np.array([0, n], dtype=np.int64), n)
+    out = np.empty(3 * n + 256, dtype=np.uint32)
+    carried = (np.int64(bitpack._NONE), np.int64(bitpack._PLAIN), np.int64(0))
+    p, o = 0, 0
+    while p + bitpack.WIDE_DECODE_POSITIONS < n:
+        starts = bitpack._cut_window(cuts, p + bitpack.EDGE)
+        written, malformed, carried, _, _, _ = bitpack._decode_wide_step(
+            ids, p, starts, layout, BASE, carried, out, o)
+        if malformed != 0:
+            return p
+        p, o = p + bitpack.WIDE_DECODE_POSITIONS, o + written
+    return p
+
+
+@pytest.mark.skipif(not bitpack._fits_wide_lanes(BASE), reason="wide steps need AVX-512BW")
+def test_cpu_wide_decode_steps_carry_the_prefix_across_their_edges():
+    """A wide decoding step takes the prefix in force and the class of the id before it
+    from the step before: on well-formed input whose prefix switches often, shifted by
+    0-63 base ids so that every switch meets every position of a step, no step finds a
+    malformed unit. (A step that did would be redone one unit at a time to the same
+    output, only slower: the output tests cannot see it.)"""
+    codec = DEFAULT_CODECS["cpu"]
+    coded = _dense_coded(codec, 2000, seed=11)
+    layout = bitpack._lane_table(bitpack._decode_lane_table, codec._tables["decode_table"])
+    prefixes = np.isin(coded, [codec.prefix_id(p) for p in codec.prefixes])
+    assert prefixes.sum() > 500  # the prefix switches at ~1 character in 3
+    for shift in range(bitpack.WIDE_DECODE_POSITIONS):
+        ids = np.concatenate([np.full(shift, 65), coded]).astype(np.uint32)
+        stopped = _wide_decode_steps_from(ids, layout)
+        assert stopped + bitpack.WIDE_DECODE_POSITIONS >= ids.size, (shift, stopped)
 
 
 def test_lane_tables_refuse_tables_of_another_layout():
