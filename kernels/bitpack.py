@@ -1404,6 +1404,23 @@ def _decode_unit_at(ids, i, sequence_stop, decode_table, base, prefix, out, o):
     return (np.uint64(2) if spans_lo else np.uint64(1)), np.uint64(3), True, prefix
 
 
+FAULT_IN_IDS = 1 << 21  # 8 MB of uint32 output: four transparent huge pages
+_PAGE_IDS = 1024  # 4 KB
+
+
+@njit(cache=True)
+def _fault_in(out, touched, stop):
+    """Write 0 once every 4 KB of out[touched : touched + FAULT_IN_IDS] (at most up to
+    ``stop``), ahead of the decoding steps: their output's page faults then come in
+    bursts of four huge pages, not one by one among the steps (decoding 16.3M real ids:
+    1.10-1.12x; bursts of 2 / 4 / 16 / 32 MB: 1.01-1.03x / 1.06x / 1.08-1.10x / 1.06x).
+    Returns how far out is touched now."""
+    end = min(touched + FAULT_IN_IDS, stop)
+    for i in range(touched, end, _PAGE_IDS):
+        out[i] = 0
+    return end
+
+
 @njit(cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
                   out, sequence_out):
@@ -1420,10 +1437,13 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     # wide steps run from p <= last_wide (the last position is left to a 16-lane step,
     # which checks the unit it ends with)
     last_wide = min(stop - 1, ids.size) - WIDE_DECODE_POSITIONS
+    touched, region_stop = o, min(out.size, source + 3 * (stop - start) + LANES)
     while p < stop:
         if wide and p <= last_wide:
             malformed = 0
             while p <= last_wide:  # a loop of its own: its values stay in registers
+                if o + 2 * WIDE_DECODE_POSITIONS > touched:
+                    touched = _fault_in(out, max(touched, o), region_stop)
                 starts = _cut_window(cuts, p + EDGE)  # bit k: p + k
                 written, malformed, carry, kept, kept_after, written_before = \
                     _decode_wide_step(ids, p, starts, layout, base, carried, out, o)

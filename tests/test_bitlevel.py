@@ -607,6 +607,25 @@ def test_cpu_steps_redo_every_malformation_at_every_lane(codecs):
     assert lanes_met == set(range(bitpack.WIDE_DECODE_POSITIONS))
 
 
+@pytest.mark.parametrize("n_chunks", [1, 2])
+def test_cpu_decode_faults_its_output_in_ahead_without_touching_what_it_wrote(n_chunks):
+    """Decoding touches its output's pages in bursts of FAULT_IN_IDS ahead of the steps
+    (zeros written once every 4 KB): an output of several bursts, on one and two
+    chunks, still decodes to the ids encoded."""
+    codec = DEFAULT_CODECS["cpu"]
+    t = codec._tables
+    coded = _dense_coded(codec, 4000, seed=2)
+    repeats = 3 * bitpack.FAULT_IN_IDS // coded.size
+    ids = np.tile(codec.decode_batch(coded, np.array([0, coded.size]))[0], repeats)
+    offsets = np.linspace(0, ids.size, 1000).astype(np.int64)
+    encoded, encoded_offsets, _ = bitpack.bitlevel_encode_cpu(
+        ids, offsets, t["lead_prefix_ids"], t["value_ids"], BASE)
+    decoded, decoded_offsets, n_bad, _ = bitpack.bitlevel_decode_cpu(
+        encoded, encoded_offsets, t["decode_table"], BASE, n_chunks=n_chunks)
+    assert decoded.size > 2 * bitpack.FAULT_IN_IDS and n_bad == 0
+    assert np.array_equal(decoded, ids) and np.array_equal(decoded_offsets, offsets)
+
+
 @numba.njit
 def _wide_decode_steps_from(ids, layout):
     """Run the wide decoding steps over one sequence, each taking what the one before
