@@ -1422,6 +1422,30 @@ def _fault_in(out, touched, stop):
 
 
 @njit(cache=True)
+def _decode_wide_run(ids, offsets, cuts, chunk, p, last_wide, o, touched, region_stop, layout,
+                     base, carried, out, sequence, sequence_out):
+    """Wide decoding steps from p while p <= last_wide or until one finds a malformed
+    unit; record the sequences they enter. Returns (p, o, carried, sequence, touched,
+    malformed bits of the step that stopped, or 0)."""
+    malformed = 0
+    while p <= last_wide:
+        if o + 2 * WIDE_DECODE_POSITIONS > touched:
+            touched = _fault_in(out, max(touched, o), region_stop)
+        starts = _cut_window(cuts, p + EDGE)  # bit k: p + k
+        written, malformed, carry, kept, kept_after, written_before = \
+            _decode_wide_step(ids, p, starts, layout, base, carried, out, o)
+        if malformed != 0:
+            break
+        sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept, 2, p,
+                                           chunk, sequence_out)
+        sequence = _record_sequence_starts(offsets, sequence, p + 2 * WIDE_LANES,
+                                           o + written_before, kept_after, 2, p + WIDE_LANES,
+                                           chunk, sequence_out)
+        p, o, carried = p + WIDE_DECODE_POSITIONS, o + written, carry
+    return p, o, carried, sequence, touched, malformed
+
+
+@njit(cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
                   out, sequence_out):
     """Decode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
@@ -1440,21 +1464,9 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     touched, region_stop = o, min(out.size, source + 3 * (stop - start) + LANES)
     while p < stop:
         if wide and p <= last_wide:
-            malformed = 0
-            while p <= last_wide:  # a loop of its own: its values stay in registers
-                if o + 2 * WIDE_DECODE_POSITIONS > touched:
-                    touched = _fault_in(out, max(touched, o), region_stop)
-                starts = _cut_window(cuts, p + EDGE)  # bit k: p + k
-                written, malformed, carry, kept, kept_after, written_before = \
-                    _decode_wide_step(ids, p, starts, layout, base, carried, out, o)
-                if malformed != 0:
-                    break
-                sequence = _record_sequence_starts(offsets, sequence, p + WIDE_LANES, o, kept,
-                                                   2, p, chunk, sequence_out)
-                sequence = _record_sequence_starts(offsets, sequence, p + 2 * WIDE_LANES,
-                                                   o + written_before, kept_after, 2,
-                                                   p + WIDE_LANES, chunk, sequence_out)
-                p, o, carried = p + WIDE_DECODE_POSITIONS, o + written, carry
+            p, o, carried, sequence, touched, malformed = _decode_wide_run(
+                ids, offsets, cuts, chunk, p, last_wide, o, touched, region_stop, layout, base,
+                carried, out, sequence, sequence_out)
             if malformed == 0:
                 continue
             p, o, carried, sequence, run_bad, run_first_bad = _redo_units(
