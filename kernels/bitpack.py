@@ -1979,3 +1979,29 @@ def bitlevel_decode_cuda(ids, offsets, decode_table, base_vocab_size, xp=None):
 #   bit-map rewrite would help it (its checks are shifts of class bits, and the "last
 #   prefix seen" scan, five rounds of vector shuffles now, is a carry propagation on bit
 #   maps), but not by 3-4x.
+#
+# Session 9 (2026-11-26 17:05-17:45 UTC, same VM: AMD EPYC Zen 4, 2 vCPUs, load 0.3-1.8;
+# process CPU time, 16.3M coded real zh+ja ids, one thread; bench/RESULTS.md "Issue 18,
+# lead, session 9"; A/B: bench/bitlevel_ab.py --rev HEAD, medians of 11):
+# - At the start, in a quiet phase: decode whole call 13.1-13.5 ms = chunk loop on a
+#   fresh output 12.5 + planning and joining ~0.6; the loop on a pre-faulted output 7.6
+#   (0.47 ns/id, the same with the input in L2: compute bound); np.copy 6.4 ms. Ratio
+#   0.43-0.49 (the 0.33 of earlier sessions was a slower phase of this VM).
+# - The wide decoding step rewritten around bit maps, as the encoding step was, over 64
+#   positions (kept): the four classes and the prefix's two bits go to general-purpose
+#   registers as 64-bit maps (one kunpckdq and one kmovq each); the checks are shifts and
+#   logic there; the "last prefix seen" scan, five rounds of vector shuffles before, is
+#   one addition per bit plane (``_filled``): in force / bit 0 / bit 1. The slots' keep
+#   masks are two pdep of the maps (first id: hi, lo or plain; second: lo). Compute
+#   7.6 -> 6.5 ms (0.36 ns/id in L2, was 0.46); whole calls 1.07x / 1.14x / 1.11x (real,
+#   mixed, bytes).
+# - The output's page faults: the loop on a fresh output cost 6-6.5 ms more than on a
+#   touched one, where writing the same 80 MB fresh costs 2.5-2.7 ms more (alloc, fill,
+#   free). Faulted in all at once before the loop (outside the call), then decoded:
+#   9.8 ms against 11.6. So the faults cost twice as much taken one by one among the
+#   steps. ``_fault_in`` touches the output (one store every 4 KB) in bursts ahead of the
+#   steps (kept, 8 MB): whole calls 1.10-1.12x; bursts of 2 MB 1.01-1.03x, 4 MB 1.06x,
+#   16 MB 1.08-1.10x, 32 MB 1.06x. The same for encoding: 1.01-1.02x (not kept).
+# - The wide decoding steps as a function of their own (``_decode_wide_run``; kept):
+#   compute 1.09-1.10x, whole calls 1.06-1.07x. The same for encoding: 0.96-0.99x (not
+#   kept).
