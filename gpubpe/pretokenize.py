@@ -29,7 +29,7 @@ import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +38,7 @@ import numpy as np
 import regex
 
 from ._pystr import bytes_objects, str_list_utf8
+from ._threads import helper_pool
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
@@ -773,8 +774,8 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
             if progress is not None:
                 progress.update(len(batch.data))
         return tally.as_dict()
-    with ThreadPoolExecutor(threads - 1) as pool:  # and this thread: see _HelpedPool
-        shares = _HelpedPool(pool)
+    shares = _HelpedPool(helper_pool(threads - 1))  # and this thread: see _HelpedPool
+    try:
         for batch in batches:
             for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
                 shares.submit(_counted_share, counter, batch.data, starts, ends, regex_text)
@@ -784,6 +785,8 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                 progress.update(len(batch.data))
         while shares:
             tally.add(*shares.oldest_result())
+    finally:
+        shares.cancel()  # after an error: no share starts, none runs on once this returns
     # Tried (issue 18), to take the adding off this reading thread: each share added
     # on its pool thread in share order (a turn condition): slower (2 threads 111-128
     # ms against 86-105; a pool thread waiting for its turn is a counting thread lost);
@@ -822,6 +825,14 @@ class _HelpedPool:
         while not oldest.finished() and self._run_one_unstarted():
             pass
         return self.tasks.popleft().result()
+
+    def cancel(self) -> None:
+        """Cancel the tasks no thread has started and wait for the ones running (the
+        pool is the process's: nothing else waits for them)."""
+        running = [task.future for task in self.tasks
+                   if task.future is not None and not task.future.cancel()]
+        wait(running)
+        self.tasks.clear()
 
     def _run_one_unstarted(self) -> bool:
         for task in reversed(self.tasks):

@@ -182,3 +182,42 @@ def test_helped_calls_end_before_an_error_is_raised():
                 _helped(call, calls, 2, first=first)
             finally:
                 assert running[0] == 0
+
+
+def test_counting_shares_end_before_an_error_is_raised(lines, monkeypatch):
+    """count_words on 2 threads counts its shares on the process's kept pool thread and
+    the calling thread: when reading a batch raises, the error comes out only once no
+    share runs any more (no thread keeps counting for a call that has ended), and the
+    next call counts as one thread does."""
+    import threading
+    import time
+
+    running, lock = [0], threading.Lock()
+    counted_share = pretokenize._counted_share
+
+    def slow_share(*args):
+        with lock:
+            running[0] += 1
+        time.sleep(0.01)
+        try:
+            return counted_share(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(pretokenize, "_counted_share", slow_share)
+    batches = [batch for k in range(0, 3000, 300)
+               for batch in pretokenize.iter_batches(lines[k:k + 300])]
+    assert len(batches) == 10
+
+    def failing_read():
+        yield from batches[:5]
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="disk"):
+        try:
+            pretokenize.count_batch_words(failing_read(), num_threads=2)
+        finally:
+            assert running[0] == 0
+    assert pretokenize.count_batch_words(iter(batches), num_threads=2) == \
+        pretokenize.count_batch_words(iter(batches), num_threads=1)
