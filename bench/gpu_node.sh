@@ -13,6 +13,7 @@
 #   bench.json                 `gpubpe bench --backend cpu,cuda` (training + encoding vs HF/tiktoken)
 #   gpu_bench.json             encode/decode/bit-level codec, CPU vs GPU, launches and syncs per MB
 #   RESULTS.md                 one markdown section to paste into bench/RESULTS.md
+#   cpu_sweep.md / lscpu.txt   the CPU thread sweep on 1, 2 and every core (issue 18), the host
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
 # --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
 # file; give a tiny --corpus and --megabytes 0.02): its numbers mean nothing.
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
         --megabytes) megabytes="$2"; shift 2 ;;
         --vocab-size) vocab_size="$2"; shift 2 ;;
         --simulator) simulator=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -76,5 +77,11 @@ corpus_option=()
     --vocab-size "$vocab_size" --doctor "$out/doctor.json" --bench "$out/bench.json" \
     --tests "$out/tests.txt" --json "$out/gpu_bench.json" --markdown "$out/RESULTS.md"
 
-echo "== wrote $out/RESULTS.md (paste it into bench/RESULTS.md)"
+echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
+lscpu > "$out/lscpu.txt" 2>&1
+sweep_size=()
+[ "$simulator" -eq 1 ] && sweep_size=(--megabytes 0.05 --repeats 2)
+"$python" bench/encode_bench.py --sweep "${sweep_size[@]}" | tee "$out/cpu_sweep.md"
+
+echo "== wrote $out/RESULTS.md and $out/cpu_sweep.md (paste them into bench/RESULTS.md)"
 [ "$tests_status" -eq 0 ] || exit 1
