@@ -21,10 +21,14 @@ Corpora (seeded, so every run sees the same ids):
   (LibreOffice help, from Debian's libreoffice-help-zh-cn / -ja; the same pages
   ``bench/corpora.py`` builds its zh and ja corpora from), as byte ids, each line a
   document (~60 ids), repeated up to ``--n-ids``.
+- ``pages``: the zh and ja corpora themselves (every line of those help pages that holds
+  the language's script, ~5 MB), when ``bench/corpora.py zh ja`` has built them in
+  ``--corpora`` (``all`` leaves the corpus out, saying so, when they are not there);
+  zh then ja, each line a document, repeated up to ``--n-ids``.
 
 Each operation runs two ways on the same tables: ``lanes``, the CPU backend (vector
-steps in LLVM IR, ``kernels/_lanes.py``: 64 positions (encoding) or 32 (decoding) in
-16-bit lanes where the ids fit and the CPU has AVX-512BW, else 16 in 32-bit lanes), and ``plain``, the best plain
+steps in LLVM IR, ``kernels/_lanes.py``: 64 positions a step in 16-bit lanes where the
+ids fit and the CPU has AVX-512BW, else 16 in 32-bit lanes), and ``plain``, the best plain
 Numba loops (``bench/bitlevel_plain.py``); the ratio column says how much faster the
 lanes are. The load average is printed before and after: the ratios are taken side by
 side in one run because the machine may be shared.
@@ -41,6 +45,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def parse_args():
@@ -48,7 +53,10 @@ def parse_args():
     parser.add_argument("--n-ids", type=int, default=20_000_000, help="ids per corpus")
     parser.add_argument("--threads", type=int, default=1, help="NUMBA_NUM_THREADS")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs; medians reported")
-    parser.add_argument("--corpus", choices=["real", "mixed", "bytes", "all"], default="all")
+    parser.add_argument("--corpus", choices=["real", "pages", "mixed", "bytes", "all"],
+                        default="all")
+    parser.add_argument("--corpora", default=str(Path(__file__).resolve().parent / "corpora"),
+                        help="where bench/corpora.py wrote zh.txt and ja.txt (corpus pages)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
@@ -143,6 +151,23 @@ def real_corpus(n_ids):
         lines = [line.encode() for line in handle.read().split("\n")
                  if han_or_kana.search(line) and not hangul.search(line)
                  and not line.lstrip().startswith("<annotation")]  # the emoji part
+    return lines_as_ids(lines, n_ids)
+
+
+def page_files():
+    """bench/corpora.py's zh and ja corpora in --corpora, or None where one is missing."""
+    files = [Path(ARGS.corpora) / f"{language}.txt" for language in ("zh", "ja")]
+    return files if all(path.is_file() for path in files) else None
+
+
+def pages_corpus(n_ids):
+    """The zh and ja corpora (``page_files``) as byte ids, one document a line."""
+    lines = [line for path in page_files() for line in path.read_bytes().split(b"\n") if line]
+    return lines_as_ids(lines, n_ids)
+
+
+def lines_as_ids(lines, n_ids):
+    """Lines (bytes) as byte ids, one document each, repeated to about ``n_ids`` ids."""
     lines = lines * (n_ids // sum(map(len, lines)) + 1)
     offsets = np.concatenate([[0], np.cumsum([len(line) for line in lines])]).astype(np.int64)
     k = int(np.searchsorted(offsets, n_ids))
@@ -151,7 +176,8 @@ def real_corpus(n_ids):
 
 
 def bench_corpus(kind, codec, reference_codec):
-    ids, offsets = real_corpus(ARGS.n_ids) if kind == "real" else \
+    real = {"real": real_corpus, "pages": pages_corpus}
+    ids, offsets = real[kind](ARGS.n_ids) if kind in real else \
         synthetic_corpus(kind, ARGS.n_ids, ARGS.seed)
     coded, coded_offsets = check_outputs(codec, reference_codec, ids, offsets)
     tables, base = codec._tables, codec.base_vocab_size
@@ -213,7 +239,14 @@ def main():
     codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="cpu")
     reference_codec = BitLevelCodec(BASE_VOCAB_SIZE, backend="numpy")
     jit_encode, jit_decode = compile_seconds(codec)
-    kinds = ["real", "mixed", "bytes"] if ARGS.corpus == "all" else [ARGS.corpus]
+    kinds = ["real", "pages", "mixed", "bytes"] if ARGS.corpus == "all" else [ARGS.corpus]
+    if "pages" in kinds and page_files() is None:
+        if ARGS.corpus == "pages":
+            sys.exit(f"no zh.txt and ja.txt in {ARGS.corpora}: run "
+                     f"python bench/corpora.py zh ja --out {ARGS.corpora}")
+        print(f"(corpus pages left out: no zh.txt and ja.txt in {ARGS.corpora}; "
+              "python bench/corpora.py zh ja builds them)\n")
+        kinds.remove("pages")
     results = [bench_corpus(kind, codec, reference_codec) for kind in kinds]
     print("## Bit-level codec throughput (Numba CPU backend)\n")
     print(f"- machine: {machine()}")
