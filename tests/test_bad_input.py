@@ -298,9 +298,9 @@ def test_a_signal_removes_temporary_files_and_keeps_the_old_output(tok_path, tmp
         time.sleep(0.02)
     child.send_signal(signum)
     _, err = child.communicate(timeout=120)
-    assert child.returncode == 128 + signum
+    assert child.returncode == 128 + signum, err.decode()[-2000:]
     assert err.decode().strip().endswith("terminated" if signum == signal.SIGTERM else
-                                         "interrupted")
+                                         "interrupted"), err.decode()[-2000:]
     assert out.read_bytes() == b"previous run"
     assert not list(tmp_path.glob(".*")), "temporary file left"
 
