@@ -295,14 +295,14 @@ def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
 # chunk (one thread) returns its piece as it is, without a copy.
 #
 # Within a chunk the positions are taken 64 at a time (two vectors) by one wide step in
-# 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``)
-# where the codec's ids fit in 16 bits and the CPU has AVX-512BW, else (and at the edges,
-# the chunk's tail, and around bad ids or ids of 0xFFFF or more) 16 at a time in 32-bit
-# lanes (``_encode_step``, ``_decode_step``); all are LLVM IR written with ``_lanes``, and
-# run across sequence ends: every lane works out what its position writes from the ids
-# around it and from the sequence starts near it (bits of ``_cut_map``; the wide encoding
-# step works out its character starts as bit maps in general-purpose registers), and the
-# kept lanes are stored packed. A step reports which lanes it kept, so that a sequence
+# 16-bit lanes (``_encode_wide_step``, ``_decode_wide_step``) where the codec's ids fit in
+# 16 bits and the CPU has AVX-512BW, else (and at the edges, the chunk's tail, and around
+# bad ids or ids of 0xFFFF or more) 16 at a time in 32-bit lanes (``_encode_step``,
+# ``_decode_step``); all are LLVM IR written with ``_lanes``, and run across sequence
+# ends: every lane works out what its position writes from the ids around it and from the
+# sequence starts near it (bits of ``_cut_map``; the wide steps work out character starts,
+# classes and checks as bit maps in general-purpose registers), and the kept lanes are
+# stored packed. A step reports which lanes it kept, so that a sequence
 # starting inside it gets its output offset from a popcount.
 
 
