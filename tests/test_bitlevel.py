@@ -315,6 +315,58 @@ def test_arbitrary_coded_input_decodes_alike_on_every_backend(data):
         assert codec.decode_batch(coded, offsets)[0].tolist() == replaced.tolist()
 
 
+def _long_coded_input(codec, rng):
+    """Coded input long enough for the CPU's 64-position steps: 1-6 documents of
+    characters and base ids, well formed (a character's prefix id where none is in
+    force, else now and then), then 0-2 malformed units put in anywhere, a third of them
+    at a document's end: a lone value or prefix id, an id past the codec's, or a base id
+    and a character with no prefix id (none is in force then), each as likely."""
+    hi_ids = [codec.value_id(v) for v in HI_VALUES]
+    lo_ids = [codec.value_id(v) for v in LO_VALUES]
+    prefix_ids = [codec.prefix_id(p) for p in codec.prefixes]
+    documents = []
+    for _ in range(rng.integers(1, 7)):
+        units, in_force = [], False
+        for _ in range(rng.integers(5, 60)):
+            if rng.random() < 0.3:
+                units.append([int(rng.integers(0, BASE))])
+                in_force = False
+            else:
+                prefix = [int(rng.choice(prefix_ids))] if not in_force or rng.random() < 0.4 \
+                    else []
+                units.append(prefix + [int(rng.choice(hi_ids)), int(rng.choice(lo_ids))])
+                in_force = True
+        documents.append(units)
+    malformed = [lambda: [int(rng.choice(hi_ids + lo_ids))],
+                 lambda: [int(rng.choice(prefix_ids))],
+                 lambda: [int(rng.integers(codec.vocab_size, codec.vocab_size + 4))],
+                 lambda: [65, int(rng.choice(hi_ids)), int(rng.choice(lo_ids))]]
+    for _ in range(rng.integers(0, 3)):
+        units = documents[rng.integers(0, len(documents))]
+        at = len(units) if rng.random() < 1 / 3 else int(rng.integers(0, len(units) + 1))
+        units.insert(at, malformed[rng.integers(0, len(malformed))]())
+    lengths = [sum(map(len, units)) for units in documents]
+    coded = np.array([x for units in documents for unit in units for x in unit], np.uint32)
+    return coded, np.cumsum([0] + lengths).astype(np.int64)
+
+
+def test_long_coded_input_decodes_alike_on_the_cpu_steps_and_numpy():
+    """Inputs long enough for the CPU's 64-position steps, where the short property tests
+    above never reach (400 seeded inputs): mostly well-formed units, so that the wide
+    steps' own checks must find the malformed ones (more of them would send nearly every
+    step to the one-unit-at-a-time redo); the CPU backend's output, malformed count and
+    first malformed unit are the NumPy backend's."""
+    rng = np.random.default_rng(18)
+    for codec in (DEFAULT_CODECS["cpu"], PAPER_CODECS["cpu"]):
+        table = codec._tables["decode_table"]
+        for _ in range(200):
+            coded, offsets = _long_coded_input(codec, rng)
+            expected = bitpack.bitlevel_decode_numpy(coded, offsets, table, BASE)
+            got = bitpack.bitlevel_decode_cpu(coded, offsets, table, BASE, n_chunks=1)
+            assert_same([expected[:2], got[:2]])
+            assert got[2:] == expected[2:]
+
+
 def _decode_on_device(coded, offsets, decode_table):
     """bitlevel_decode_cuda on device copies (guarded arrays in the simulator), results on the host."""
     xp = resolve_backend("cuda").xp
