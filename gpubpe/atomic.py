@@ -30,9 +30,13 @@ def temporary_path(path: Path) -> Path:
 def open_new(path: Path, binary: bool = True):
     """Create ``path`` (which must not exist) for writing, mode 0666 minus the umask."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    if binary:
-        return os.fdopen(descriptor, "wb")
-    return os.fdopen(descriptor, "w", encoding="utf-8", newline="")
+    try:
+        if binary:
+            return os.fdopen(descriptor, "wb")
+        return os.fdopen(descriptor, "w", encoding="utf-8", newline="")
+    except BaseException:  # an interrupt: the caller removes the file, nothing holds it
+        os.close(descriptor)
+        raise
 
 
 def finish(handle) -> os.stat_result:
@@ -53,13 +57,15 @@ def atomic_output(path, binary: bool = True):
     """
     path = Path(path)
     temporary = temporary_path(path)
-    handle = open_new(temporary, binary)
-    try:
+    handle = None
+    try:  # from before the file is made: an interrupt inside open_new leaves none either
+        handle = open_new(temporary, binary)
         yield handle
         finish(handle)
         os.replace(temporary, path)
     except BaseException:
-        handle.close()
+        if handle is not None:
+            handle.close()
         temporary.unlink(missing_ok=True)
         raise
 

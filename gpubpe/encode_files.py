@@ -134,8 +134,9 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     stream = tok.batch_stream(allowed_special)  # checks allowed_special before files open
     writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
     input_bytes = 0
-    writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
-    try:
+    writer = None
+    try:  # from before the temporary files are made: a signal then leaves none either
+        writer = _TokenFileWriter(output, id_dtype, lines=_all_line_files(paths))
         for batch, staged in _read_ahead(batches, stream.upload):
             with stream.encoding(staged) as text:
                 encoded = tok.encode_buffer(text, batch.doc_starts, batch.doc_ends,
@@ -155,7 +156,8 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
         raise _kept_partial(writer, skip_documents, exc) from exc
     except BaseException:
         _stop(stream, writing, finish=False)
-        writer.abort()
+        if writer is not None:  # (else it removed its files itself)
+            writer.abort()
         raise
     finally:
         bar.close()
@@ -417,9 +419,9 @@ class _TokenFileWriter:
         self.tokens = 0
         self._ids_temp = temporary_path(output)
         self._offsets_temp = temporary_path(self.offsets_path)
-        self._ids = open_new(self._ids_temp)
-        self._offsets = None
+        self._ids = self._offsets = None
         try:  # an interrupt or a full disk from here on leaves no temporary file
+            self._ids = open_new(self._ids_temp)
             self._offsets = open_new(self._offsets_temp)
             if self.npy:
                 self._ids.write(npy_header(dtype, 0))
@@ -468,10 +470,13 @@ class _TokenFileWriter:
             write_text_atomically(manifest_path_of(ids_path), manifest_text)
 
     def abort(self) -> None:
+        """Close and remove the temporary files, a file too whose ``open_new`` an interrupt
+        cut short after it was made (its handle never came back; the names hold this
+        process's id and a random part, so no other writer's file has them)."""
         for handle, path in ((self._ids, self._ids_temp), (self._offsets, self._offsets_temp)):
             if handle is not None:
                 handle.close()
-                path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
 
 
 def _identity(stat: os.stat_result) -> list[int]:

@@ -263,3 +263,53 @@ def test_cli_decode_ends_each_document_with_one_newline(tok, tmp_path, capsys):
     capsys.readouterr()
     assert main(["decode", "-t", str(tok_path), str(out)]) == 0
     assert capsys.readouterr().out == "".join(t if t.endswith("\n") else t + "\n" for t in texts)
+
+
+def _fdopen_interrupted_at(monkeypatch, call: int) -> list:
+    """``os.fdopen`` raising KeyboardInterrupt at its ``call``-th call: a signal landing
+    after ``os.open`` made a file and before its handle came back. Returns the calls."""
+    import os
+
+    real_fdopen, calls = os.fdopen, []
+
+    def fdopen(descriptor, *args, **kwargs):
+        calls.append(descriptor)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real_fdopen(descriptor, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    return calls
+
+
+@pytest.mark.parametrize("interrupted_open", [1, 2])
+def test_an_interrupt_just_after_a_temporary_file_is_made_leaves_none(tok, corpus, tmp_path,
+                                                                      monkeypatch,
+                                                                      interrupted_open):
+    """A signal can land between ``os.open`` making a temporary file and the handle coming
+    back (the signal test in test_bad_input.py met it on a loaded 2-core VM: it sends
+    SIGTERM as soon as it sees a temporary file). Interrupted there at the ids file or the
+    offsets file, the run leaves no file behind and the old output as it was."""
+    paths, _ = corpus
+    out = tmp_path / "tokens.npy"
+    out.write_bytes(b"previous run")
+    calls = _fdopen_interrupted_at(monkeypatch, interrupted_open)
+    with pytest.raises(KeyboardInterrupt):
+        encode_files(tok, paths, out, progress=False, batch_bytes=2048)
+    assert len(calls) == interrupted_open
+    assert out.read_bytes() == b"previous run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "corpus.txt",
+                                                          "tokens.npy"]
+
+
+def test_an_interrupted_atomic_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The same for ``atomic_output`` (manifests, saved tokenizers)."""
+    from gpubpe.atomic import write_text_atomically
+
+    target = tmp_path / "manifest.json"
+    target.write_text("before")
+    _fdopen_interrupted_at(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomically(target, "after")
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    assert target.read_text() == "before"
