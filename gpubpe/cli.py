@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 from importlib import resources
@@ -233,16 +234,41 @@ def _raise_terminated(signum, frame):
 
 @contextlib.contextmanager
 def _terminate_as_exception():
-    """SIGTERM raises (only while a command runs, and only in the main thread)."""
+    """SIGTERM raises (only while a command runs, and only in the main thread), and a
+    signal's exception that a finalizer swallowed is raised again (``_resend_swallowed``)."""
     try:
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _resend_swallowed(sys.unraisablehook)
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
+
+
+def _resend_swallowed(previous_hook):
+    """An unraisable-exception hook that sends SIGTERM or SIGINT again when its exception
+    was raised inside a ``__del__`` or another callback whose exceptions Python only
+    prints ("Exception ignored in ..."): the signal then stops the run at the next line
+    of ordinary code. (Seen: a SIGTERM that landed in llvmlite's finalizer while Numba
+    compiled; the run went on and replaced the output it was to leave alone.)
+
+    Sent 10 ms later from a thread of its own: sent here, or from a thread this hook waits
+    to start, the handler would run inside this hook, which Python only prints again."""
+    def hook(unraisable):
+        signum = (unraisable.exc_value.signum if isinstance(unraisable.exc_value, _Terminated)
+                  else signal.SIGINT if isinstance(unraisable.exc_value, KeyboardInterrupt)
+                  else None)
+        if signum is None:
+            previous_hook(unraisable)
+        else:
+            resend = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+            resend.daemon = True
+            resend.start()
+    return hook
 
 
 def main(argv: list[str] | None = None) -> int:

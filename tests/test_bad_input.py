@@ -587,3 +587,22 @@ def test_a_signal_during_a_kernel_raises_where_python_runs():
         child.send_signal(signal.SIGTERM)
         _, err = child.communicate(timeout=120)
         assert child.returncode == 143, err.decode()[-2000:]
+
+
+def test_a_signal_swallowed_by_a_finalizer_is_raised_again():
+    """A SIGTERM that lands inside a ``__del__`` raises there, and Python only prints
+    that ("Exception ignored in ..."): the run went on (seen once in the signal test
+    above, in llvmlite's finalizer while Numba compiled). While a command runs, the CLI
+    sends the signal again, and it stops the run at the next line of ordinary code."""
+    from gpubpe import cli
+
+    class Finalized:
+        def __del__(self):
+            cli._raise_terminated(signal.SIGTERM, None)  # as if the signal landed here
+
+    hook_before = sys.unraisablehook
+    with pytest.raises(cli._Terminated):
+        with cli._terminate_as_exception():
+            Finalized()  # dropped at once: its __del__ runs, and raises into the hook
+            time.sleep(5)  # the signal sent again interrupts this
+    assert sys.unraisablehook is hook_before
