@@ -21,7 +21,6 @@ there and is two here (``b"\\xe4\\xb8"``, ``b"abc"``).
 
 from __future__ import annotations
 
-import collections
 import gzip
 import itertools
 import json
@@ -29,7 +28,6 @@ import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +36,7 @@ import numpy as np
 import regex
 
 from ._pystr import bytes_objects, str_list_utf8
-from ._threads import helper_pool
+from ._threads import HelpedPool
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
@@ -774,7 +772,7 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
             if progress is not None:
                 progress.update(len(batch.data))
         return tally.as_dict()
-    shares = _HelpedPool(helper_pool(threads - 1))  # and this thread: see _HelpedPool
+    shares = HelpedPool(threads - 1)  # and this thread: see HelpedPool
     try:
         for batch in batches:
             for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
@@ -797,69 +795,6 @@ def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
     # batch): slower on 2 cores, 1 thread 103-109 -> 110-116 ms, 2 threads 68-73 ->
     # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
     return tally.as_dict()
-
-
-class _HelpedPool:
-    """Tasks of a pool with one thread fewer than the work's, results taken in order: the
-    calling thread, while it waits, runs the newest task no pool thread has started.
-
-    Issue 18, counting a list of str on 2 cores: with a pool thread per core the
-    reading thread (str -> UTF-8, adding shares, ~40% of one core) made three busy
-    threads on two cores, and the counting took ~25% more CPU time than on one thread
-    (with the batches read beforehand, the same CPU time). One pool thread fewer, and the
-    reader counting whatever no pool thread has taken, keeps a thread a core.
-    """
-
-    def __init__(self, pool: ThreadPoolExecutor):
-        self.pool = pool
-        self.tasks: collections.deque[_Task] = collections.deque()
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def submit(self, function, *args) -> None:
-        self.tasks.append(_Task(self.pool.submit(function, *args), function, args))
-
-    def oldest_result(self):
-        oldest = self.tasks[0]
-        while not oldest.finished() and self._run_one_unstarted():
-            pass
-        return self.tasks.popleft().result()
-
-    def cancel(self) -> None:
-        """Cancel the tasks no thread has started and wait for the ones running (the
-        pool is the process's: nothing else waits for them)."""
-        running = [task.future for task in self.tasks
-                   if task.future is not None and not task.future.cancel()]
-        wait(running)
-        self.tasks.clear()
-
-    def _run_one_unstarted(self) -> bool:
-        for task in reversed(self.tasks):
-            if task.run_here():
-                return True
-        return False
-
-
-@dataclass
-class _Task:
-    future: Future | None  # None once run on the calling thread
-    function: object
-    args: tuple
-    value: object = None
-
-    def finished(self) -> bool:
-        return self.future is None or self.future.done()
-
-    def run_here(self) -> bool:
-        """Run it on this thread if no pool thread has started it."""
-        if self.future is None or not self.future.cancel():
-            return False
-        self.future, self.value = None, self.function(*self.args)
-        return True
-
-    def result(self):
-        return self.value if self.future is None else self.future.result()
 
 
 class _WordTally:

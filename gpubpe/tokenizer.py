@@ -31,7 +31,7 @@ import os
 import threading
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,7 @@ import regex
 
 from . import interop
 from ._pystr import TextTables, decode_texts
-from ._threads import helper_pool
+from ._threads import HelpedPool
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
@@ -1319,30 +1319,23 @@ def _helped(function, calls: list[tuple], threads: int, first=None) -> None:
     """``function(*args)`` for every args tuple, on ``threads - 1`` pool threads and this
     one, which runs ``first()`` (when given) before it takes, newest first, the calls no
     pool thread has started. Every call handed over has ended when this returns or
-    raises (they write into the caller's arrays)."""
+    raises (they write into the caller's arrays): a ``_threads.HelpedPool``."""
     if threads <= 1 or len(calls) <= 1:
         if first is not None:
             first()
         for args in calls:
             function(*args)
         return
-    futures = [helper_pool(threads - 1).submit(function, *args) for args in calls]
-    here = set()
+    calls_given = HelpedPool(threads - 1)
     try:
+        for args in calls:
+            calls_given.submit(function, *args)
         if first is not None:
             first()
-        for k in reversed(range(len(calls))):
-            if not futures[k].cancel():
-                break
-            here.add(k)
-            function(*calls[k])
+        while calls_given:
+            calls_given.oldest_result()  # a call's error, raised here
     finally:
-        for future in futures:
-            future.cancel()
-        wait([future for future in futures if not future.cancelled()])
-    for k, future in enumerate(futures):
-        if k not in here:
-            future.result()  # a call's error, raised here
+        calls_given.cancel()
 
 
 def _admit_new_words(cache, array, new: _NewWords) -> bool:
