@@ -20,6 +20,8 @@ import numba.core.serialize
 from numba import njit
 
 hot = njit(cache=True, _nrt=False)
+# ``hot`` kernels that run without the GIL (whole kernels called from Python threads).
+hot_nogil = njit(cache=True, _nrt=False, nogil=True)
 
 
 def _unpickle_without_bytecode() -> None:

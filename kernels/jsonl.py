@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from ._jit import hot
+from ._jit import hot, hot_nogil
 from ._raw import copy_bytes, load
 from .encode._shared import inlined
 from .hashing import _LITTLE_ENDIAN
@@ -412,7 +412,7 @@ def _line_text(data, start, end, key, stack, out, o):
     return text_end
 
 
-@njit(nogil=True, cache=True, _nrt=False)
+@hot_nogil
 def jsonl_texts(data, line_start, line_end, key, out, kind, text_start, text_end, stack):
     """Each line's field ``key`` (UTF-8 bytes of the name) decoded end to end into ``out``
     (3 bytes longer than ``data``: an escape stores 4): ``kind[k]`` TEXT (its text ``out[text_start[k]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._jit import hot_nogil
 from ._raw import call as _call
 from ._raw import prefetch as _prefetch
 from ._raw import put_new_item as _put_new_item
@@ -65,7 +66,7 @@ def packed_words(data, at, length):
     return packed, hashes
 
 
-@njit(nogil=True, cache=True, _nrt=False)
+@hot_nogil
 def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     """Add the packed words (``length[k]`` bytes each, ``counts[k]`` times, hash
     ``hashes[k]``) from word ``cursor[2]``, packed byte ``cursor[3]`` on. ``cursor``:

@@ -11,8 +11,6 @@ from numba import njit
 # Numba IR level: a real call passes every array of a NamedTuple by value
 # (seven machine words each), which cost more than the work itself.
 inlined = njit(cache=True, _nrt=False, inline="always")
-# Kernels that allocate nothing run without the Numba runtime too (see ``_jit.hot``).
-hot_nogil = njit(cache=True, _nrt=False, nogil=True)
 
 
 class RuleTable(NamedTuple):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._shared import hot_nogil, inlined
+from .._jit import hot_nogil
+from ._shared import inlined
 from .bpe import encode_word_list_cpu
 from .words import word_refs_scan_cpu
 
