@@ -1094,55 +1094,47 @@ def _decode_lanes(lanes, x, layout, n_in_span, cut, base, carried, permute):
             seen, klass, value)
 
 
-def _decode_step_of(count, bits):
-    """The decoding step over ``count`` lanes of ``bits`` bits (an ``@intrinsic``)."""
-    @intrinsic
-    def decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
-        """Decode ids[p : p + count] (the first ``n_in_span`` are in the chunk) into
-        out[o:]; ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it.
-        Returns (ids written, malformed bits, what to carry to the next step, kept bits:
-        2k and 2k + 1 for the two ids position p + k may write). Reads ids[p : p + count],
-        writes out[o : o + 2 * count]. Where a bit of "malformed" is set what was written
-        is not the decoding (the caller redoes those positions); in 16-bit lanes an id of
-        0xFFFF or more reads as 0xFFFF, past the codec's ids (the caller makes sure), so
-        it is malformed there too."""
-        def codegen(context, builder, signature, args):
-            ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
-            lanes = LaneBuilder(builder, count, bits)
-            layout_words = [lanes.splat(builder.extract_value(layout_v, k))
-                            for k in range(len(signature.args[4]))]
-            carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
-            x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
-            first, last, written, malformed, seen, klass, value = _decode_lanes(
-                lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
-                carried, can_permute(count, bits))
-            out_data = _array_data(context, builder, signature.args[7], out_v)
-            second_of_pair = lanes.constants([0, 1] * (count // 2))
-            counts, kept = [], []
-            for half in (0, 1):  # the first half of the positions, then the second: the
-                # first and second ids of each in turn
-                keep = second_of_pair.lt(lanes.interleaved(written, written, half))
-                at = builder.add(o_v, counts[0]) if counts else o_v
-                lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
-                counts.append(lanes.count_of(keep))
-                kept.append(keep.bits())
-            seen_last = builder.zext(seen.last(), ir.IntType(64))
-            prefix_after = builder.select(builder.icmp_unsigned("==", seen_last,
-                                                                _i64(_UNSEEN)),
-                                          builder.extract_value(carried_v, 0), seen_last)
-            carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64))
-                                      for v in (klass, value)]
-            return context.make_tuple(builder, signature.return_type, [
-                builder.add(*counts), malformed,
-                context.make_tuple(builder, signature.return_type[2], carry),
-                builder.or_(kept[0], builder.shl(kept[1], _i64(count)))])
-        carried_type = types.UniTuple(types.int64, 3)
-        return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
-        return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
-    return decode_step
-
-
-_decode_step = _decode_step_of(LANES, 32)
+@intrinsic
+def _decode_step(typingctx, ids, p, n_in_span, cut, layout, base, carried, out, o):
+    """Decode ids[p : p + LANES] (the first ``n_in_span`` are in the chunk) into
+    out[o:]; ``cut`` = ``_cut_window`` at p, ``carried`` as ``_decode_lanes`` takes it.
+    Returns (ids written, malformed bits, what to carry to the next step, kept bits:
+    2k and 2k + 1 for the two ids position p + k may write). Reads ids[p : p + LANES],
+    writes out[o : o + 2 * LANES]. Where a bit of "malformed" is set what was written
+    is not the decoding (the caller redoes those positions)."""
+    def codegen(context, builder, signature, args):
+        ids_v, p_v, n_in_span_v, cut_v, layout_v, base_v, carried_v, out_v, o_v = args
+        lanes = LaneBuilder(builder)
+        layout_words = [lanes.splat(builder.extract_value(layout_v, k))
+                        for k in range(len(signature.args[4]))]
+        carried = [lanes.splat(builder.extract_value(carried_v, k)) for k in range(3)]
+        x = lanes.load(_array_data(context, builder, signature.args[0], ids_v), p_v)
+        first, last, written, malformed, seen, klass, value = _decode_lanes(
+            lanes, x, layout_words, lanes.splat(n_in_span_v), cut_v, lanes.splat(base_v),
+            carried, can_permute(LANES, 32))
+        out_data = _array_data(context, builder, signature.args[7], out_v)
+        second_of_pair = lanes.constants([0, 1] * (LANES // 2))
+        counts, kept = [], []
+        for half in (0, 1):  # the first half of the positions, then the second: the
+            # first and second ids of each in turn
+            keep = second_of_pair.lt(lanes.interleaved(written, written, half))
+            at = builder.add(o_v, counts[0]) if counts else o_v
+            lanes.store_kept(lanes.interleaved(first, last, half), keep, out_data, at)
+            counts.append(lanes.count_of(keep))
+            kept.append(keep.bits())
+        seen_last = builder.zext(seen.last(), ir.IntType(64))
+        prefix_after = builder.select(builder.icmp_unsigned("==", seen_last,
+                                                            _i64(_UNSEEN)),
+                                      builder.extract_value(carried_v, 0), seen_last)
+        carry = [prefix_after] + [builder.zext(v.last(), ir.IntType(64))
+                                  for v in (klass, value)]
+        return context.make_tuple(builder, signature.return_type, [
+            builder.add(*counts), malformed,
+            context.make_tuple(builder, signature.return_type[2], carry),
+            builder.or_(kept[0], builder.shl(kept[1], _i64(LANES)))])
+    carried_type = types.UniTuple(types.int64, 3)
+    return_type = types.Tuple((types.int64, types.int64, carried_type, types.int64))
+    return return_type(ids, p, n_in_span, cut, layout, base, carried, out, o), codegen
 
 
 # The wide decoding step: 64 positions in two vectors of 16-bit lanes. The classes of
