@@ -69,13 +69,27 @@ def str_list_utf8(texts, run_all=None, parts: int = 1) -> tuple[memoryview, np.n
     return None if layout is None else _utf8_of(list(texts), layout, run_all, parts)
 
 
+def utf8_bound_ends(texts: list) -> np.ndarray | None:
+    """``ends[k]``: at least the UTF-8 bytes of ``texts[:k + 1]`` (exact for ASCII, each
+    other character counted at the most bytes of its storage width), read from the str
+    headers alone; or None where ``str_list_utf8`` would be. ``texts``: a list no other
+    code holds."""
+    layout = _checked_layout()
+    if layout is None:
+        return None
+    ends = np.empty(len(texts), dtype=np.int64)
+    items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
+    return ends if str_utf8_bound(items_at, len(texts), layout, ends) >= 0 else None
+
+
 def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int):
     """``str_list_utf8`` of ``items``, a list no other code holds (none resizes it while
     the kernels read it)."""
     items_at = ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value
     cuts = np.linspace(0, len(items), max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
-    bounds = _each(run_all, str_utf8_bound, [(at, n, layout) for at, n in runs])
+    bounds = _each(run_all, str_utf8_bound, [(at, n, layout, np.empty(n, np.int64))
+                                             for at, n in runs])
     if min(bounds) < 0:
         return None
     run_starts = np.cumsum([0] + [bound + 1 for bound in bounds])  # + the byte a run may spill

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from ._pystr import bytes_objects, str_list_utf8
+from ._pystr import bytes_objects, str_list_utf8, utf8_bound_ends
 from ._threads import HelpedPool
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
@@ -251,6 +251,29 @@ def iter_batches(corpus, text_field: str = "text",
     file is read decompressed, by the suffix before ``.gz`` (``a.jsonl.gz``).
     """
     batch_bytes = batch_bytes or _BATCH_BYTES
+    pending = _PendingDocuments()
+    limit = min(batch_bytes, _FIRST_DOCUMENT_BATCH_BYTES)  # grows, see there
+    for chunk in _item_chunks(corpus, lambda _: _READ_CHUNK):
+        yield from _read_items(chunk, pending, text_field, batch_bytes)
+        if pending.size >= limit:
+            yield pending.batch()
+            limit = min(2 * limit, batch_bytes)
+    if pending:
+        yield pending.batch()
+
+
+@dataclass
+class _Items:
+    """A chunk of an iterable corpus's items, not yet read; ``first``: the first's index."""
+
+    items: list
+    first: int
+    last: bool = False  # the corpus has no items after these
+
+
+def _item_chunks(corpus, next_size) -> Iterator[_Items]:
+    """The items of ``corpus`` (see ``iter_batches``) in chunks of ``next_size(the chunk
+    before)`` items (``next_size(None)`` the first)."""
     if isinstance(corpus, str | os.PathLike):
         corpus = [Path(corpus)]
     if isinstance(corpus, bytes | bytearray | memoryview):
@@ -261,27 +284,27 @@ def iter_batches(corpus, text_field: str = "text",
         raise CorpusError(
             f"corpus must be a path or an iterable of paths/str/bytes, not {type(corpus).__name__}"
         ) from None
-    pending = _PendingDocuments()
-    index = 0
-    limit = min(batch_bytes, _FIRST_DOCUMENT_BATCH_BYTES)  # grows, see there
-    for chunk in _chunks(items, _READ_CHUNK):
-        documents = _str_documents(chunk)  # the common case: every item a str document
-        index += len(chunk) if documents is not None else 0
-        for item in chunk if documents is None else ():  # paths, bytes, errors: one by one
-            if is_corpus_path(item):
-                if pending:
-                    yield pending.batch()
-                yield from read_file(Path(item), text_field, batch_bytes)
-            else:
-                pending.add(_Documents.of([as_bytes(item, f"document {index}")]))
-            index += 1
-        if documents is not None:
-            pending.add(documents)
-        if pending.size >= limit:
-            yield pending.batch()
-            limit = min(2 * limit, batch_bytes)
-    if pending:
-        yield pending.batch()
+    first, size = 0, next_size(None)
+    while chunk := list(itertools.islice(items, size)):
+        yield _Items(chunk, first, len(chunk) < size)
+        first, size = first + len(chunk), next_size(chunk)
+
+
+def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
+                batch_bytes: int) -> Iterator[Batch]:
+    """Read a chunk: its documents into ``pending``; a path's batches yielded, after the
+    documents pending before it."""
+    documents = _str_documents(chunk.items)  # the common case: every item a str document
+    if documents is not None:
+        pending.add(documents)
+        return
+    for index, item in enumerate(chunk.items, chunk.first):  # paths, bytes, errors: one by one
+        if is_corpus_path(item):
+            if pending:
+                yield pending.batch()
+            yield from read_file(Path(item), text_field, batch_bytes)
+        else:
+            pending.add(_Documents.of([as_bytes(item, f"document {index}")]))
 
 
 _READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches
@@ -293,11 +316,6 @@ _READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches
 # (~15K distinct words a share, ~100 ns each on the reading thread: 8 -> 29 ms).
 # Wall, 2 threads: 8 MB batches ~110 ms, 1 MB ~105, 4 MB ~85, growing from 1 MB: RESULTS.
 _FIRST_DOCUMENT_BATCH_BYTES = 1 << 20
-
-
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
 
 
 @dataclass
@@ -746,55 +764,177 @@ def count_words(
             return counts
         if progress is not None and hasattr(progress, "reset"):
             progress.reset()  # a 56-bit word key collided on the device: count exactly
-    return count_batch_words(iter_batches(corpus, text_field), pattern, special_tokens,
-                             num_threads, progress)
+    counting = _WordCounting(pattern, special_tokens, num_threads, progress, text_field)
+    counting.run(counting.corpus_tasks(corpus))
+    return counting.tally.as_dict()
 
 
 def count_batch_words(batches: Iterable[Batch], pattern: str | None = "gpt2",
                       special_tokens: Iterable[str] = (), num_threads: int | None = None,
                       progress=None) -> dict[bytes, int]:
     """:func:`count_words` over batches already read (``gpubpe.dask`` reads a split's)."""
-    regex_text = resolve_pattern(pattern)
-    specials = special_splitter(special_tokens)
-    special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
-    counter = _count_scanned_batch if scanner_for(regex_text) is not None else _count_regex_batch
-    threads = thread_count(num_threads)
-    tally = _WordTally()
-    # Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel;
-    # reading a list of str into batches (encodes, under the GIL) stays on this thread
-    # and overlaps the counting; each share's words are added into one tally by a nogil
-    # kernel (kernels.word_tally), in share order: the same counts and order on every
-    # thread count.
-    if threads == 1:  # on the calling thread: one thread means one
-        for batch in batches:
-            tally.add(*_counted_share(counter, batch.data, *segments(batch, special_bytes),
-                                      regex_text))
-            if progress is not None:
-                progress.update(len(batch.data))
-        return tally.as_dict()
-    shares = HelpedPool(threads - 1)  # and this thread: see HelpedPool
-    try:
-        for batch in batches:
-            for starts, ends in _segment_shares(*segments(batch, special_bytes), threads):
-                shares.submit(_counted_share, counter, batch.data, starts, ends, regex_text)
-            while len(shares) > 2 * threads:
-                tally.add(*shares.oldest_result())
-            if progress is not None:
-                progress.update(len(batch.data))
-        while shares:
-            tally.add(*shares.oldest_result())
-    finally:
-        shares.cancel()  # after an error: no share starts, none runs on once this returns
-    # Tried (issue 18), to take the adding off this reading thread: each share added
-    # on its pool thread in share order (a turn condition): slower (2 threads 111-128
-    # ms against 86-105; a pool thread waiting for its turn is a counting thread lost);
-    # one adder thread taking the shares in order: slower too (108-140 ms; four threads
-    # on two cores). The tally in one part a thread by word hash, each share's parts
-    # added as pool tasks once the share before was in (no thread waits for a turn; what
-    # many cores would want: one ordered tally adds threads x a share's distinct words a
-    # batch): slower on 2 cores, 1 thread 103-109 -> 110-116 ms, 2 threads 68-73 ->
-    # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
-    return tally.as_dict()
+    counting = _WordCounting(pattern, special_tokens, num_threads, progress)
+    counting.run(map(counting.batch_tasks, batches))
+    return counting.tally.as_dict()
+
+
+class _WordCounting:
+    """One word count: share tasks (a function and its arguments) counted on the threads,
+    their words added into one tally in task order, so the counts and their order are the
+    same on every thread count.
+
+    Threads (issue 18, py-spy and CPU times on 2 cores): counting is a nogil kernel; each
+    share's words are added into the tally by a nogil kernel (kernels.word_tally) on the
+    calling thread. How a corpus is read depends on the threads (``corpus_tasks``).
+    """
+
+    def __init__(self, pattern, special_tokens, num_threads, progress, text_field="text"):
+        self.regex_text = resolve_pattern(pattern)
+        specials = special_splitter(special_tokens)
+        self.special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
+        self.counter = _count_scanned_batch if scanner_for(self.regex_text) is not None \
+            else _count_regex_batch
+        self.threads = thread_count(num_threads)
+        self.progress, self.text_field = progress, text_field
+        self.tally = _WordTally()
+
+    def corpus_tasks(self, corpus) -> Iterator[list[tuple]]:
+        """The tasks of a corpus, a list of them at a time.
+
+        Up to ``_READ_IN_SHARES_FROM`` threads, the calling thread reads the corpus into
+        batches (``iter_batches``: a list of str turned into UTF-8 by ``_pystr``, nogil,
+        ~9 of 59 ms for 8.4 MB of lines on one thread) while the others count, and each
+        batch is cut into a share a thread. That reading is serial: it bounds the speedup
+        near 6x (and its adding with it, lower) whatever the cores. From that many threads
+        on, each share of a chunk of items is read by the task that counts it
+        (``_ShareSizes``), and the calling thread only takes the items and adds.
+
+        On the 2-core VM reading in the tasks was slower (2 threads, the same 8.4 MB:
+        38-40 ms against 34-37, 65-72 ms of CPU against 62-66): two counting kernels at
+        once cost ~10% more CPU each than one (the batches read beforehand, 1 thread 47.5
+        ms, 2 threads 52 ms of CPU), and a reading thread beside one counting thread
+        overlaps less of that. With 16 threads forced on the VM the calling thread's own
+        steps fell from 19.7 to 13.3 ms (8.4 MB) and 127 to 61 ms (64 MB): RESULTS.md.
+        """
+        if self.threads < _READ_IN_SHARES_FROM:
+            return map(self.batch_tasks, iter_batches(corpus, self.text_field))
+        sizes = _ShareSizes(self.threads)
+        return ([(self._counted_items, share) for share in sizes.shares(chunk)]
+                for chunk in _item_chunks(corpus, sizes.after))
+
+    def batch_tasks(self, batch: Batch) -> list[tuple]:
+        """A task a thread's share of a batch already read; the first one counts its bytes."""
+        shares = _segment_shares(*segments(batch, self.special_bytes), self.threads)
+        return [(self._counted_share, batch.data, starts, ends, 0 if k else len(batch.data))
+                for k, (starts, ends) in enumerate(shares)]
+
+    def run(self, task_lists: Iterable[list[tuple]]) -> None:
+        """Run the tasks on the threads and add their words in order. A list is submitted
+        whole before this thread waits (2 threads: a chunk's shares given one at a time
+        left the pool thread idle while this one ran a share it had taken to help)."""
+        if self.threads == 1:  # on the calling thread: one thread means one
+            for function, *args in itertools.chain.from_iterable(task_lists):
+                self._add(function(*args))
+            return
+        shares = HelpedPool(self.threads - 1)  # and this thread: see HelpedPool
+        try:
+            for tasks in task_lists:
+                for task in tasks:
+                    shares.submit(*task)
+                while len(shares) > 2 * self.threads:
+                    self._add(shares.oldest_result())
+            while shares:
+                self._add(shares.oldest_result())
+        finally:
+            shares.cancel()  # after an error: no share starts, none runs on once this returns
+        # Tried (issue 18), to take the adding off the calling thread: each share added
+        # on its pool thread in share order (a turn condition): slower (2 threads 111-128
+        # ms against 86-105; a pool thread waiting for its turn is a counting thread lost);
+        # one adder thread taking the shares in order: slower too (108-140 ms; four threads
+        # on two cores). The tally in one part a thread by word hash, each share's parts
+        # added as pool tasks once the share before was in (no thread waits for a turn; what
+        # many cores would want: one ordered tally adds threads x a share's distinct words a
+        # batch): slower on 2 cores, 1 thread 103-109 -> 110-116 ms, 2 threads 68-73 ->
+        # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
+
+    def _add(self, counted) -> None:
+        if isinstance(counted, _Items):  # not all str documents: read here, in order
+            self.run(self._read_tasks(counted))
+            return
+        *words, n_bytes = counted
+        self.tally.add(*words)
+        if self.progress is not None and n_bytes:
+            self.progress.update(n_bytes)
+
+    def _read_tasks(self, chunk: _Items) -> Iterator[list[tuple]]:
+        """The tasks of a chunk read one item at a time (paths, bytes, errors)."""
+        pending = _PendingDocuments()
+        yield from map(self.batch_tasks, _read_items(chunk, pending, self.text_field,
+                                                     _BATCH_BYTES))
+        if pending:
+            yield self.batch_tasks(pending.batch())
+
+    def _counted_items(self, chunk: _Items) -> tuple | _Items:
+        """A chunk's words counted, or the chunk when its items are not all str documents."""
+        documents = _str_documents(chunk.items)
+        if documents is None:
+            return chunk
+        batch = documents.as_batch(len(documents.data))
+        return self._counted_share(batch.data, *segments(batch, self.special_bytes),
+                                   len(batch.data))
+
+    def _counted_share(self, data, starts, ends, n_bytes: int) -> tuple:
+        """A share's word counts as ``_WordTally.add`` takes them (words packed, hashed),
+        and the bytes it read."""
+        array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
+        packed, hashes = packed_words(array, word_at, word_len)
+        return packed, word_len, word_count, hashes, n_bytes
+
+
+class _ShareSizes:
+    """A corpus's items counted on ``threads`` threads: read in batches of items that
+    double from about 1 MB up to ``threads`` x ``_MAX_SHARE_BYTES`` of UTF-8 (the item count
+    from the bytes an item of the batch before), each cut into ``threads`` shares of about
+    equal bytes (the str headers' bound, ``_pystr.utf8_bound_ends``).
+
+    Issue 18: each share's distinct words are added on the calling thread (~30-100 ns
+    each), so smaller shares cost more there: 8.4 MB of lines in 16 shares a batch added
+    in 7.5 ms, in one share a batch 3.0. Batches of 8 MB cut into 16 kept the adding at
+    that rate however long the corpus; now shares grow to 4 MB.
+    """
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.batch_bytes = _FIRST_DOCUMENT_BATCH_BYTES
+        self.item_bytes = 0.0  # UTF-8 bytes an item of the last batch (bound)
+
+    def after(self, chunk: list | None) -> int:
+        """Items in the batch after ``chunk`` (None: the first)."""
+        if chunk is None:
+            return _READ_CHUNK
+        self.batch_bytes = min(2 * self.batch_bytes, self.threads * _MAX_SHARE_BYTES)
+        return max(self.threads, int(self.batch_bytes / max(self.item_bytes, 1.0)))
+
+    def shares(self, chunk: _Items) -> list[_Items]:
+        """``chunk`` in ``threads`` runs of about equal bytes (of equal items when the
+        items are not all str); the corpus's last chunk in ``2 x threads``, so that no
+        thread is left with a long share after the others ended (2 threads, 8.4 MB of
+        lines: one thread idle the last 5 of 38 ms)."""
+        ends = utf8_bound_ends(chunk.items)
+        if ends is None:  # read one item at a time (_counted_items) or by str.encode
+            ends = np.arange(1, len(chunk.items) + 1, dtype=np.int64)
+        self.item_bytes = ends[-1] / ends.size
+        n = self.threads * (2 if chunk.last else 1)
+        cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
+        cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
+        return [_Items(chunk.items[a:b], chunk.first + a) for a, b in zip(cuts, cuts[1:])]
+
+
+# Threads from which a corpus's items are read in the counting tasks (see corpus_tasks):
+# the calling thread reads ~1 GB/s of lines, a counting thread ~0.2, so from about 5
+# counting threads on the reader alone is the bound.
+_READ_IN_SHARES_FROM = 4
+_MAX_SHARE_BYTES = _BATCH_BYTES // 2  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
 
 
 class _WordTally:
@@ -840,14 +980,6 @@ class _WordTally:
 
     def as_dict(self) -> dict[bytes, int]:
         return dict(zip(self.words, self.records[:self.cursor[0], 2].tolist()))
-
-
-def _counted_share(counter, data: bytes, starts, ends, regex_text) -> tuple:
-    """A share's word counts as ``_WordTally.add`` takes them (words packed, hashed), made
-    on the counting thread."""
-    array, word_at, word_len, word_count = counter(data, starts, ends, regex_text)
-    packed, hashes = packed_words(array, word_at, word_len)
-    return packed, word_len, word_count, hashes
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -933,6 +1065,7 @@ def _count_regex_batch(data: bytes, starts, ends, regex_text) -> tuple:
     """Word counts of a batch by ``regex`` (a custom pattern, or None: a segment is a word),
     as ``_count_scanned_batch`` gives them."""
     counts: Counter = Counter()
+    data = bytes(data)  # a memoryview of a list's UTF-8 (_counted_items) has no decode
     for start, end in zip(starts.tolist(), ends.tolist()):
         counts.update(split_words(data[start:end].decode("utf-8", "surrogateescape"), regex_text))
     words = [word_bytes(word) for word in counts]

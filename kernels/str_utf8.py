@@ -57,16 +57,18 @@ _MOST_BYTES = (1, 2, 3, 4, 4)  # UTF-8 bytes a character at most, by bytes a cha
 
 
 @njit(nogil=True, cache=True)
-def str_utf8_bound(items_at, n_items, layout):
+def str_utf8_bound(items_at, n_items, layout, ends):
     """At least the UTF-8 bytes of the list whose item pointers are at ``items_at`` (each
     str's characters times the most bytes one of its width can take), or ``-1 - k`` when
-    item k is no exact compact str. Reads the headers only."""
+    item k is no exact compact str. ``ends[k]``: the bound of items 0 to k, by which a
+    caller cuts the list into runs of about equal bytes. Reads the headers only."""
     bound = 0
     for k in range(n_items):
         length, width, ascii, _ = _str_form(_load(items_at + 8 * k, np.int64), layout)
         if width == 0:
             return -1 - k
         bound += length if ascii else length * _MOST_BYTES[width]
+        ends[k] = bound
     return bound
 
 

@@ -33,17 +33,130 @@ def tok(lines) -> gpubpe.Tokenizer:
     return gpubpe.train(lines[:3000], 1000, special_tokens=["<|endoftext|>"], progress=False)
 
 
+def _threads_past_the_cores(monkeypatch) -> None:
+    """Let ``pretokenize`` run as many threads as asked on this machine's cores: the
+    paths for many cores (``_READ_IN_SHARES_FROM``) run, slower, on CI's 2."""
+    check = pretokenize.check_num_threads
+    monkeypatch.setattr(pretokenize, "thread_count",
+                        lambda n: check(n) or int(n) if n is not None else 2)
+
+
+def _small_reads(monkeypatch) -> None:
+    """Small batches and chunks, so that there are several, each cut into thread shares,
+    and the shares of the many-thread path reach their largest size."""
+    monkeypatch.setattr(pretokenize, "_FIRST_DOCUMENT_BATCH_BYTES", 100_000)
+    monkeypatch.setattr(pretokenize, "_READ_CHUNK", 700)
+    monkeypatch.setattr(pretokenize, "_MAX_SHARE_BYTES", 40_000)
+
+
 @pytest.mark.parametrize("pattern", ["gpt2", r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"])
 def test_count_words_is_the_same_on_every_thread_count(lines, pattern, monkeypatch):
-    """Small batches, so that there are several and each is cut into thread shares (the
-    in-memory batches grow from ``_FIRST_DOCUMENT_BATCH_BYTES``; ``_BATCH_BYTES`` is a
-    default argument, bound when ``iter_batches`` was defined)."""
-    monkeypatch.setattr(pretokenize, "_FIRST_DOCUMENT_BATCH_BYTES", 100_000)
-    counts = [pretokenize.count_words(lines, pattern, num_threads=t) for t in THREAD_COUNTS]
+    """1, 2 and the default threads, and 4 and 8 (their corpus read by the counting
+    tasks, see ``_WordCounting.corpus_tasks``) forced past this machine's cores."""
+    _small_reads(monkeypatch)
+    _threads_past_the_cores(monkeypatch)
+    counts = [pretokenize.count_words(lines, pattern, num_threads=t)
+              for t in (*THREAD_COUNTS, 4, 8)]
     assert sum(counts[0].values()) > 100_000  # the corpus' words, not an empty run
     for other in counts[1:]:
         assert other == counts[0]
         assert list(other) == list(counts[0])  # first-occurrence order too
+
+
+def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, monkeypatch):
+    """A list mixing str documents with a path, bytes, a str subclass and special tokens:
+    on 8 threads (items read by the counting tasks, the chunks holding other items read
+    one by one on the calling thread, in their place) the counts, their order and the
+    bytes reported to progress are those of one thread, and those of the documents
+    ``iter_batches`` reads."""
+    from collections import Counter
+
+    _small_reads(monkeypatch)
+    _threads_past_the_cores(monkeypatch)
+    path = tmp_path / "middle.txt"
+    path.write_text("".join(lines[:400]), encoding="utf-8")
+    docs = [line + "<|endoftext|>" if k % 7 == 0 else line for k, line in enumerate(lines)]
+    items = (docs[:3000] + [str(path), b"raw bytes \xe4\xb8\xad", np.str_("numpy str")]
+             + docs[3000:6000] + [path] + docs[6000:9000])
+
+    class Progress:
+        n = 0
+
+        def update(self, n):
+            self.n += n
+
+    runs = []
+    for threads in (1, 8):
+        progress = Progress()
+        runs.append((pretokenize.count_words(items, special_tokens=["<|endoftext|>"],
+                                             num_threads=threads, progress=progress),
+                     progress.n))
+    (one, one_bytes), (many, many_bytes) = runs
+    assert many == one and list(many) == list(one)
+    documents = [bytes(b.data[x:y]) for b in pretokenize.iter_batches(items)
+                 for x, y in zip(b.doc_starts.tolist(), b.doc_ends.tolist())]
+    assert many_bytes == one_bytes == sum(map(len, documents))
+    gpt2 = pretokenize.resolve_pattern("gpt2")
+    words = Counter(w.encode() for document in documents
+                    for part in document.decode().split("<|endoftext|>")
+                    for w in pretokenize.split_words(part, gpt2))
+    assert many == words and list(many) == list(words)
+
+
+def test_many_threads_name_the_bad_document_and_end_their_shares(lines, monkeypatch):
+    """On 8 threads a lone surrogate far into the list is named by its index, and an
+    iterable that raises while read gives its error once no share runs any more."""
+    import threading
+    import time
+
+    from gpubpe.errors import CorpusError
+
+    _small_reads(monkeypatch)
+    _threads_past_the_cores(monkeypatch)
+    bad = lines[:5000] + ["bad \ud800\n"] + lines[5000:8000]
+    with pytest.raises(CorpusError, match="document 5000 holds a lone surrogate"):
+        pretokenize.count_words(bad, num_threads=8)
+
+    running, lock = [0], threading.Lock()
+    counted_share = pretokenize._WordCounting._counted_share
+
+    def slow_share(*args):
+        with lock:
+            running[0] += 1
+        time.sleep(0.005)
+        try:
+            return counted_share(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    def failing_lines():
+        yield from lines[:6000]
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(pretokenize._WordCounting, "_counted_share", slow_share)
+    with pytest.raises(OSError, match="disk"):
+        try:
+            pretokenize.count_words(failing_lines(), num_threads=8)
+        finally:
+            assert running[0] == 0
+    assert threading.active_count() < 40  # the kept pools, not a thread a call
+
+
+def test_utf8_bound_ends_bound_each_prefix_of_the_list(lines):
+    """``utf8_bound_ends`` (str headers only): exact on ASCII, at least the UTF-8 bytes
+    of every prefix elsewhere, and None for a list that is not all exact str."""
+    from gpubpe._pystr import utf8_bound_ends
+
+    texts = lines[:2000] + ["", "\U0001F600", "caf\xe9", "ĀĂ"]
+    ends = utf8_bound_ends(texts)
+    true_ends = np.cumsum([len(t.encode()) for t in texts])
+    assert ends is not None and (ends >= true_ends).all()
+    assert (np.diff(ends, prepend=0) <= 4 * np.array([len(t) for t in texts])).all()
+    ascii = [t for t in lines if t.isascii()][:500]
+    assert np.array_equal(utf8_bound_ends(ascii), np.cumsum([len(t) for t in ascii]))
+    assert utf8_bound_ends(["a", b"b"]) is None
+    assert utf8_bound_ends(["a", np.str_("b")]) is None
 
 
 def test_segment_shares_cover_the_batch_in_order():
@@ -193,7 +306,7 @@ def test_counting_shares_end_before_an_error_is_raised(lines, monkeypatch):
     import time
 
     running, lock = [0], threading.Lock()
-    counted_share = pretokenize._counted_share
+    counted_share = pretokenize._WordCounting._counted_share
 
     def slow_share(*args):
         with lock:
@@ -205,7 +318,7 @@ def test_counting_shares_end_before_an_error_is_raised(lines, monkeypatch):
             with lock:
                 running[0] -= 1
 
-    monkeypatch.setattr(pretokenize, "_counted_share", slow_share)
+    monkeypatch.setattr(pretokenize._WordCounting, "_counted_share", slow_share)
     batches = [batch for k in range(0, 3000, 300)
                for batch in pretokenize.iter_batches(lines[k:k + 300])]
     assert len(batches) == 10
