@@ -25,6 +25,7 @@ import gzip
 import itertools
 import json
 import os
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -814,13 +815,14 @@ class _WordCounting:
         once cost ~10% more CPU each than one (the batches read beforehand, 1 thread 47.5
         ms, 2 threads 52 ms of CPU), and a reading thread beside one counting thread
         overlaps less of that. With 16 threads forced on the VM the calling thread's own
-        steps fell from 19.7 to 13.3 ms (8.4 MB) and 127 to 61 ms (64 MB): RESULTS.md.
+        steps (taking items, adding, the dict) fell from 19.7 to 6.9 ms for 8.4 MB of
+        lines (one thread: 61 ms) and from 127 to 22 ms for 64 MB (434): RESULTS.md.
         """
         if self.threads < _READ_IN_SHARES_FROM:
             return map(self.batch_tasks, iter_batches(corpus, self.text_field))
         sizes = _ShareSizes(self.threads)
-        return ([(self._counted_items, share) for share in sizes.shares(chunk)]
-                for chunk in _item_chunks(corpus, sizes.after))
+        return (_ChunkShares(len(shares)).tasks(self._counted_items, shares)
+                for shares in map(sizes.shares, _item_chunks(corpus, sizes.after)))
 
     def batch_tasks(self, batch: Batch) -> list[tuple]:
         """A task a thread's share of a batch already read; the first one counts its bytes."""
@@ -858,6 +860,10 @@ class _WordCounting:
         # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
 
     def _add(self, counted) -> None:
+        if isinstance(counted, list):  # a chunk's shares (_ChunkShares), or None
+            for share in counted:
+                self._add(share)
+            return
         if isinstance(counted, _Items):  # not all str documents: read here, in order
             self.run(self._read_tasks(counted))
             return
@@ -889,6 +895,46 @@ class _WordCounting:
         array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
         packed, hashes = packed_words(array, word_at, word_len)
         return packed, word_len, word_count, hashes, n_bytes
+
+
+class _ChunkShares:
+    """The shares of one chunk of items, counted on the threads: the thread that ends the
+    last of them adds their words into one share, in order, and gives it; the others give
+    an empty list. So the calling thread adds a chunk's distinct words once, not once a
+    share (the adding of 16 shares a chunk was most of its own steps on 16 threads).
+    """
+
+    def __init__(self, n_shares: int):
+        self.counted: list = [None] * n_shares
+        self.left = n_shares
+        self.lock = threading.Lock()
+
+    def tasks(self, count, shares: list[_Items]) -> list[tuple]:
+        return [(self._counted, k, count, share) for k, share in enumerate(shares)]
+
+    def _counted(self, k: int, count, share: _Items) -> list:
+        self.counted[k] = count(share)
+        with self.lock:
+            self.left -= 1
+            if self.left:
+                return []
+        return _merged_runs(self.counted)
+
+
+def _merged_runs(counted: list) -> list:
+    """Counted shares in order, each run of two or more (not chunks left to read here)
+    added into one share by a tally of its own (nogil, no bytes objects)."""
+    merged = []
+    for is_share, run in itertools.groupby(counted, lambda c: not isinstance(c, _Items)):
+        run = list(run)
+        if not is_share or len(run) == 1:
+            merged += run
+            continue
+        tally = _WordTally(keep_words=False)
+        for *words, _ in run:
+            tally.add(*words)
+        merged.append((*tally.as_share(), sum(n_bytes for *_, n_bytes in run)))
+    return merged
 
 
 class _ShareSizes:
@@ -940,7 +986,8 @@ _MAX_SHARE_BYTES = _BATCH_BYTES // 2  # 16 threads: ~16 x 4 MB of UTF-8 and word
 class _WordTally:
     """Word counts added share by share (``kernels.word_tally``), as one dict at the end."""
 
-    def __init__(self):
+    def __init__(self, keep_words: bool = True):
+        self.keep_words = keep_words  # make each new word's bytes object as it is added
         self.cells = np.full((1 << 16, 2), EMPTY_KEY, dtype=np.uint64)
         self.records = np.empty((1 << 15, 3), dtype=np.int64)  # pool offset, length, count
         self.pool = np.empty(1 << 20, dtype=np.uint8)
@@ -956,7 +1003,8 @@ class _WordTally:
         while not add_words(self.cells, self.records, self.pool, self.cursor, packed, length,
                             counts, hashes):
             self._grow(int(length[self.cursor[2]]))
-        self._keep_words_from(first_new)
+        if self.keep_words:
+            self._keep_words_from(first_new)
 
     def _keep_words_from(self, first: int) -> None:
         """The new words' bytes objects, made now: the dict at the end then only inserts
@@ -980,6 +1028,12 @@ class _WordTally:
 
     def as_dict(self) -> dict[bytes, int]:
         return dict(zip(self.words, self.records[:self.cursor[0], 2].tolist()))
+
+    def as_share(self) -> tuple:
+        """The words so far as a counted share: packed in order, lengths, counts, hashes."""
+        words = self.records[:self.cursor[0]]
+        packed, hashes = packed_words(self.pool, words[:, 0].copy(), words[:, 1].copy())
+        return packed, words[:, 1].copy(), words[:, 2].copy(), hashes
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
