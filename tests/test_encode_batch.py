@@ -202,7 +202,8 @@ def test_the_numba_kernels_ran(tok):
     tok.encode_batch(["hello world"] * 3)  # the serial kernel
     with mock.patch.object(tokenizer_module, "_PARALLEL_MIN_BYTES", 0):  # the threaded steps
         tok.encode_batch(["hello world"] * 3, num_threads=2)
-    for kernel in (kernels.word_refs_scan_cpu, kernels.merge_new_words_cpu,
+    for kernel in (kernels.word_refs_scan_cpu, kernels.word_parts, kernels.new_words_of_part,
+                   kernels.global_word_slots,
                    kernels.encode_word_list_cpu, kernels.count_piece_tokens_cpu,
                    kernels.write_piece_tokens_cpu, kernels.build_pieces_cpu):
         assert kernel.signatures, f"{kernel.__name__} did not run: a Python fallback?"

@@ -171,14 +171,18 @@ def test_segment_shares_cover_the_batch_in_order():
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_encode_arrays_is_the_same_on_every_thread_count(tok, lines, cache, monkeypatch):
     """Short documents (lines), past the size where the threaded path starts, their
-    str -> UTF-8 in runs on the threads too."""
+    str -> UTF-8 in runs on the threads too; 5 and 8 shards (their new words deduplicated
+    in as many parts, ``tokenizer._distinct_new_words``) forced past this machine's cores."""
     monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1 << 12)
     monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_DOCUMENTS", 1000)
+    check = tokenizer_module.check_num_threads  # 5 and 8 shards on CI's 2 cores too
+    monkeypatch.setattr(tokenizer_module, "thread_count",
+                        lambda n: check(n) or int(n) if n is not None else 2)
     documents = lines[:6000] + ["<|endoftext|>" + lines[7]]
     if cache == "warm":
         tok.encode_arrays(documents[::3], num_threads=1, allowed_special="all")
     results, caches = [], []
-    for threads in THREAD_COUNTS:
+    for threads in (*THREAD_COUNTS, 5, 8):
         if cache == "cold":
             tok.clear_cache()
         results.append(tok.encode_arrays(documents, num_threads=threads,

@@ -19,8 +19,9 @@ ids never depend on how many shards there are or where they start.
    ``word_key``, in the tokenizer's ``WordCache``; a miss goes into the
    shard's own table of new words. Each word occurrence becomes a *ref*: a
    cache slot (>= 0) or ``-1 - index`` of a new word.
-2. ``merge_new_words_cpu``: the shards' new words, deduplicated across
-   shards, in order of first occurrence in the batch.
+2. ``word_parts``, ``new_words_of_part`` (one call per part of the words, by
+   key, no GIL) and ``global_word_slots``: the shards' new words, deduplicated across shards,
+   in order of first occurrence in the batch.
 3. ``encode_word_list_cpu`` (split over threads): BPE on each distinct new
    word (``bpe_word``), then the Scaffold demolish map when the vocabulary
    has one.
@@ -194,10 +195,12 @@ from .scatter import (
     write_piece_tokens_cpu,
 )
 from .words import (
-    merge_new_words_cpu,
+    global_word_slots,
+    new_words_of_part,
     word_key,
+    word_parts,
     word_refs_given_cpu,
     word_refs_scan_cpu,
 )
 
-__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "join_word_lists", "merge_by_scan", "merge_new_words_cpu", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

@@ -273,41 +273,91 @@ def word_refs_given_cpu(data, word_starts, word_ends, piece_word_offsets, piece_
     return _refs_result(refs, new, cursor)
 
 
-@njit(cache=True, nogil=True)
-def merge_new_words_cpu(data, word_at, word_len, word_count, word_keys):
-    """Step 2: distinct words among the shards' new words, in order of first occurrence.
+@inlined
+def _part_of(key, n_parts):
+    """Which of ``n_parts`` parts a word key falls in (the table cells take the low bits
+    of the same mix)."""
+    return np.int64((mix64(key) >> np.uint64(40)) % np.uint64(n_parts))
 
-    Input: the shards' lists end to end (each already distinct within its
-    shard). Returns ``(local_to_global, first, global_count)``: global word g
-    is input word ``first[g]``.
+
+@njit(cache=True, nogil=True)
+def word_parts(word_keys, word_count, n_parts, lo, hi, order, part_keys, part_count,
+               part_runs):
+    """Words ``lo:hi`` (one shard's) ordered by their part (by key), stably: ``order[i]``
+    is a word, ``part_keys[i]`` and ``part_count[i]`` its key and count, and part p's
+    run of them is ``part_runs[p]:part_runs[p + 1]`` (all within ``lo:hi``). A part then
+    reads its words in a few runs (read through ``order`` instead, 16 parts read every
+    cache line of the word arrays each: 16 parts 19.6 ms, one 7.2)."""
+    runs = np.zeros(n_parts + 1, np.int64)
+    part_of = np.empty(hi - lo, np.int64)
+    for w in range(lo, hi):
+        part_of[w - lo] = _part_of(word_keys[w], n_parts)
+        runs[part_of[w - lo] + 1] += 1
+    for p in range(n_parts):
+        runs[p + 1] += runs[p]
+    part_runs[:] = runs + lo
+    for w in range(lo, hi):
+        i = lo + runs[part_of[w - lo]]
+        order[i], part_keys[i], part_count[i] = w, word_keys[w], word_count[w]
+        runs[part_of[w - lo]] += 1
+
+
+@njit(cache=True, nogil=True)
+def new_words_of_part(data, word_at, word_len, order, part_keys, part_count, part_runs, part,
+                      n_parts, part_slot):
+    """Step 2 for one of ``n_parts`` parts of the shards' new words (``word_parts``; a row
+    of ``part_runs`` a shard): the part's distinct words in order of first occurrence, as
+    ``(first, count)``: the input index of each one's first occurrence and its count over
+    the batch.
+
+    Input: the shards' lists end to end (each already distinct within its shard). For
+    each of the part's words (position i of ``order``), ``part_slot[i]`` = its distinct
+    word's index in the part times ``n_parts``, plus ``part``. Parts write disjoint
+    positions: they run at once.
     """
-    n = word_at.size
+    in_part = (part_runs[:, part + 1] - part_runs[:, part]).sum()
     n_cells = 16
-    while n_cells < 2 * n:
+    while n_cells < 2 * in_part:
         n_cells *= 2
     table = np.full(2 * n_cells, EMPTY_KEY, dtype=np.uint64)
-    local_to_global = np.empty(n, np.int64)
-    first = np.empty(n, np.int64)
-    global_count = np.zeros(n, np.int64)
-    n_global = 0
-    for w in range(n):
-        key = word_keys[w]
-        cell = _first_cell(table, key)
-        found = -1
-        while table[cell] != EMPTY_KEY:
-            g = np.int64(table[cell + np.uint64(1)])
-            if table[cell] == key and (key < LONG_WORD_TAG or (
-                    word_len[first[g]] == word_len[w]
-                    and equal_bytes(data, word_at[w], data, word_at[first[g]], word_len[w]))):
-                found = g
-                break
-            cell = _next_cell(table, cell)
-        if found < 0:
-            found = n_global
-            table[cell] = key
-            table[cell + np.uint64(1)] = np.uint64(found)
-            first[found] = w
-            n_global += 1
-        local_to_global[w] = found
-        global_count[found] += word_count[w]
-    return local_to_global, first[:n_global].copy(), global_count[:n_global].copy()
+    first = np.empty(in_part, np.int64)
+    count = np.zeros(in_part, np.int64)
+    n_distinct = 0
+    for shard in range(part_runs.shape[0]):
+        for i in range(part_runs[shard, part], part_runs[shard, part + 1]):
+            key = part_keys[i]
+            cell = _first_cell(table, key)
+            found = -1
+            while table[cell] != EMPTY_KEY:
+                d = np.int64(table[cell + np.uint64(1)])
+                if table[cell] == key and (key < LONG_WORD_TAG or _same_word(
+                        data, word_at, word_len, order[i], first[d])):
+                    found = d
+                    break
+                cell = _next_cell(table, cell)
+            if found < 0:
+                found = n_distinct
+                table[cell] = key
+                table[cell + np.uint64(1)] = np.uint64(found)
+                first[found] = order[i]
+                n_distinct += 1
+            part_slot[i] = found * n_parts + part
+            count[found] += part_count[i]
+    return first[:n_distinct].copy(), count[:n_distinct].copy()
+
+
+@inlined
+def _same_word(data, word_at, word_len, w, v):
+    return word_len[w] == word_len[v] and equal_bytes(data, word_at[w], data, word_at[v],
+                                                      word_len[w])
+
+
+@njit(cache=True, nogil=True)
+def global_word_slots(order, part_slot, n_parts, part_base, rank, lo, hi, local_to_global):
+    """``local_to_global[order[i]]`` for positions ``lo:hi`` of ``order`` (one shard's
+    words: written by one thread) from their ``part_slot`` (see ``new_words_of_part``): the
+    rank, in order of first occurrence over the batch, of their part's distinct word
+    (``part_base[p]``: part p's first in the parts end to end)."""
+    for i in range(lo, hi):
+        s = part_slot[i]
+        local_to_global[order[i]] = rank[part_base[s % n_parts] + s // n_parts]
