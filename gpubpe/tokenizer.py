@@ -594,6 +594,8 @@ class Tokenizer:
         prefix_space = self._vocab.layout is not None and self._vocab.layout.prefix_space
         if self._scanner is not None and threads > 1 and not prefix_space:  # a cut would get a prefix space
             cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
+            if doc_start.size and int((doc_end - doc_start).max()) <= cut_bytes:
+                cut_bytes = 0  # no document to cut: no pass over them (16 threads, lines: 1.7 ms)
         if match_at.size == 0 and cut_bytes == 0:  # the pieces are the documents
             pieces = (doc_start, doc_end, np.full(doc_start.size, -1, dtype=np.int64))
             return pieces, np.arange(doc_start.size + 1, dtype=np.int64)

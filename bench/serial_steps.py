@@ -1,0 +1,193 @@
+"""What many cores would pay on the calling thread: a paper bound for hosts we lack.
+
+Issue 18 asks for 10x on 16 cores over one thread (short documents). With no such host,
+this runs ``count_words``, ``encode_arrays`` (cold cache) and ``decode_batch`` on the
+sweep's lines (``encode_bench.thread_sweep``'s: tests/data/multiscript.txt, varied) with
+the thread count forced past this machine's cores (``thread_count`` patched: the shares,
+parts and merges of N threads run, taking turns on the cores there are), and measures the
+CPU time the calling thread spends in the steps only it runs. Those steps do not shrink
+with more cores, so ``one-thread wall / their sum`` bounds the speedup on N cores,
+whatever the parallel kernels do (a bound, not a prediction: memory bandwidth and the
+cores' shared caches cost more).
+
+    python bench/serial_steps.py [--megabytes 8] [--threads 16] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+from encode_bench import MULTISCRIPT, machine, sweep_vocabulary
+
+from gpubpe import _pystr, pretokenize, tokenizer
+
+# The steps only the calling thread runs, by operation: (module or class, function name).
+# count_words: taking the corpus's items and cutting them into shares, adding each
+# chunk's words into the tally, the dict at the end. encode_arrays: the pieces of the
+# batch, the distinct new words' glue, the admission to the cache, the list's UTF-8 (each
+# less the calling thread's own part of the work all threads share: PARALLEL).
+# decode_batch: making the strs (PyUnicode_New, under the GIL).
+SERIAL_STEPS = {
+    "count_words (list of str lines)": [
+        (pretokenize, "_item_chunks"), (pretokenize._ShareSizes, "shares"),
+        (pretokenize._WordTally, "add"), (pretokenize._WordTally, "as_dict")],
+    "encode_arrays (lines, cold cache)": [
+        (tokenizer.Tokenizer, "_pieces"), (tokenizer, "_distinct_new_words"),
+        (tokenizer, "_admit_new_words"), (tokenizer, "utf8_documents")],
+    "decode_batch (the lines' ids, to str)": [(_pystr, "new_texts")],
+}
+# Work that runs on every thread, found inside (or around) those steps on the calling
+# thread: its time is not the steps' (the calling thread takes a share like the others).
+PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
+            (tokenizer, "global_word_slots"), (_pystr, "write_str_utf8"),
+            (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted")]
+
+
+class CallerClock:
+    """CPU seconds the calling thread spends in the wrapped serial steps (generators: in
+    their ``next``), less the wrapped calls inside them; a serial step inside parallel
+    work (a merge's adds on the calling thread when it ended a chunk's last share) is
+    not counted. Other threads are not counted."""
+
+    def __init__(self, serial, parallel):
+        self.seconds = {name: 0.0 for _, name in serial}
+        self.wrapped = [(owner, name, False) for owner, name in serial] + \
+            [(owner, name, True) for owner, name in parallel]
+        self.frames: list[list] = []  # [name, parallel, start, time in wrapped calls]
+
+    @contextmanager
+    def wrapping(self):
+        saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.wrapped]
+        try:
+            for (owner, name, function), (_, _, parallel) in zip(saved, self.wrapped):
+                setattr(owner, name, self._timed(name, function, parallel))
+            yield self
+        finally:
+            for owner, name, function in saved:
+                setattr(owner, name, function)
+
+    def _enter(self, name: str, parallel: bool) -> None:
+        self.frames.append([name, parallel, time.thread_time(), 0.0])
+
+    def _exit(self) -> None:
+        name, parallel, start, inner = self.frames.pop()
+        spent = time.thread_time() - start
+        if not parallel and not any(frame[1] for frame in self.frames):
+            self.seconds[name] += spent - inner
+        if self.frames:
+            self.frames[-1][3] += spent
+
+    def _timed(self, name, function, parallel):
+        caller = threading.main_thread()
+
+        def generator(*args, **kwargs):
+            items = function(*args, **kwargs)
+            while True:
+                if threading.current_thread() is not caller:
+                    yield from items
+                    return
+                self._enter(name, parallel)
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                finally:
+                    self._exit()
+                yield item
+
+        def plain(*args, **kwargs):
+            if threading.current_thread() is not caller:
+                return function(*args, **kwargs)
+            self._enter(name, parallel)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._exit()
+
+        return generator if inspect.isgeneratorfunction(function) else plain
+
+
+@contextmanager
+def forced_threads():
+    """``thread_count`` of pretokenize and tokenizer without the cap at the cores."""
+    check = pretokenize.check_num_threads
+    saved = pretokenize.thread_count, tokenizer.thread_count
+    uncapped = lambda n: check(n) or int(n)  # noqa: E731
+    pretokenize.thread_count = tokenizer.thread_count = uncapped
+    try:
+        yield
+    finally:
+        pretokenize.thread_count, tokenizer.thread_count = saved
+
+
+def sweep_lines(megabytes: float) -> list[str]:
+    lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+    copies = int(megabytes * 1e6 / MULTISCRIPT.stat().st_size) + 1
+    return [line if r == 0 else line.replace(" ", f" {r % 97} ", 1)
+            for r in range(copies) for line in lines]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=8.0)
+    parser.add_argument("--threads", type=int, default=16, help="threads forced (default 16)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    docs = sweep_lines(args.megabytes)
+    n_bytes = sum(len(d.encode()) for d in docs)
+    tok = sweep_vocabulary()
+    line_ids = tok.encode_arrays(docs)
+
+    def encode(threads):
+        tok.clear_cache()
+        return tok.encode_arrays(docs, num_threads=threads)
+
+    operations = {
+        "count_words (list of str lines)":
+            lambda t: pretokenize.count_words(docs, num_threads=t),
+        "encode_arrays (lines, cold cache)": encode,
+        "decode_batch (the lines' ids, to str)":
+            lambda t: tok.decode_batch(line_ids, num_threads=t),
+    }
+    print(f"\n### Steps on the calling thread: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines, "
+          f"{args.threads} threads forced on {machine()}, medians of {args.repeats}\n")
+    print(f"| operation | one thread, wall ms | calling thread's own steps at {args.threads} "
+          "threads, CPU ms | their sum | bound on that many cores |")
+    print("|---|---:|---|---:|---:|")
+    with forced_threads():
+        for label, run in operations.items():
+            one = _median_wall(run, 1, args.repeats)
+            steps = _median_steps(run, args.threads, args.repeats, SERIAL_STEPS[label])
+            total = sum(steps.values())
+            named = " + ".join(f"{name} {ms:.1f}" for name, ms in steps.items())
+            print(f"| {label} | {one:.1f} | {named} | {total:.1f} | <= {one / total:.1f}x |")
+
+
+def _median_wall(run, threads: int, repeats: int) -> float:
+    run(threads)
+    walls = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(threads)
+        walls.append(time.perf_counter() - start)
+    return float(np.median(walls)) * 1e3
+
+
+def _median_steps(run, threads: int, repeats: int, serial) -> dict[str, float]:
+    run(threads)
+    rounds = []
+    for _ in range(repeats):
+        clock = CallerClock(serial, PARALLEL)
+        with clock.wrapping():
+            run(threads)
+        rounds.append(clock.seconds)
+    return {name: float(np.median([r[name] for r in rounds])) * 1e3 for _, name in serial}
+
+
+if __name__ == "__main__":
+    main()
