@@ -41,11 +41,15 @@ SERIAL_STEPS = {
         (tokenizer, "_admit_new_words"), (tokenizer, "utf8_documents")],
     "decode_batch (the lines' ids, to str)": [(_pystr, "new_texts")],
 }
-# Work that runs on every thread, found inside (or around) those steps on the calling
-# thread: its time is not the steps' (the calling thread takes a share like the others).
+# Work that runs on every thread, the calling thread taking a share like the others: its
+# time there is not serial (inside the steps above, or around them).
 PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
             (tokenizer, "global_word_slots"), (_pystr, "write_str_utf8"),
-            (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted")]
+            (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted"),
+            (tokenizer, "word_refs_scan_cpu"), (tokenizer, "count_piece_tokens_cpu"),
+            (tokenizer, "write_piece_tokens_cpu"), (tokenizer, "encode_word_list_cpu"),
+            (_pystr, "text_plan"), (_pystr, "fill_claimed")]
+ALL_ELSE = "the rest of its time (submitting, waiting, glue)"
 
 
 class CallerClock:
@@ -56,6 +60,7 @@ class CallerClock:
 
     def __init__(self, serial, parallel):
         self.seconds = {name: 0.0 for _, name in serial}
+        self.parallel_seconds = 0.0  # in PARALLEL work, on this thread
         self.wrapped = [(owner, name, False) for owner, name in serial] + \
             [(owner, name, True) for owner, name in parallel]
         self.frames: list[list] = []  # [name, parallel, start, time in wrapped calls]
@@ -79,6 +84,8 @@ class CallerClock:
         spent = time.thread_time() - start
         if not parallel and not any(frame[1] for frame in self.frames):
             self.seconds[name] += spent - inner
+        if parallel and not any(frame[1] for frame in self.frames):
+            self.parallel_seconds += spent
         if self.frames:
             self.frames[-1][3] += spent
 
@@ -110,6 +117,59 @@ class CallerClock:
                 self._exit()
 
         return generator if inspect.isgeneratorfunction(function) else plain
+
+
+# count_words' share tasks run Python between their kernels (str -> UTF-8 set-up, the
+# segments, the calls), holding the GIL: on many threads those parts take turns, so
+# their sum is serial too. Timed on every thread: the tasks, less the nogil kernels in
+# them (NumPy calls counted as holding it).
+TASKS = {"count_words (list of str lines)": [
+    (pretokenize._WordCounting, "_counted_items"), (pretokenize, "_merged_runs")]}
+NOGIL_KERNELS = [(pretokenize, "count_scanned_words"), (pretokenize, "packed_words"),
+                 (pretokenize, "add_words"), (_pystr, "str_utf8_bound"),
+                 (_pystr, "write_str_utf8")]
+
+
+class TaskClock:
+    """CPU seconds every thread spends in the wrapped tasks, less the wrapped nogil
+    kernels inside them: the tasks' GIL-held time."""
+
+    def __init__(self, tasks):
+        self.wrapped = [(owner, name, False) for owner, name in tasks] + \
+            [(owner, name, True) for owner, name in NOGIL_KERNELS]
+        self.held = 0.0
+        self.lock = threading.Lock()
+        self.local = threading.local()
+
+    @contextmanager
+    def wrapping(self):
+        saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.wrapped]
+        try:
+            for (owner, name, function), (_, _, kernel) in zip(saved, self.wrapped):
+                setattr(owner, name, self._timed(function, kernel))
+            yield self
+        finally:
+            for owner, name, function in saved:
+                setattr(owner, name, function)
+
+    def _timed(self, function, kernel):
+        def timed(*args, **kwargs):
+            frames = self.local.__dict__.setdefault("frames", [])
+            if kernel and not frames:  # a kernel outside the tasks: not theirs
+                return function(*args, **kwargs)
+            frames.append([time.thread_time(), 0.0])
+            try:
+                return function(*args, **kwargs)
+            finally:
+                start, inner = frames.pop()
+                spent = time.thread_time() - start
+                if frames:
+                    frames[-1][1] += spent
+                if not kernel:
+                    with self.lock:
+                        self.held += spent - inner
+
+        return timed
 
 
 @contextmanager
@@ -162,7 +222,8 @@ def main() -> None:
     with forced_threads():
         for label, run in operations.items():
             one = _median_wall(run, 1, args.repeats)
-            steps = _median_steps(run, args.threads, args.repeats, SERIAL_STEPS[label])
+            steps = _median_steps(run, args.threads, args.repeats, SERIAL_STEPS[label],
+                                  TASKS.get(label, []))
             total = sum(steps.values())
             named = " + ".join(f"{name} {ms:.1f}" for name, ms in steps.items())
             print(f"| {label} | {one:.1f} | {named} | {total:.1f} | <= {one / total:.1f}x |")
@@ -178,15 +239,20 @@ def _median_wall(run, threads: int, repeats: int) -> float:
     return float(np.median(walls)) * 1e3
 
 
-def _median_steps(run, threads: int, repeats: int, serial) -> dict[str, float]:
+def _median_steps(run, threads: int, repeats: int, serial, tasks) -> dict[str, float]:
     run(threads)
     rounds = []
     for _ in range(repeats):
-        clock = CallerClock(serial, PARALLEL)
-        with clock.wrapping():
+        clock, task_clock = CallerClock(serial, PARALLEL), TaskClock(tasks)
+        with clock.wrapping(), task_clock.wrapping():
+            start = time.thread_time()
             run(threads)
+            spent = time.thread_time() - start
+        clock.seconds[ALL_ELSE] = spent - clock.parallel_seconds - sum(clock.seconds.values())
+        if tasks:
+            clock.seconds["tasks' GIL-held parts (all threads)"] = task_clock.held
         rounds.append(clock.seconds)
-    return {name: float(np.median([r[name] for r in rounds])) * 1e3 for _, name in serial}
+    return {name: float(np.median([r[name] for r in rounds])) * 1e3 for name in rounds[0]}
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", 
            "x" * 300 + "\u4e2d")
 
 
-def str_list_utf8(texts, run_all=None, parts: int = 1) -> tuple[memoryview, np.ndarray] | None:
+def str_list_utf8(texts, run_all=None, parts: int = 1,
+                  private: bool = False) -> tuple[memoryview, np.ndarray] | None:
     """The UTF-8 of ``texts`` (str documents) end to end and each one's byte length
     (int64), or None when the kernels cannot take them: this interpreter is not one whose
     layout was checked, or an item is no exact ``str`` (bytes, a subclass) or holds a lone
@@ -64,9 +65,15 @@ def str_list_utf8(texts, run_all=None, parts: int = 1) -> tuple[memoryview, np.n
     calls)`` (a list of results in order, as ``tokenizer._run_all`` gives), into one
     buffer: each run writes from the bound of the runs before it, then the runs are moved
     together (a join of separate buffers was a copy of all of it into fresh pages: ~17 ms
-    of a 40 MB ``encode_arrays`` on the calling thread alone)."""
+    of a 40 MB ``encode_arrays`` on the calling thread alone).
+
+    ``private``: ``texts`` is a list no other code holds (else it is copied first: a pass
+    under the GIL, which the counting tasks of many threads took turns at)."""
     layout = _checked_layout()
-    return None if layout is None else _utf8_of(list(texts), layout, run_all, parts)
+    if layout is None:
+        return None
+    return _utf8_of(texts if private and type(texts) is list else list(texts), layout,
+                    run_all, parts)
 
 
 def utf8_bound_ends(texts: list) -> np.ndarray | None:

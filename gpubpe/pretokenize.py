@@ -59,6 +59,7 @@ from .kernels.pretok import (
     SPACE,
     count_scanned_words,
 )
+from .kernels.str_utf8 import any_ends_with
 from .kernels.word_tally import add_words, cells_grown, packed_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -359,8 +360,8 @@ class _PendingDocuments:
         return batch
 
 
-_PATH_TAILS = [np.frombuffer(suffix.encode(), np.uint8) for suffix in _CORPUS_SUFFIXES]
-_PATH_LAST_BYTES = np.array([tail[-1] for tail in _PATH_TAILS], np.uint8)
+_PATH_TAILS = np.frombuffer("".join(_CORPUS_SUFFIXES).encode(), np.uint8)
+_PATH_TAIL_ENDS = np.cumsum([len(suffix) for suffix in _CORPUS_SUFFIXES]).astype(np.int64)
 
 
 def _str_documents(chunk: list) -> _Documents | None:
@@ -372,17 +373,18 @@ def _str_documents(chunk: list) -> _Documents | None:
     bounds 2-thread counting. Per item it did a type check, an ``endswith``, an encode,
     an append and a ``len`` in the interpreter loop (~340 ns for a 53-byte line, most of
     it not the encode); now: ``utf8_documents`` and a path-name test on the documents'
-    last bytes with NumPy (``str.endswith`` mapped over the chunk cost ~60-130 ns an
+    last bytes by a kernel (``str.endswith`` mapped over the chunk cost ~60-130 ns an
     item). bench/RESULTS.md has the measured rate.
     """
-    documents = utf8_documents(chunk)
+    documents = utf8_documents(chunk, private=True)  # a chunk is a list of its own
     if documents is None or (_may_end_like_a_path(documents)
                              and any(map(is_corpus_path, chunk))):
         return None
     return documents
 
 
-def utf8_documents(texts: list, run_all=None, parts: int = 1) -> _Documents | None:
+def utf8_documents(texts: list, run_all=None, parts: int = 1,
+                   private: bool = False) -> _Documents | None:
     """The UTF-8 of a list of str (subclasses too) end to end with each one's byte length,
     or None when an item is no str or holds a lone surrogate (the caller names it).
 
@@ -390,9 +392,9 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1) -> _Documents | No
     mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
     4,096 items at a time, which the reading thread paid under the GIL); others (str
     subclasses such as ``np.str_``, another Python) by ``str.encode``. ``run_all`` and
-    ``parts``: encode runs of the list at once (see ``_pystr.str_list_utf8``).
+    ``parts``: encode runs of the list at once; ``private``: see ``_pystr.str_list_utf8``.
     """
-    encoded = str_list_utf8(texts, run_all, parts)
+    encoded = str_list_utf8(texts, run_all, parts, private)
     if encoded is not None:
         return _Documents(*encoded)
     try:
@@ -403,17 +405,11 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1) -> _Documents | No
 
 def _may_end_like_a_path(documents: _Documents) -> bool:
     """Whether a document's bytes end with a corpus file suffix (a cheap superset of
-    ``is_corpus_path``: the caller checks the few it finds). Documents ending in none of
-    the suffixes' last bytes (a line's "\n") leave after one gather of last bytes."""
-    data = np.frombuffer(documents.data, np.uint8)
-    ends = np.cumsum(documents.lengths)[documents.lengths >= 3]
-    ends = ends[np.isin(data[ends - 1], _PATH_LAST_BYTES)]
-    for tail in _PATH_TAILS:
-        ends_here = ends[ends >= tail.size]
-        if ends_here.size and (data[ends_here[:, None] + np.arange(-tail.size, 0)]
-                               == tail).all(axis=1).any():
-            return True
-    return False
+    ``is_corpus_path``: the caller checks the few it finds). A nogil kernel: in the
+    counting tasks of many threads, NumPy's passes over the lengths held the GIL (~3 ms
+    of 8.4 MB of lines)."""
+    return any_ends_with(np.frombuffer(documents.data, np.uint8), documents.lengths,
+                         _PATH_TAILS, _PATH_TAIL_ENDS)
 
 
 def is_corpus_path(item) -> bool:
@@ -965,12 +961,12 @@ class _ShareSizes:
         """``chunk`` in ``threads`` runs of about equal bytes (of equal items when the
         items are not all str); the corpus's last chunk in ``2 x threads``, so that no
         thread is left with a long share after the others ended (2 threads, 8.4 MB of
-        lines: one thread idle the last 5 of 38 ms)."""
+        lines: one thread idle the last 5 of 38 ms); no share under ``_MIN_SHARE_BYTES``."""
         ends = utf8_bound_ends(chunk.items)
         if ends is None:  # read one item at a time (_counted_items) or by str.encode
             ends = np.arange(1, len(chunk.items) + 1, dtype=np.int64)
         self.item_bytes = ends[-1] / ends.size
-        n = self.threads * (2 if chunk.last else 1)
+        n = min(self.threads * (2 if chunk.last else 1), max(1, ends[-1] // _MIN_SHARE_BYTES))
         cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
         cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
         return [_Items(chunk.items[a:b], chunk.first + a) for a, b in zip(cuts, cuts[1:])]
@@ -980,7 +976,10 @@ class _ShareSizes:
 # the calling thread reads ~1 GB/s of lines, a counting thread ~0.2, so from about 5
 # counting threads on the reader alone is the bound.
 _READ_IN_SHARES_FROM = 4
-_MAX_SHARE_BYTES = _BATCH_BYTES // 2  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
+_MAX_SHARE_BYTES = _BATCH_BYTES // 2
+# A task's Python between its kernels holds the GIL, so on many threads it is serial: the
+# first chunk (4,096 lines, ~200 KB) was cut into 16 shares of ~13 KB.
+_MIN_SHARE_BYTES = 128 << 10  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
 
 
 class _WordTally:

@@ -1329,7 +1329,7 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
     piece_offsets = np.zeros(piece_special.size + 1, dtype=np.int64)
     np.cumsum(piece_tokens, out=piece_offsets[1:])
     ids = np.empty(piece_offsets[-1], dtype=np.uint32)
-    runs = _WRITE_RUNS_A_SHARD if len(shards) > 1 else 1
+    runs = max(1, _WRITE_RUNS // len(shards)) if len(shards) > 1 else 1
     _helped(write_piece_tokens_cpu, [
         (refs, ends, special, lo, hi, to_global, cache, new_ids, new_offsets, piece_offsets, ids,
          first_ref)
@@ -1342,8 +1342,10 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
 # thread beside the two writing the ids, and on 2 cores a pool thread's share then waited
 # 2-5 ms for a core (timelines: a write share began when the admission ended). Now the
 # calling thread admits while one pool thread a core writes runs of pieces, then writes
-# the runs none has started.
-_WRITE_RUNS_A_SHARD = 4
+# the runs none has started: about this many runs in all (4 a shard on 2 threads). On
+# many threads a run a shard: each run is a task handed to the pool, ~10 us of the
+# calling thread's time (16 threads: 64 runs were ~1 ms of it).
+_WRITE_RUNS = 8
 
 
 def _piece_runs(piece_ref_end, lo: int, hi: int, runs: int) -> list[tuple[int, int, int]]:

@@ -145,3 +145,24 @@ def write_str_utf8(items_at, n_items, layout, out_at, lengths):
         lengths[k] = end - at
         at = end
     return -1
+
+
+@njit(nogil=True, cache=True)
+def any_ends_with(data, lengths, tails, tail_ends):
+    """Whether a document (``lengths[d]`` bytes each, end to end in ``data``) ends with one
+    of the byte strings ``tails[tail_ends[k - 1]:tail_ends[k]]`` (a corpus file suffix:
+    ``pretokenize`` then looks at the list's items one by one)."""
+    end = 0
+    for d in range(lengths.size):
+        end += lengths[d]
+        for k in range(tail_ends.size):
+            start = tail_ends[k - 1] if k else 0
+            n = tail_ends[k] - start
+            if lengths[d] < n or data[end - 1] != tails[start + n - 1]:
+                continue
+            j = 0
+            while j < n and data[end - n + j] == tails[start + j]:
+                j += 1
+            if j == n:
+                return True
+    return False

@@ -119,8 +119,13 @@ def test_the_chunked_reader_keeps_item_order_paths_and_error_indexes(tmp_path):
     assert len(batches) == 3  # the documents before the file, the file, the rest
     with pytest.raises(CorpusError, match=f"document {n + 7} holds a lone surrogate"):
         list(pretokenize.iter_batches(docs[:n + 7] + ["bad \ud800"] + docs[n + 7:]))
-    assert pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a", b"b.txt"]))
-    assert not pretokenize._may_end_like_a_path(pretokenize._Documents.of([b"a.txt\n", b"x"]))
+    ends_like = pretokenize._may_end_like_a_path
+    assert ends_like(pretokenize._Documents.of([b"a", b"b.txt"]))
+    assert not ends_like(pretokenize._Documents.of([b"a.txt\n", b"x"]))
+    for name in (b"c.jsonl", b"d.jsonl.gz", b"e.parquet", b".txt", b"f.gz"):
+        assert ends_like(pretokenize._Documents.of([b"line\n", name, b"more\n"])), name
+    for name in (b"xt", b"t", b"", b"a.jsonx", b"a.parque", b"gz.\n", b"a.TXT"):
+        assert not ends_like(pretokenize._Documents.of([b"line\n", name, b"z"])), name
 
 
 def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
