@@ -13,7 +13,7 @@
 #   bench.json                 `gpubpe bench --backend cpu,cuda` (training + encoding vs HF/tiktoken)
 #   gpu_bench.json             encode/decode/bit-level codec, CPU vs GPU, launches and syncs per MB
 #   RESULTS.md                 one markdown section to paste into bench/RESULTS.md
-#   cpu_sweep.md / lscpu.txt   the CPU thread sweep on 1, 2 and every core (issue 18), the host
+#   cpu_sweep.md / lscpu.txt   the CPU thread sweep on 1, 2 and every core, 8 and 64 MB (issue 18), the host
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
 # --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
 # file; give a tiny --corpus and --megabytes 0.02): its numbers mean nothing.
@@ -82,6 +82,9 @@ lscpu > "$out/lscpu.txt" 2>&1
 sweep_size=()
 [ "$simulator" -eq 1 ] && sweep_size=(--megabytes 0.05 --repeats 2)
 "$python" bench/encode_bench.py --sweep "${sweep_size[@]}" | tee "$out/cpu_sweep.md"
+if [ "$simulator" -eq 0 ]; then  # long lists: where the shares grow (issue 18)
+    "$python" bench/encode_bench.py --sweep --megabytes 64 --repeats 3 | tee -a "$out/cpu_sweep.md"
+fi
 
 echo "== wrote $out/RESULTS.md and $out/cpu_sweep.md (paste them into bench/RESULTS.md)"
 [ "$tests_status" -eq 0 ] || exit 1
