@@ -54,8 +54,8 @@ _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", 
            "x" * 300 + "\u4e2d")
 
 
-def str_list_utf8(texts, run_all=None, parts: int = 1,
-                  private: bool = False) -> tuple[memoryview, np.ndarray] | None:
+def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
+                  span: tuple[int, int] | None = None) -> tuple[memoryview, np.ndarray] | None:
     """The UTF-8 of ``texts`` (str documents) end to end and each one's byte length
     (int64), or None when the kernels cannot take them: this interpreter is not one whose
     layout was checked, or an item is no exact ``str`` (bytes, a subclass) or holds a lone
@@ -68,12 +68,14 @@ def str_list_utf8(texts, run_all=None, parts: int = 1,
     of a 40 MB ``encode_arrays`` on the calling thread alone).
 
     ``private``: ``texts`` is a list no other code holds (else it is copied first: a pass
-    under the GIL, which the counting tasks of many threads took turns at)."""
+    under the GIL, which the counting tasks of many threads took turns at); then ``span``
+    (lo, hi) may name the items to read, ``texts[lo:hi]`` without a copy."""
     layout = _checked_layout()
     if layout is None:
         return None
-    return _utf8_of(texts if private and type(texts) is list else list(texts), layout,
-                    run_all, parts)
+    if not (private and type(texts) is list):
+        texts, span = list(texts if span is None else texts[span[0]:span[1]]), None
+    return _utf8_of(texts, layout, run_all, parts, *(span or (0, len(texts))))
 
 
 def utf8_bound_ends(texts: list) -> np.ndarray | None:
@@ -89,11 +91,11 @@ def utf8_bound_ends(texts: list) -> np.ndarray | None:
     return ends if str_utf8_bound(items_at, len(texts), layout, ends) >= 0 else None
 
 
-def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int):
-    """``str_list_utf8`` of ``items``, a list no other code holds (none resizes it while
-    the kernels read it)."""
-    items_at = ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value
-    cuts = np.linspace(0, len(items), max(parts, 1) + 1).astype(np.int64).tolist()
+def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, lo: int, hi: int):
+    """``str_list_utf8`` of ``items[lo:hi]``, a list no other code holds (none resizes it
+    while the kernels read it)."""
+    items_at = ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value + 8 * lo
+    cuts = np.linspace(0, hi - lo, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
     bounds = _each(run_all, str_utf8_bound, [(at, n, layout, np.empty(n, np.int64))
                                              for at, n in runs])
@@ -101,7 +103,7 @@ def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int):
         return None
     run_starts = np.cumsum([0] + [bound + 1 for bound in bounds])  # + the byte a run may spill
     out = np.empty(int(run_starts[-1]), dtype=np.uint8)
-    lengths = np.empty(len(items), dtype=np.int64)
+    lengths = np.empty(hi - lo, dtype=np.int64)
     refused = _each(run_all, write_str_utf8, [
         (at, n, layout, out.ctypes.data + int(start), lengths[lo:lo + n])
         for (at, n), start, lo in zip(runs, run_starts, cuts)])
@@ -139,7 +141,7 @@ def _checked_layout() -> np.ndarray | None:
     if not (all(_stored_as_assumed(text, layout) for text in probes)
             and _items_as_assumed(probes)):
         return None
-    encoded = _utf8_of(probes, layout, None, 1)
+    encoded = _utf8_of(probes, layout, None, 1, 0, len(probes))
     expected = [text.encode() for text in probes]
     if encoded is None or bytes(encoded[0]) != b"".join(expected) or \
             encoded[1].tolist() != list(map(len, expected)):

@@ -266,11 +266,24 @@ def iter_batches(corpus, text_field: str = "text",
 
 @dataclass
 class _Items:
-    """A chunk of an iterable corpus's items, not yet read; ``first``: the first's index."""
+    """Items of an iterable corpus, not yet read: ``items[lo:hi]`` (a chunk's list, shared
+    by its shares: none copies it again); ``first``: the index of ``items[lo]``."""
 
     items: list
     first: int
     last: bool = False  # the corpus has no items after these
+    lo: int = 0
+    hi: int | None = None  # None: to the list's end
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.lo, len(self.items) if self.hi is None else self.hi
+
+    @property
+    def texts(self) -> list:
+        """The items themselves (a copy, unless they are the whole list)."""
+        lo, hi = self.span
+        return self.items if (lo, hi) == (0, len(self.items)) else self.items[lo:hi]
 
 
 def _item_chunks(corpus, next_size) -> Iterator[_Items]:
@@ -296,11 +309,11 @@ def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
                 batch_bytes: int) -> Iterator[Batch]:
     """Read a chunk: its documents into ``pending``; a path's batches yielded, after the
     documents pending before it."""
-    documents = _str_documents(chunk.items)  # the common case: every item a str document
+    documents = _str_documents(chunk)  # the common case: every item a str document
     if documents is not None:
         pending.add(documents)
         return
-    for index, item in enumerate(chunk.items, chunk.first):  # paths, bytes, errors: one by one
+    for index, item in enumerate(chunk.texts, chunk.first):  # paths, bytes, errors: one by one
         if is_corpus_path(item):
             if pending:
                 yield pending.batch()
@@ -364,7 +377,7 @@ _PATH_TAILS = np.frombuffer("".join(_CORPUS_SUFFIXES).encode(), np.uint8)
 _PATH_TAIL_ENDS = np.cumsum([len(suffix) for suffix in _CORPUS_SUFFIXES]).astype(np.int64)
 
 
-def _str_documents(chunk: list) -> _Documents | None:
+def _str_documents(chunk: _Items) -> _Documents | None:
     """A chunk whose items are all str documents (none shaped like a corpus path) as
     documents, else None: the caller then takes the items one by one, with their rules and
     messages.
@@ -376,15 +389,15 @@ def _str_documents(chunk: list) -> _Documents | None:
     last bytes by a kernel (``str.endswith`` mapped over the chunk cost ~60-130 ns an
     item). bench/RESULTS.md has the measured rate.
     """
-    documents = utf8_documents(chunk, private=True)  # a chunk is a list of its own
+    documents = utf8_documents(chunk.items, private=True, span=chunk.span)  # a list of its own
     if documents is None or (_may_end_like_a_path(documents)
-                             and any(map(is_corpus_path, chunk))):
+                             and any(map(is_corpus_path, chunk.texts))):
         return None
     return documents
 
 
-def utf8_documents(texts: list, run_all=None, parts: int = 1,
-                   private: bool = False) -> _Documents | None:
+def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = False,
+                   span: tuple[int, int] | None = None) -> _Documents | None:
     """The UTF-8 of a list of str (subclasses too) end to end with each one's byte length,
     or None when an item is no str or holds a lone surrogate (the caller names it).
 
@@ -392,11 +405,14 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1,
     mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
     4,096 items at a time, which the reading thread paid under the GIL); others (str
     subclasses such as ``np.str_``, another Python) by ``str.encode``. ``run_all`` and
-    ``parts``: encode runs of the list at once; ``private``: see ``_pystr.str_list_utf8``.
+    ``parts``: encode runs of the list at once; ``private``, ``span``: see
+    ``_pystr.str_list_utf8``.
     """
-    encoded = str_list_utf8(texts, run_all, parts, private)
+    encoded = str_list_utf8(texts, run_all, parts, private, span)
     if encoded is not None:
         return _Documents(*encoded)
+    if span is not None:
+        texts = texts[span[0]:span[1]]
     try:
         return _Documents.of(list(map(str.encode, texts)))
     except (TypeError, UnicodeEncodeError):  # a bytes item, a Path, a lone surrogate
@@ -878,7 +894,7 @@ class _WordCounting:
 
     def _counted_items(self, chunk: _Items) -> tuple | _Items:
         """A chunk's words counted, or the chunk when its items are not all str documents."""
-        documents = _str_documents(chunk.items)
+        documents = _str_documents(chunk)
         if documents is None:
             return chunk
         batch = documents.as_batch(len(documents.data))
@@ -969,7 +985,8 @@ class _ShareSizes:
         n = min(self.threads * (2 if chunk.last else 1), max(1, ends[-1] // _MIN_SHARE_BYTES))
         cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
         cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
-        return [_Items(chunk.items[a:b], chunk.first + a) for a, b in zip(cuts, cuts[1:])]
+        return [_Items(chunk.items, chunk.first + a, chunk.last, a, b)
+                for a, b in zip(cuts, cuts[1:])]
 
 
 # Threads from which a corpus's items are read in the counting tasks (see corpus_tasks):

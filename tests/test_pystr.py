@@ -90,3 +90,19 @@ def test_runs_on_threads_as_one(parts):
     assert (data, lengths.tolist()) == _expected(texts)
     assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], _run_all, parts) is None
     assert _pystr.str_list_utf8(texts[:2], _run_all, parts)[0] == _expected(texts[:2])[0]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("private", [True, False])
+def test_a_span_of_a_list_reads_those_items_alone(parts, private):
+    """``span`` names the items to read (a share of a chunk's list, read in place when the
+    list is private, else from a copy of the span): the bytes and lengths of that slice;
+    a refused item outside the span is not read."""
+    from gpubpe.tokenizer import _run_all
+
+    texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
+    texts[5] = b"bytes, not str"  # outside every span below
+    for lo, hi in [(6, 1000), (300, 301), (10, 700), (999, 1000)]:
+        data, lengths = _pystr.str_list_utf8(texts, _run_all, parts, private, (lo, hi))
+        assert (data, lengths.tolist()) == _expected(texts[lo:hi])
+    assert _pystr.str_list_utf8(texts, _run_all, parts, private, (0, 10)) is None
