@@ -300,9 +300,17 @@ def _item_chunks(corpus, next_size) -> Iterator[_Items]:
             f"corpus must be a path or an iterable of paths/str/bytes, not {type(corpus).__name__}"
         ) from None
     first, size = 0, next_size(None)
-    while chunk := list(itertools.islice(items, size)):
+    while chunk := _taken(corpus, items, first, size):
         yield _Items(chunk, first, len(chunk) < size)
         first, size = first + len(chunk), next_size(chunk)
+
+
+def _taken(corpus, items: Iterator, first: int, size: int) -> list:
+    """The next ``size`` items (``first`` taken before): a slice of a list (issue 18: half
+    the cost of ``islice``, 1.26 M lines 27.5 -> 13 ms on the calling thread)."""
+    if type(corpus) is list:
+        return corpus[first:first + size]
+    return list(itertools.islice(items, size))
 
 
 def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
