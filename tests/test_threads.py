@@ -49,6 +49,42 @@ def _small_reads(monkeypatch) -> None:
     monkeypatch.setattr(pretokenize, "_MAX_SHARE_BYTES", 40_000)
 
 
+def _slow_shares(monkeypatch, seconds: float) -> list[int]:
+    """Each counted share takes ``seconds`` longer; ``[shares running now]``."""
+    import threading
+    import time
+
+    running, lock = [0], threading.Lock()
+    counted_share = pretokenize._WordCounting._counted_share
+
+    def slow_share(*args):
+        with lock:
+            running[0] += 1
+        time.sleep(seconds)
+        try:
+            return counted_share(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(pretokenize._WordCounting, "_counted_share", slow_share)
+    return running
+
+
+def _fails_once_no_share_runs(count, items: list, running: list[int]) -> None:
+    """``count`` of ``items`` and then a read error: the error comes out only once no
+    share runs any more (no thread keeps counting for a call that has ended)."""
+    def failing_read():
+        yield from items
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="disk"):
+        try:
+            count(failing_read())
+        finally:
+            assert running[0] == 0
+
+
 @pytest.mark.parametrize("pattern", ["gpt2", r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+"])
 def test_count_words_is_the_same_on_every_thread_count(lines, pattern, monkeypatch):
     """1, 2 and the default threads, and 4 and 8 (their corpus read by the counting
@@ -107,7 +143,6 @@ def test_many_threads_name_the_bad_document_and_end_their_shares(lines, monkeypa
     """On 8 threads a lone surrogate far into the list is named by its index, and an
     iterable that raises while read gives its error once no share runs any more."""
     import threading
-    import time
 
     from gpubpe.errors import CorpusError
 
@@ -117,29 +152,9 @@ def test_many_threads_name_the_bad_document_and_end_their_shares(lines, monkeypa
     with pytest.raises(CorpusError, match="document 5000 holds a lone surrogate"):
         pretokenize.count_words(bad, num_threads=8)
 
-    running, lock = [0], threading.Lock()
-    counted_share = pretokenize._WordCounting._counted_share
-
-    def slow_share(*args):
-        with lock:
-            running[0] += 1
-        time.sleep(0.005)
-        try:
-            return counted_share(*args)
-        finally:
-            with lock:
-                running[0] -= 1
-
-    def failing_lines():
-        yield from lines[:6000]
-        raise OSError("the disk went away")
-
-    monkeypatch.setattr(pretokenize._WordCounting, "_counted_share", slow_share)
-    with pytest.raises(OSError, match="disk"):
-        try:
-            pretokenize.count_words(failing_lines(), num_threads=8)
-        finally:
-            assert running[0] == 0
+    running = _slow_shares(monkeypatch, 0.005)
+    _fails_once_no_share_runs(lambda corpus: pretokenize.count_words(corpus, num_threads=8),
+                              lines[:6000], running)
     assert threading.active_count() < 40  # the kept pools, not a thread a call
 
 
@@ -306,35 +321,11 @@ def test_counting_shares_end_before_an_error_is_raised(lines, monkeypatch):
     the calling thread: when reading a batch raises, the error comes out only once no
     share runs any more (no thread keeps counting for a call that has ended), and the
     next call counts as one thread does."""
-    import threading
-    import time
-
-    running, lock = [0], threading.Lock()
-    counted_share = pretokenize._WordCounting._counted_share
-
-    def slow_share(*args):
-        with lock:
-            running[0] += 1
-        time.sleep(0.01)
-        try:
-            return counted_share(*args)
-        finally:
-            with lock:
-                running[0] -= 1
-
-    monkeypatch.setattr(pretokenize._WordCounting, "_counted_share", slow_share)
+    running = _slow_shares(monkeypatch, 0.01)
     batches = [batch for k in range(0, 3000, 300)
                for batch in pretokenize.iter_batches(lines[k:k + 300])]
     assert len(batches) == 10
-
-    def failing_read():
-        yield from batches[:5]
-        raise OSError("the disk went away")
-
-    with pytest.raises(OSError, match="disk"):
-        try:
-            pretokenize.count_batch_words(failing_read(), num_threads=2)
-        finally:
-            assert running[0] == 0
+    _fails_once_no_share_runs(lambda read: pretokenize.count_batch_words(read, num_threads=2),
+                              batches[:5], running)
     assert pretokenize.count_batch_words(iter(batches), num_threads=2) == \
         pretokenize.count_batch_words(iter(batches), num_threads=1)
