@@ -87,14 +87,26 @@ def utf8_bound_ends(texts: list) -> np.ndarray | None:
     if layout is None:
         return None
     ends = np.empty(len(texts), dtype=np.int64)
-    items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
-    return ends if str_utf8_bound(items_at, len(texts), layout, ends) >= 0 else None
+    return ends if str_utf8_bound(_items_at(texts), len(texts), layout, ends) >= 0 else None
+
+
+def str_span(items: list, lo: int) -> tuple[int, np.ndarray] | None:
+    """``(address of items[lo]'s pointer, layout)`` for a kernel that reads the str of a
+    list no other code holds in place (``kernels.str_utf8``), or None where this
+    interpreter's layout was not checked."""
+    layout = _checked_layout()
+    return None if layout is None else (_items_at(items) + 8 * lo, layout)
+
+
+def _items_at(items: list) -> int:
+    """The address of a list's item pointers (its ``ob_item``)."""
+    return ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value
 
 
 def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, lo: int, hi: int):
     """``str_list_utf8`` of ``items[lo:hi]``, a list no other code holds (none resizes it
     while the kernels read it)."""
-    items_at = ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value + 8 * lo
+    items_at = _items_at(items) + 8 * lo
     cuts = np.linspace(0, hi - lo, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
     bounds = _each(run_all, str_utf8_bound, [(at, n, layout, np.empty(n, np.int64))

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from ._pystr import bytes_objects, str_list_utf8, utf8_bound_ends
+from ._pystr import bytes_objects, str_list_utf8, str_span, utf8_bound_ends
 from ._threads import HelpedPool
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, grown_like
@@ -60,7 +60,7 @@ from .kernels.pretok import (
     count_scanned_words,
 )
 from .kernels.str_utf8 import any_ends_with
-from .kernels.word_tally import add_words, cells_grown, packed_words
+from .kernels.word_tally import add_words, cells_grown, count_str_share, packed_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -274,6 +274,7 @@ class _Items:
     last: bool = False  # the corpus has no items after these
     lo: int = 0
     hi: int | None = None  # None: to the list's end
+    bound: int = -1  # at least their UTF-8 bytes when all are exact str (-1: not known)
 
     @property
     def span(self) -> tuple[int, int]:
@@ -813,8 +814,10 @@ class _WordCounting:
         self.regex_text = resolve_pattern(pattern)
         specials = special_splitter(special_tokens)
         self.special_bytes = regex.compile(specials.pattern.encode("utf-8")) if specials else None
-        self.counter = _count_scanned_batch if scanner_for(self.regex_text) is not None \
-            else _count_regex_batch
+        scanner = scanner_for(self.regex_text)
+        self.counter = _count_scanned_batch if scanner is not None else _count_regex_batch
+        self.scanner = None if scanner is None else (scanner, scanner_table(scanner))
+        self.one_kernel = self.scanner is not None and self.special_bytes is None
         self.threads = thread_count(num_threads)
         self.progress, self.text_field = progress, text_field
         self.tally = _WordTally()
@@ -901,7 +904,17 @@ class _WordCounting:
             yield self.batch_tasks(pending.batch())
 
     def _counted_items(self, chunk: _Items) -> tuple | _Items:
-        """A chunk's words counted, or the chunk when its items are not all str documents."""
+        """A chunk's words counted, or the chunk when its items are not all str documents.
+        In one nogil kernel where it can (``count_str_share``: a named pattern, no special
+        tokens, every item an exact str of a checked layout)."""
+        span = str_span(chunk.items, chunk.lo) if self.one_kernel and chunk.bound >= 0 else None
+        if span is not None:
+            items_at, layout = span
+            done, *counted = count_str_share(items_at, chunk.span[1] - chunk.lo, layout,
+                                             chunk.bound, *self.scanner, _PATH_TAILS,
+                                             _PATH_TAIL_ENDS)
+            if done:
+                return tuple(counted)
         documents = _str_documents(chunk)
         if documents is None:
             return chunk
@@ -986,14 +999,16 @@ class _ShareSizes:
         items are not all str); the corpus's last chunk in ``2 x threads``, so that no
         thread is left with a long share after the others ended (2 threads, 8.4 MB of
         lines: one thread idle the last 5 of 38 ms); no share under ``_MIN_SHARE_BYTES``."""
-        ends = utf8_bound_ends(chunk.items)
+        ends = bound_ends = utf8_bound_ends(chunk.items)
         if ends is None:  # read one item at a time (_counted_items) or by str.encode
             ends = np.arange(1, len(chunk.items) + 1, dtype=np.int64)
         self.item_bytes = ends[-1] / ends.size
         n = min(self.threads * (2 if chunk.last else 1), max(1, ends[-1] // _MIN_SHARE_BYTES))
         cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
         cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
-        return [_Items(chunk.items, chunk.first + a, chunk.last, a, b)
+        bounds = np.diff(ends, prepend=0) if bound_ends is not None else None
+        return [_Items(chunk.items, chunk.first + a, chunk.last, a, b,
+                       -1 if bounds is None else int(bounds[a:b].sum()))
                 for a, b in zip(cuts, cuts[1:])]
 
 

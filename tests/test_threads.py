@@ -94,17 +94,21 @@ def test_count_words_is_the_same_on_every_thread_count(lines, pattern, monkeypat
     counts = [pretokenize.count_words(lines, pattern, num_threads=t)
               for t in (*THREAD_COUNTS, 4, 8)]
     assert sum(counts[0].values()) > 100_000  # the corpus' words, not an empty run
+    if pattern == "gpt2":  # the shares of 4 and 8 threads counted in one kernel each
+        assert pretokenize.count_str_share.signatures
     for other in counts[1:]:
         assert other == counts[0]
         assert list(other) == list(counts[0])  # first-occurrence order too
 
 
-def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, monkeypatch):
+@pytest.mark.parametrize("specials", [["<|endoftext|>"], []])
+def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, monkeypatch,
+                                                             specials):
     """A list mixing str documents with a path, bytes, a str subclass and special tokens:
-    on 8 threads (items read by the counting tasks, the chunks holding other items read
-    one by one on the calling thread, in their place) the counts, their order and the
-    bytes reported to progress are those of one thread, and those of the documents
-    ``iter_batches`` reads."""
+    on 8 threads (items read by the counting tasks, in one kernel a share when there are no
+    special tokens; the chunks holding other items read one by one on the calling thread,
+    in their place) the counts, their order and the bytes reported to progress are those
+    of one thread, and those of the documents ``iter_batches`` reads."""
     from collections import Counter
 
     _small_reads(monkeypatch)
@@ -113,7 +117,8 @@ def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, mo
     path.write_text("".join(lines[:400]), encoding="utf-8")
     docs = [line + "<|endoftext|>" if k % 7 == 0 else line for k, line in enumerate(lines)]
     items = (docs[:3000] + [str(path), b"raw bytes \xe4\xb8\xad", np.str_("numpy str")]
-             + docs[3000:6000] + [path] + docs[6000:9000])
+             + docs[3000:6000] + [path] + docs[6000:16000] + [str(path)]  # in a chunk of str
+             + docs[16000:18000])
 
     class Progress:
         n = 0
@@ -124,7 +129,7 @@ def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, mo
     runs = []
     for threads in (1, 8):
         progress = Progress()
-        runs.append((pretokenize.count_words(items, special_tokens=["<|endoftext|>"],
+        runs.append((pretokenize.count_words(items, special_tokens=specials,
                                              num_threads=threads, progress=progress),
                      progress.n))
     (one, one_bytes), (many, many_bytes) = runs
@@ -134,7 +139,8 @@ def test_many_threads_read_paths_bytes_and_specials_in_place(lines, tmp_path, mo
     assert many_bytes == one_bytes == sum(map(len, documents))
     gpt2 = pretokenize.resolve_pattern("gpt2")
     words = Counter(w.encode() for document in documents
-                    for part in document.decode().split("<|endoftext|>")
+                    for part in (document.decode().split("<|endoftext|>") if specials
+                                 else [document.decode()])
                     for w in pretokenize.split_words(part, gpt2))
     assert many == words and list(many) == list(words)
 
