@@ -103,11 +103,11 @@ def _items_at(items: list) -> int:
     return ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value
 
 
-def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, lo: int, hi: int):
-    """``str_list_utf8`` of ``items[lo:hi]``, a list no other code holds (none resizes it
-    while the kernels read it)."""
-    items_at = _items_at(items) + 8 * lo
-    cuts = np.linspace(0, hi - lo, max(parts, 1) + 1).astype(np.int64).tolist()
+def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, start: int, stop: int):
+    """``str_list_utf8`` of ``items[start:stop]``, a list no other code holds (none resizes
+    it while the kernels read it)."""
+    items_at = _items_at(items) + 8 * start
+    cuts = np.linspace(0, stop - start, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
     bounds = _each(run_all, str_utf8_bound, [(at, n, layout, np.empty(n, np.int64))
                                              for at, n in runs])
@@ -115,7 +115,7 @@ def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, lo: int, hi: 
         return None
     run_starts = np.cumsum([0] + [bound + 1 for bound in bounds])  # + the byte a run may spill
     out = np.empty(int(run_starts[-1]), dtype=np.uint8)
-    lengths = np.empty(hi - lo, dtype=np.int64)
+    lengths = np.empty(stop - start, dtype=np.int64)
     refused = _each(run_all, write_str_utf8, [
         (at, n, layout, out.ctypes.data + int(start), lengths[lo:lo + n])
         for (at, n), start, lo in zip(runs, run_starts, cuts)])

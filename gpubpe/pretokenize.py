@@ -837,9 +837,10 @@ class _WordCounting:
         38-40 ms against 34-37, 65-72 ms of CPU against 62-66): two counting kernels at
         once cost ~10% more CPU each than one (the batches read beforehand, 1 thread 47.5
         ms, 2 threads 52 ms of CPU), and a reading thread beside one counting thread
-        overlaps less of that. With 16 threads forced on the VM the calling thread's own
-        steps (taking items, adding, the dict) fell from 19.7 to 6.9 ms for 8.4 MB of
-        lines (one thread: 61 ms) and from 127 to 22 ms for 64 MB (434): RESULTS.md.
+        overlaps less of that. With 16 threads forced on the VM (``bench/serial_steps.py``)
+        what stays serial (the calling thread's own time, the tasks' GIL-held Python)
+        bounds 16 cores at 5-6x for 8.4 MB of lines and 13-14x for 64 MB; reading on the
+        calling thread, its reading and adds alone bounded them at ~3x: RESULTS.md.
         """
         if self.threads < _READ_IN_SHARES_FROM:
             return map(self.batch_tasks, iter_batches(corpus, self.text_field))
@@ -883,7 +884,7 @@ class _WordCounting:
         # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
 
     def _add(self, counted) -> None:
-        if isinstance(counted, list):  # a chunk's shares (_ChunkShares), or None
+        if isinstance(counted, list):  # a chunk's shares (_ChunkShares), or [] (not last)
             for share in counted:
                 self._add(share)
             return
