@@ -52,6 +52,20 @@ PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
 ALL_ELSE = "the rest of its time (submitting, waiting, glue)"
 
 
+@contextmanager
+def _wrapping(wrapped, timed):
+    """Each ``(owner, name, flag)`` of ``wrapped`` replaced by ``timed(name, function,
+    flag)`` for the ``with`` block, then put back."""
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in wrapped]
+    try:
+        for (owner, name, function), (_, _, flag) in zip(saved, wrapped):
+            setattr(owner, name, timed(name, function, flag))
+        yield
+    finally:
+        for owner, name, function in saved:
+            setattr(owner, name, function)
+
+
 class CallerClock:
     """CPU seconds the calling thread spends in the wrapped serial steps (generators: in
     their ``next``), less the wrapped calls inside them; a serial step inside parallel
@@ -65,16 +79,9 @@ class CallerClock:
             [(owner, name, True) for owner, name in parallel]
         self.frames: list[list] = []  # [name, parallel, start, time in wrapped calls]
 
-    @contextmanager
     def wrapping(self):
-        saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.wrapped]
-        try:
-            for (owner, name, function), (_, _, parallel) in zip(saved, self.wrapped):
-                setattr(owner, name, self._timed(name, function, parallel))
-            yield self
-        finally:
-            for owner, name, function in saved:
-                setattr(owner, name, function)
+        return _wrapping(self.wrapped, lambda name, function, parallel:
+                         self._timed(name, function, parallel))
 
     def _enter(self, name: str, parallel: bool) -> None:
         self.frames.append([name, parallel, time.thread_time(), 0.0])
@@ -142,16 +149,8 @@ class TaskClock:
         self.lock = threading.Lock()
         self.local = threading.local()
 
-    @contextmanager
     def wrapping(self):
-        saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.wrapped]
-        try:
-            for (owner, name, function), (_, _, kernel) in zip(saved, self.wrapped):
-                setattr(owner, name, self._timed(function, kernel))
-            yield self
-        finally:
-            for owner, name, function in saved:
-                setattr(owner, name, function)
+        return _wrapping(self.wrapped, lambda _, function, kernel: self._timed(function, kernel))
 
     def _timed(self, function, kernel):
         def timed(*args, **kwargs):

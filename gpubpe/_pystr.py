@@ -109,8 +109,9 @@ def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, start: int, s
     items_at = _items_at(items) + 8 * start
     cuts = np.linspace(0, stop - start, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
-    bounds = _each(run_all, str_utf8_bound, [(at, n, layout, np.empty(n, np.int64))
-                                             for at, n in runs])
+    ends = np.empty(stop - start, dtype=np.int64)  # each run's prefix bounds (unused here)
+    bounds = _each(run_all, str_utf8_bound, [(at, n, layout, ends[lo:lo + n])
+                                             for (at, n), lo in zip(runs, cuts)])
     if min(bounds) < 0:
         return None
     run_starts = np.cumsum([0] + [bound + 1 for bound in bounds])  # + the byte a run may spill

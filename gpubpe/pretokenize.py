@@ -989,7 +989,9 @@ class _ShareSizes:
         self.item_bytes = 0.0  # UTF-8 bytes an item of the last batch (bound)
 
     def after(self, chunk: list | None) -> int:
-        """Items in the batch after ``chunk`` (None: the first)."""
+        """Items in the batch after ``chunk`` (None: the first), from ``item_bytes``, which
+        ``shares`` of that chunk set (``corpus_tasks`` cuts a chunk before it asks for the
+        next)."""
         if chunk is None:
             return _READ_CHUNK
         self.batch_bytes = min(2 * self.batch_bytes, self.threads * _MAX_SHARE_BYTES)
@@ -1007,9 +1009,8 @@ class _ShareSizes:
         n = min(self.threads * (2 if chunk.last else 1), max(1, ends[-1] // _MIN_SHARE_BYTES))
         cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
         cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
-        bounds = np.diff(ends, prepend=0) if bound_ends is not None else None
         return [_Items(chunk.items, chunk.first + a, chunk.last, a, b,
-                       -1 if bounds is None else int(bounds[a:b].sum()))
+                       -1 if bound_ends is None else int(ends[b - 1] - (ends[a - 1] if a else 0)))
                 for a, b in zip(cuts, cuts[1:])]
 
 
