@@ -149,7 +149,7 @@ def _checked_layout() -> np.ndarray | None:
     layout = np.zeros(3, dtype=np.int64)
     layout[STR_TYPE] = id(str)
     layout[ASCII_DATA] = sys.getsizeof("") - 1
-    layout[COMPACT_DATA] = sys.getsizeof("é") - 2
+    layout[COMPACT_DATA] = sys.getsizeof(_fresh_latin1()) - 3
     probes = list(_PROBES)
     if not (all(_stored_as_assumed(text, layout) for text in probes)
             and _items_as_assumed(probes)):
@@ -162,18 +162,27 @@ def _checked_layout() -> np.ndarray | None:
     return layout
 
 
+def _fresh_latin1() -> str:
+    """A compact non-ASCII str of 2 characters made now: ``sys.getsizeof`` of it is its
+    header, the characters and the terminator. Not a literal: from Python 3.12 on, a
+    literal's size counts its cached UTF-8 copy too (``"é"`` measured 3 bytes more on
+    3.12.1, and every non-ASCII probe failed, leaving the kernels unused there)."""
+    return "".join([chr(0xE9), chr(0xE8)])
+
+
 def _stored_as_assumed(text: str, layout: np.ndarray) -> bool:
     """Whether ``text``'s type, length, storage kind and characters sit where the kernels
     read them (every read inside the object's ``sys.getsizeof`` bytes)."""
-    raw = ctypes.string_at(id(text), sys.getsizeof(text))
     width = max(map(ord, text), default=0).bit_length() + 7 >> 3
     width = {0: 1, 3: 4}.get(width, width)  # "" is stored 1 byte a character, 3 bytes as 4
     ascii = text.isascii()
     data_at = int(layout[ASCII_DATA] if ascii else layout[COMPACT_DATA])
     codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[width]
     characters = text.encode(codec)
-    if len(raw) < max(STATE_AT + 4, data_at + len(characters)):
+    read = max(STATE_AT + 4, data_at + len(characters))
+    if sys.getsizeof(text) < read:
         return False
+    raw = ctypes.string_at(id(text), read)  # not all of getsizeof: a cached UTF-8 copy
     state = struct.unpack_from("<I", raw, STATE_AT)[0]
     return (struct.unpack_from("<q", raw, TYPE_AT)[0] == id(str)
             and struct.unpack_from("<q", raw, LENGTH_AT)[0] == len(text)

@@ -79,6 +79,44 @@ def test_layout_check_rejects_a_layout_it_does_not_see():
     assert _pystr._stored_as_assumed("é", layout)
 
 
+def _cache_utf8(text: str) -> None:
+    """Give ``text`` the cached UTF-8 copy CPython keeps once asked for one (3.12's
+    literals have it: ``sys.getsizeof`` then counts it too)."""
+    import ctypes
+
+    as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    as_utf8.argtypes, as_utf8.restype = [ctypes.py_object, ctypes.c_void_p], ctypes.c_void_p
+    as_utf8(text, None)
+
+
+def test_layout_found_where_literals_keep_their_utf8():
+    """Python 3.12 (the GPU node's) caches the UTF-8 of non-ASCII literals, and the layout
+    was read off ``sys.getsizeof`` of one: every non-ASCII probe failed there and every
+    caller ran ``str.encode`` under the GIL. Here every non-ASCII literal the check uses
+    is given that cache, whatever this Python does: the layout is still found, the same."""
+    if sys.implementation.name != "cpython" or _pystr._checked_layout() is None:
+        pytest.skip("the kernels read CPython's str layout only")
+    found = _pystr._checked_layout().copy()
+    functions = [_pystr._checked_layout.__wrapped__, _pystr._fresh_latin1,
+                 _pystr._stored_as_assumed]
+    literals = [*_pystr._PROBES, *(c for f in functions for c in f.__code__.co_consts)]
+    for text in literals:
+        if isinstance(text, str) and not text.isascii():
+            _cache_utf8(text)
+    cached = "".join(["caf", "\xe9"])
+    before = sys.getsizeof(cached)
+    _cache_utf8(cached)
+    assert sys.getsizeof(cached) > before  # what the check must not be misled by
+    _pystr._checked_layout.cache_clear()
+    try:
+        layout = _pystr._checked_layout()
+        assert layout is not None and layout.tolist() == found.tolist()
+        assert _pystr._stored_as_assumed(cached, layout)
+    finally:
+        _pystr._checked_layout.cache_clear()
+    assert _pystr.str_list_utf8([cached, "\u4e2d"])[0] == "caf\xe9\u4e2d".encode()
+
+
 @pytest.mark.parametrize("parts", [2, 3, 7])
 def test_runs_on_threads_as_one(parts):
     """Runs encoded at once on the tokenizer's threads join into the same bytes; a refused
