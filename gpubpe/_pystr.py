@@ -141,6 +141,20 @@ def _runs_together(out: np.ndarray, run_starts: np.ndarray, cuts: list[int],
     return out[:end]
 
 
+def str_kernels_state() -> str:
+    """Whether the kernels read and write str objects here, and if not why (``gpubpe
+    doctor`` prints it: the fallback is slower, not wrong, so nothing else shows it)."""
+    if sys.implementation.name != "cpython":
+        why = f"{sys.implementation.name} is not CPython"
+    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
+        why = "a free-threaded CPython"
+    elif _checked_layout() is None:
+        why = "this CPython's str or list objects are not laid out as the kernels read them"
+    else:
+        return "in use: lists of str read and ids decoded into str without the GIL"
+    return f"not in use ({why}): str.encode and CPython's decoder, under the GIL"
+
+
 @lru_cache(maxsize=1)
 def _checked_layout() -> np.ndarray | None:
     """The kernels' layout table if this interpreter stores str and list as they assume."""

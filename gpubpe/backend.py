@@ -189,6 +189,8 @@ def doctor_report() -> dict:
     """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
     import numba
 
+    from ._pystr import str_kernels_state
+
     devices, devices_error = device_facts()
     unavailable = None if simulator_enabled() else cuda_unavailable_reason()
     if simulator_enabled():
@@ -202,5 +204,6 @@ def doctor_report() -> dict:
             "auto": resolve_backend("auto").reason, "probe": probe, "devices": devices,
             "devices_error": devices_error, "simulator": simulator_enabled(),
             "numba_threads": numba.config.NUMBA_NUM_THREADS,
+            "str_kernels": str_kernels_state(),
             "device_bytes_cap": os.environ.get("GPUBPE_DEVICE_BYTES") or None,
             "hint": None if backends["cuda"].startswith("available") else INSTALL_HINT}

@@ -61,6 +61,23 @@ def test_doctor_reports_backends(capsys):
     assert main(["doctor", "--ptx", "eighty"]) == 2
 
 
+def test_doctor_says_whether_the_str_kernels_run(monkeypatch, capsys):
+    """A Python whose str layout the check does not find runs the slow str paths with no
+    error anywhere (3.12 did, unseen): doctor says so, and why."""
+    import sys
+
+    from gpubpe import _pystr
+
+    if sys.implementation.name != "cpython":
+        pytest.skip("the str kernels run on CPython only")
+    assert main(["doctor"]) == 0
+    assert "str kernels: in use: lists of str read" in capsys.readouterr().out
+    monkeypatch.setattr(_pystr, "_checked_layout", lambda: None)
+    assert main(["doctor"]) == 0
+    assert ("str kernels: not in use (this CPython's str or list objects are not laid out as "
+            "the kernels read them)") in capsys.readouterr().out
+
+
 def test_bench_cpu_rows_and_json(tmp_path, corpus, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", str(corpus), "--backend", "cpu", "--vocab-size", "400",
