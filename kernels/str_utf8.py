@@ -30,8 +30,9 @@ from ._raw import load as _load
 from ._raw import store as _store
 
 # layout: the address of the str type, then the byte offsets of the characters of an
-# ASCII str and of another compact str (sys.getsizeof of "" and "é", less the
-# characters and their NUL).
+# ASCII str and of another compact str (sys.getsizeof of "" and of a 2-character
+# Latin-1 str made at run time, less the characters and their NUL: a literal's size
+# counts its cached UTF-8 copy from Python 3.12 on).
 STR_TYPE, ASCII_DATA, COMPACT_DATA = 0, 1, 2
 # Field offsets in every CPython with a GIL (3.8-3.14): ob_type, then PyASCIIObject's
 # length and state (the bit fields interned:2, kind:3, compact:1, ascii:1).
