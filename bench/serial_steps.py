@@ -29,7 +29,8 @@ from gpubpe import _pystr, pretokenize, tokenizer
 # The steps only the calling thread runs, by operation: (module or class, function name).
 # count_words: taking the corpus's items and cutting them into shares, adding each
 # chunk's words into the tally, the dict at the end. encode_arrays: the pieces of the
-# batch, the distinct new words' glue, the admission to the cache, the list's UTF-8 (each
+# batch, the distinct new words' glue, the admission to the cache (or, in parts, its
+# slots), the list's UTF-8 (each
 # less the calling thread's own part of the work all threads share: PARALLEL).
 # decode_batch: making the strs (PyUnicode_New, under the GIL).
 SERIAL_STEPS = {
@@ -38,7 +39,8 @@ SERIAL_STEPS = {
         (pretokenize._WordTally, "add"), (pretokenize._WordTally, "as_dict")],
     "encode_arrays (lines, cold cache)": [
         (tokenizer.Tokenizer, "_pieces"), (tokenizer, "_distinct_new_words"),
-        (tokenizer, "_admit_new_words"), (tokenizer, "utf8_documents")],
+        (tokenizer, "_admit_new_words"), (tokenizer, "admission_slots"),
+        (tokenizer, "utf8_documents")],
     "decode_batch (the lines' ids, to str)": [(_pystr, "new_texts")],
 }
 # Work that runs on every thread, the calling thread taking a share like the others: its
@@ -48,6 +50,7 @@ PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
             (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted"),
             (tokenizer, "word_refs_scan_cpu"), (tokenizer, "count_piece_tokens_cpu"),
             (tokenizer, "write_piece_tokens_cpu"), (tokenizer, "encode_word_list_cpu"),
+            (tokenizer, "cache_admit_part"),
             (_pystr, "text_plan"), (_pystr, "fill_claimed")]
 ALL_ELSE = "the rest of its time (submitting, waiting, glue)"
 

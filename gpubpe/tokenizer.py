@@ -49,9 +49,13 @@ from .device import DeviceCodec, HostBatchStream, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from .kernels._cuda import to_host
 from .kernels.encode import (
+    ADMIT_IN_PARTS_FROM,
+    WordCache,
+    admission_slots,
     build_pieces_cpu,
     byte_slots,
     cache_admit_cpu,
+    cache_admit_part,
     cache_has_room,
     clear_word_cache,
     count_piece_tokens_cpu,
@@ -653,25 +657,26 @@ class Tokenizer:
 
     @contextmanager
     def _admit_while_scattering(self, array, new: _NewWords):
-        """Yield the admission of ``new`` (a function of no arguments), for the calling
-        thread to run while the pool writes the ids (this call the cache's only reader);
-        None when it cannot admit now (the caller then calls ``_admit``). Issue 18, py-spy
-        on 2 threads: the ids were written on the calling thread alone while a pool
-        thread admitted (~6% of that time; the pool idled ~37%); then the admission ran on
-        a third thread beside the two writing (see ``_scatter_ids``).
+        """Yield the admission of ``new`` (an ``_Admission``), for ``_scatter_ids`` to run
+        while the pool writes the ids (this call the cache's only reader); None when it
+        cannot admit now (the caller then calls ``_admit``). Issue 18, py-spy on 2
+        threads: the ids were written on the calling thread alone while a pool thread
+        admitted (~6% of that time; the pool idled ~37%); then the admission ran on a
+        third thread beside the two writing (see ``_scatter_ids``).
 
         The ids read only cache slots older than the call, which admission never
         changes; emptying a full cache waits until the ids are written. The lock is held
-        throughout, so no other call reads or clears the cache meanwhile, and the cache
-        ends as ``_admit`` would leave it.
+        throughout, so no other call reads, admits or clears the cache meanwhile (so the
+        batch's new words are still absent from it), and the cache ends as ``_admit``
+        would leave it (in parts, but for where a word lands in its table probe run).
         """
         with self._cache_lock:
             if new.word_at.size == 0 or self._cache_readers != 1:
                 yield None
                 return
-            all_fit = []  # _scatter_ids runs the admission once
-            yield lambda: all_fit.append(_admit_new_words(self._cache, array, new))
-            self._admit_after(array, new, all_fit[0])
+            admission = _Admission(self._cache, array, new)
+            yield admission  # _scatter_ids runs it once
+            self._admit_after(array, new, admission.all_fit)
 
     # ------------------------------------------------------------ special tokens
     def _special_set(self, value) -> set[str]:
@@ -1316,10 +1321,11 @@ def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple
 
 
 def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cache, new_ids,
-                 new_offsets, admit=None) -> tuple[np.ndarray, np.ndarray]:
+                 new_offsets, admit: _Admission | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Step 4 on every shard: count each piece's ids, prefix-sum, write them. ``admit``
-    (None, or the admission of the batch's new words to the cache) runs on the calling
-    thread while the pool writes; the ids read only cache slots older than the call."""
+    (None, or the admission of the batch's new words to the cache) runs while the pool
+    writes: on the calling thread, or in parts among the writes; the ids read only cache
+    slots older than the call."""
     piece_special = pieces[2]
     new_base = np.cumsum([0] + [refs[1].size for refs in shard_refs])
     shard_args = [(refs[0], piece_ref_end, piece_special, lo, hi, local_to_global[base:])
@@ -1330,11 +1336,12 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
     np.cumsum(piece_tokens, out=piece_offsets[1:])
     ids = np.empty(piece_offsets[-1], dtype=np.uint32)
     runs = max(1, _WRITE_RUNS // len(shards)) if len(shards) > 1 else 1
-    _helped(write_piece_tokens_cpu, [
-        (refs, ends, special, lo, hi, to_global, cache, new_ids, new_offsets, piece_offsets, ids,
-         first_ref)
+    first, admitting = (None, []) if admit is None else admit.tasks(len(shards))
+    _helped([*admitting, *(
+        (write_piece_tokens_cpu, refs, ends, special, lo, hi, to_global, cache, new_ids,
+         new_offsets, piece_offsets, ids, first_ref)
         for refs, ends, special, shard_lo, shard_hi, to_global in shard_args
-        for lo, hi, first_ref in _piece_runs(ends, shard_lo, shard_hi, runs)], len(shards), admit)
+        for lo, hi, first_ref in _piece_runs(ends, shard_lo, shard_hi, runs))], len(shards), first)
     return ids, piece_offsets
 
 
@@ -1360,27 +1367,58 @@ def _piece_runs(piece_ref_end, lo: int, hi: int, runs: int) -> list[tuple[int, i
             for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _helped(function, calls: list[tuple], threads: int, first=None) -> None:
-    """``function(*args)`` for every args tuple, on ``threads - 1`` pool threads and this
-    one, which runs ``first()`` (when given) before it takes, newest first, the calls no
-    pool thread has started. Every call handed over has ended when this returns or
-    raises (they write into the caller's arrays): a ``_threads.HelpedPool``."""
+def _helped(calls: list[tuple], threads: int, first=None) -> None:
+    """``function(*args)`` for every ``(function, *args)`` of ``calls``, on ``threads - 1``
+    pool threads and this one, which runs ``first()`` (when given) before it takes, newest
+    first, the calls no pool thread has started. Every call handed over has ended when
+    this returns or raises (they write into the caller's arrays): a
+    ``_threads.HelpedPool``."""
     if threads <= 1 or len(calls) <= 1:
         if first is not None:
             first()
-        for args in calls:
+        for function, *args in calls:
             function(*args)
         return
     calls_given = HelpedPool(threads - 1)
     try:
-        for args in calls:
-            calls_given.submit(function, *args)
+        for call in calls:
+            calls_given.submit(*call)
         if first is not None:
             first()
         while calls_given:
             calls_given.oldest_result()  # a call's error, raised here
     finally:
         calls_given.cancel()
+
+
+@dataclass
+class _Admission:
+    """The admission of a batch's new words to the cache while its ids are written
+    (``_scatter_ids``); ``all_fit`` once it ran: whether every word fit."""
+
+    cache: WordCache
+    array: np.ndarray
+    new: _NewWords
+    all_fit: bool | None = None
+
+    def tasks(self, threads: int) -> tuple:
+        """``(first, calls)``: a function for the calling thread to run before it helps
+        with the writes (or None), and ``(function, *args)`` tasks to run among them. From
+        ``ADMIT_IN_PARTS_FROM`` threads on, when every word fits, the words are admitted
+        in a part a thread (their slots given here first): see ``kernels.encode.cache``."""
+        new = self.new
+        if threads < ADMIT_IN_PARTS_FROM or not cache_has_room(
+                self.cache, new.word_at.size, int(new.word_len.sum()), new.ids.size):
+            return self._on_this_thread, []
+        slots = admission_slots(self.cache, new.word_len, new.id_offsets, _CACHE_WORD_BYTES)
+        self.all_fit = True
+        cuts = np.linspace(0, slots.size, threads + 1).astype(np.int64).tolist()
+        return None, [(cache_admit_part, self.cache, self.array, new.word_at, new.word_key,
+                       new.ids, new.id_offsets, slots, lo, hi)
+                      for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+    def _on_this_thread(self) -> None:
+        self.all_fit = _admit_new_words(self.cache, self.array, self.new)
 
 
 def _admit_new_words(cache, array, new: _NewWords) -> bool:

@@ -113,6 +113,18 @@ def fetch_add(typingctx, address, value):
 
 
 @intrinsic
+def compare_swap(typingctx, address, expected, value):
+    """Store ``value`` at the 64-bit ``address`` if it holds ``expected``, atomically
+    (sequentially consistent): whether it did. uint64 values."""
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        swapped = builder.cmpxchg(pointer, args[1], args[2], "seq_cst", "seq_cst")
+        return builder.extract_value(swapped, 1)
+
+    return types.boolean(types.int64, types.uint64, types.uint64), codegen
+
+
+@intrinsic
 def load_acquire(typingctx, address):
     """The int64 at ``address``, read with acquire ordering: what was written before a
     ``store_release`` of the value read is seen too (and the read is never hoisted out of

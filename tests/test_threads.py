@@ -8,6 +8,7 @@ the bit-level codec's chunks.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -210,13 +211,77 @@ def test_encode_arrays_is_the_same_on_every_thread_count(tok, lines, cache, monk
                                          allowed_special="all"))
         caches.append([array.copy() for array in tok._cache])
     assert results[0].ids.size > 50_000
-    for other in caches[1:]:  # the new words admitted alike (on 2 threads beside the writes)
-        assert all(np.array_equal(a, b) for a, b in zip(other, caches[0]))
+    for other in caches[1:]:  # the new words admitted alike (beside the writes, or in parts)
+        _assert_same_cache(other, caches[0])
     assert caches[0][-1][0] > 1000  # words in the cache
     for other in results[1:]:
         assert np.array_equal(other.ids, results[0].ids)
         assert np.array_equal(other.offsets, results[0].offsets)
     assert tok.decode_batch(results[0])[:-1] == documents[:-1]
+
+
+def _assert_same_cache(cache, expected) -> None:
+    """The same words at the same slots, bytes and ids: the table's (key, slot) cells as a
+    set (words admitted in parts take their cells at once, so where a word lands in its
+    probe run may differ), every other array bit for bit up to the words used."""
+    table, byte_offsets, id_offsets, pool_bytes, pool_ids, used = cache
+    assert used[0] == expected[-1][0]
+    n = int(used[0])
+    for got, want in ((byte_offsets, expected[1]), (id_offsets, expected[2])):
+        assert np.array_equal(got[:n + 1], want[:n + 1])
+    assert np.array_equal(pool_bytes[:byte_offsets[n]], expected[3][:byte_offsets[n]])
+    assert np.array_equal(pool_ids[:id_offsets[n]], expected[4][:id_offsets[n]])
+
+    def cells(table):
+        pairs = table.reshape(-1, 2)
+        pairs = pairs[pairs[:, 0] != np.uint64(2**64 - 1)]
+        return pairs[np.lexsort(pairs.T[::-1])]
+
+    assert np.array_equal(cells(table), cells(expected[0]))
+
+
+def test_admission_in_parts_fills_the_cache_as_one_pass(tok, lines):
+    """``admission_slots`` then ``cache_admit_part`` in 1, 3 and 7 parts run at once on
+    threads (``tokenizer._Admission`` from ``ADMIT_IN_PARTS_FROM`` threads) leave the cache
+    as ``cache_admit_cpu`` in first-seen order does, every word found at its slot; words
+    longer than the cache takes are skipped alike."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpubpe.kernels import encode as kernels
+    from gpubpe.kernels.encode.words import _cached_slot
+
+    data = np.frombuffer("".join(lines[:4000] + ["x" * 200 + "\n"]).encode(), np.uint8)
+    pieces = (np.array([0]), np.array([data.size]), np.array([-1]))
+    empty = kernels.empty_word_cache(tokenizer_module._CACHE_WORDS,
+                                     tokenizer_module._CACHE_POOL_BYTES)
+    _, _, new = tokenizer_module._encode_pieces(
+        data, pieces, tok._scan_args(), empty, tok._word_encoder(1), 2,
+        lambda new_words: _not_admitted())
+    assert new.word_len.max() > tokenizer_module._CACHE_WORD_BYTES  # one skipped
+    serial = kernels.empty_word_cache(tokenizer_module._CACHE_WORDS,
+                                      tokenizer_module._CACHE_POOL_BYTES)
+    assert tokenizer_module._admit_new_words(serial, data, new)
+    for parts in (1, 3, 7):
+        cache = kernels.empty_word_cache(tokenizer_module._CACHE_WORDS,
+                                         tokenizer_module._CACHE_POOL_BYTES)
+        slots = kernels.admission_slots(cache, new.word_len, new.id_offsets,
+                                        tokenizer_module._CACHE_WORD_BYTES)
+        cuts = np.linspace(0, slots.size, parts + 1).astype(np.int64).tolist()
+        with ThreadPoolExecutor(parts) as pool:
+            for done in [pool.submit(kernels.cache_admit_part, cache, data, new.word_at,
+                                     new.word_key, new.ids, new.id_offsets, slots, lo, hi)
+                         for lo, hi in zip(cuts, cuts[1:])]:
+                done.result()
+        _assert_same_cache(cache, serial)
+        found = [_cached_slot(data, a, n, key, cache)
+                 for a, n, key in zip(new.word_at, new.word_len, new.word_key)]
+        assert found == [-1 if s < 0 else s for s in slots.tolist()]
+    assert serial[-1][0] > 1000
+
+
+@contextmanager
+def _not_admitted():
+    yield None
 
 
 def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
@@ -305,19 +370,20 @@ def test_helped_calls_end_before_an_error_is_raised():
         if fail:
             raise ValueError(f"call {k}")
 
-    _helped(call, [(k,) for k in range(12)], 2, first=lambda: time.sleep(0.03))
+    _helped([(call, k) for k in range(12)], 2, first=lambda: time.sleep(0.03))
     assert sorted(ran) == list(range(12))
     def fail_soon():
         time.sleep(0.005)  # a pool thread has begun a call
         raise ZeroDivisionError("first")
 
-    for first, calls, message in ((fail_soon, [(k,) for k in range(6)], "first"),
-                                  (None, [(0,), (1,), (2,), (3, True)], "call 3"),  # here
-                                  (None, [(0,), (1, True), (2,), (3,)], "call 1")):  # pooled
+    four = [(call, k) for k in range(4)]
+    for first, calls, message in ((fail_soon, [(call, k) for k in range(6)], "first"),
+                                  (None, four[:3] + [(call, 3, True)], "call 3"),  # here
+                                  (None, [four[0], (call, 1, True), *four[2:]], "call 1")):  # pooled
         ran.clear()
         with pytest.raises((ZeroDivisionError, ValueError), match=message):
             try:
-                _helped(call, calls, 2, first=first)
+                _helped(calls, 2, first=first)
             finally:
                 assert running[0] == 0
 

@@ -29,7 +29,8 @@ ids never depend on how many shards there are or where they start.
    the id count of each piece, a prefix sum (host), and the ids written in
    place into one ``uint32`` array.
 5. ``cache_admit_cpu``: the batch's new words enter the cache while it has
-   room (the caller decides eviction).
+   room (the caller decides eviction); on many threads, when all fit,
+   ``admission_slots`` then ``cache_admit_part`` in parts, among step 4's writes.
 
 ``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches.
 
@@ -161,7 +162,10 @@ from .bpe import (
     merge_by_scan,
 )
 from .cache import (
+    ADMIT_IN_PARTS_FROM,
+    admission_slots,
     cache_admit_cpu,
+    cache_admit_part,
     cache_has_room,
     clear_word_cache,
     empty_word_cache,
@@ -203,4 +207,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["ADMIT_IN_PARTS_FROM", "DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._raw import prefetch
+from .._raw import compare_swap, prefetch
 from ..hashing import (
     EMPTY_KEY,
 )
 from ._shared import WordCache
-from .words import _cached_slot, _first_cell, _put_cell, empty_cells
+from .words import _cached_slot, _first_cell, _next_cell, _put_cell, empty_cells
 
 # ---------------------------------------------------------------- the word cache
 
@@ -88,3 +88,63 @@ def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id
         used += 1
     cache.used[0] = used
     return room
+
+
+# Issue 18, many threads: the admission above runs on the calling thread while the others
+# write ids; on 16 cores the writes end long before it (8.4 MB of lines, cold cache: 2.7 ms
+# of admission against ~5 ms of writes on all threads together), so it was the longest of
+# that thread's serial steps (bench/serial_steps.py). From this many threads on, when every
+# word fits, the words are admitted in parts, as tasks among the writes: their slots and
+# offsets first (``admission_slots``, one pass), then each part's bytes, ids and table cells
+# (``cache_admit_part``). Fewer threads keep the admission beside the writes (2 threads: the
+# calling thread admits while the pool thread writes; nothing to gain).
+ADMIT_IN_PARTS_FROM = 4
+
+
+@njit(cache=True, nogil=True)
+def admission_slots(cache, word_len, word_id_offsets, max_word_len):
+    """The cache slot of each word (-1: longer than ``max_word_len``, skipped), in order
+    from the first free one, with the slots' byte and id offsets written and the cache's
+    count of words advanced past them: what ``cache_admit_cpu`` gives words in first-seen
+    order when all of them fit (``cache_has_room``: the caller checks). The bytes, ids and
+    table cells are then ``cache_admit_part``'s."""
+    used = cache.used[0]
+    slots = np.empty(word_len.size, np.int64)
+    for w in range(word_len.size):
+        if word_len[w] > max_word_len:
+            slots[w] = -1
+            continue
+        slots[w] = used
+        cache.byte_offsets[used + 1] = cache.byte_offsets[used] + word_len[w]
+        cache.id_offsets[used + 1] = (cache.id_offsets[used]
+                                      + word_id_offsets[w + 1] - word_id_offsets[w])
+        used += 1
+    cache.used[0] = used
+    return slots
+
+
+@njit(cache=True, nogil=True)
+def cache_admit_part(cache, data, word_at, word_keys, word_ids, word_id_offsets, slots, lo, hi):
+    """Words ``lo`` to ``hi - 1`` into their ``admission_slots``: bytes and ids copied, a
+    table cell claimed by compare-and-swap (other parts insert at once; each word is absent
+    and distinct, so only where a word lands in its probe run depends on the timing)."""
+    table = cache.table
+    at = table.ctypes.data
+    for w in range(lo, hi):
+        if w + ADMIT_AHEAD < hi:
+            ahead = w + ADMIT_AHEAD
+            prefetch(at + np.int64(_first_cell(table, word_keys[ahead])) * 8)
+            prefetch(data.ctypes.data + word_at[ahead])
+        slot = slots[w]
+        if slot < 0:
+            continue
+        byte_at, id_at = cache.byte_offsets[slot], cache.id_offsets[slot]
+        for k in range(cache.byte_offsets[slot + 1] - byte_at):
+            cache.pool_bytes[byte_at + k] = data[word_at[w] + k]
+        first_id = word_id_offsets[w]
+        for k in range(cache.id_offsets[slot + 1] - id_at):
+            cache.pool_ids[id_at + k] = word_ids[first_id + k]
+        cell = _first_cell(table, word_keys[w])
+        while not compare_swap(at + np.int64(cell) * 8, EMPTY_KEY, word_keys[w]):
+            cell = _next_cell(table, cell)
+        table[cell + np.uint64(1)] = np.uint64(slot)
