@@ -54,6 +54,10 @@ fi
 echo "== gpubpe doctor"
 "$python" -m gpubpe doctor | tee "$out/doctor.txt"
 "$python" -m gpubpe doctor --json > "$out/doctor.json"
+if grep -q '^str kernels: not in use' "$out/doctor.txt"; then
+    echo "gpu_node.sh: warning: the str kernels do not run on this Python (doctor.txt says" \
+         "why): the CPU sweep's list-of-str rows measure the str.encode fallback" >&2
+fi
 if [ "$simulator" -eq 0 ] && ! grep -q '^backend cuda: available$' "$out/doctor.txt"; then
     echo "gpu_node.sh: the CUDA backend is not usable here (see $out/doctor.txt); fix that first" >&2
     exit 2
