@@ -89,6 +89,25 @@ def test_cl100k_special_tokens(cl100k_tok, cl100k):
         cl100k_tok.decode([100261])  # between the specials: no token
 
 
+# Letters of the latest Unicode versions: Kawi (15.0), CJK Ext. I (15.1), Garay, Kirat Rai,
+# Tulu-Tigalari (16.0), CJK Ext. J, Sidetic, Tai Yo (17.0), U+3D000 (a letter to regex
+# 2026.9.29 on). Each before ":A", which cl100k cuts after a letter and not after anything
+# else.
+NEWEST_LETTERS = [0x11F04, 0x2EBF0, 0x10D4A, 0x16D43, 0x11380, 0x323B0, 0x10940, 0x1E6C0,
+                  0x3D000]
+
+
+def test_the_newest_letters_are_classed_as_tiktoken_classes_them(cl100k_tok, cl100k):
+    """The scanners' classes come from ``regex`` (pinned in pyproject.toml), tiktoken's from
+    its Rust regex; each moves to a new Unicode on its own. regex 2026.11.19 made
+    '\U0003d000:A' a letter and ':A' where tiktoken 0.14 gives '\U0003d000:' and 'A'."""
+    import regex
+
+    for cp in NEWEST_LETTERS:
+        text = chr(cp) + ":A b" + chr(cp) + "1"
+        assert cl100k_tok.encode(text) == cl100k.encode(text), (hex(cp), regex.__version__)
+
+
 @given(st.text(max_size=200))
 def test_cl100k_hypothesis_text(cl100k_tok, cl100k, text):
     text = text.encode("utf-8", "replace").decode("utf-8")  # no lone surrogates
