@@ -269,3 +269,21 @@ def test_long_documents_cut_for_threads_give_the_same_ids(trained, multiscript_d
     assert trained.encode(text) == custom.encode(text)
     assert trained.encode_arrays([text, text[:5000]], num_threads=2).ids.tolist() == \
         trained.encode_arrays([text, text[:5000]], num_threads=1).ids.tolist()
+
+
+def test_the_newest_letters_split_as_hf_bytelevel_splits_them():
+    """The GPT-2 scanner's letters are Unicode 16.0's (``regex``, pinned in pyproject.toml),
+    as HF tokenizers' ByteLevel pre-tokenizer (its own regex engine) has them: letters of
+    Unicode 15.0-16.0 join the "A" after them, those of 17 and later do not."""
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+    from gpubpe.bytes_order import gpt2_byte_to_unicode
+
+    to_byte = {char: byte for byte, char in gpt2_byte_to_unicode().items()}
+    byte_level = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    letters = [0x11F04, 0x2EBF0, 0x10D4A, 0x16D43, 0x11380, 0x323B0, 0x10940, 0x1E6C0, 0x3D000]
+    for cp in letters:
+        text = chr(cp) + "A :" + chr(cp) + "1 b" + chr(cp)
+        hf = [bytes(map(to_byte.__getitem__, piece)) for piece, _ in
+              byte_level.pre_tokenize_str(text)]
+        assert scanned(text.encode(), "gpt2") == hf, (hex(cp), regex.__version__,
+                                                      tokenizers.__version__)
