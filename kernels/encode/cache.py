@@ -9,7 +9,7 @@ from .._raw import compare_swap, prefetch
 from ..hashing import (
     EMPTY_KEY,
 )
-from ._shared import WordCache
+from ._shared import WordCache, inlined
 from .words import _cached_slot, _first_cell, _next_cell, _put_cell, empty_cells
 
 # ---------------------------------------------------------------- the word cache
@@ -57,11 +57,8 @@ def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id
     max_words = cache.byte_offsets.size - 1
     room = True
     for i in range(order.size):
-        if i + ADMIT_AHEAD < order.size:  # the table cell and the bytes of a later word
-            ahead = order[i + ADMIT_AHEAD]
-            prefetch(cache.table.ctypes.data + np.int64(_first_cell(cache.table,
-                                                                    word_keys[ahead])) * 8)
-            prefetch(data.ctypes.data + word_at[ahead])
+        if i + ADMIT_AHEAD < order.size:
+            _ask_for_word(cache, data, word_at, word_keys, order[i + ADMIT_AHEAD])
         w = order[i]
         length = word_len[w]
         if length > max_word_len:
@@ -76,18 +73,31 @@ def cache_admit_cpu(cache, data, word_at, word_len, word_keys, word_ids, word_id
             break
         if _cached_slot(data, word_at[w], length, word_keys[w], cache) >= 0:
             continue
-        byte_at = cache.byte_offsets[used]
-        for k in range(length):
-            cache.pool_bytes[byte_at + k] = data[word_at[w] + k]
-        out_at = cache.id_offsets[used]
-        for k in range(n_ids):
-            cache.pool_ids[out_at + k] = word_ids[id_at + k]
         cache.byte_offsets[used + 1] = byte_end
         cache.id_offsets[used + 1] = id_end
+        _fill_slot(cache, used, data, word_at[w], word_ids, id_at)
         _put_cell(cache.table, word_keys[w], used)
         used += 1
     cache.used[0] = used
     return room
+
+
+@inlined
+def _ask_for_word(cache, data, word_at, word_keys, w):
+    """Prefetch word ``w``'s first table cell and its bytes (ADMIT_AHEAD words early)."""
+    prefetch(cache.table.ctypes.data + np.int64(_first_cell(cache.table, word_keys[w])) * 8)
+    prefetch(data.ctypes.data + word_at[w])
+
+
+@inlined
+def _fill_slot(cache, slot, data, start, word_ids, first_id):
+    """Copy a word's bytes (from ``data[start:]``) and ids (from ``word_ids[first_id:]``)
+    into cache ``slot``, whose byte and id offsets (slot and slot + 1) are set."""
+    byte_at, id_at = cache.byte_offsets[slot], cache.id_offsets[slot]
+    for k in range(cache.byte_offsets[slot + 1] - byte_at):
+        cache.pool_bytes[byte_at + k] = data[start + k]
+    for k in range(cache.id_offsets[slot + 1] - id_at):
+        cache.pool_ids[id_at + k] = word_ids[first_id + k]
 
 
 # Issue 18, many threads: the admission above runs on the calling thread while the others
@@ -132,18 +142,11 @@ def cache_admit_part(cache, data, word_at, word_keys, word_ids, word_id_offsets,
     at = table.ctypes.data
     for w in range(lo, hi):
         if w + ADMIT_AHEAD < hi:
-            ahead = w + ADMIT_AHEAD
-            prefetch(at + np.int64(_first_cell(table, word_keys[ahead])) * 8)
-            prefetch(data.ctypes.data + word_at[ahead])
+            _ask_for_word(cache, data, word_at, word_keys, w + ADMIT_AHEAD)
         slot = slots[w]
         if slot < 0:
             continue
-        byte_at, id_at = cache.byte_offsets[slot], cache.id_offsets[slot]
-        for k in range(cache.byte_offsets[slot + 1] - byte_at):
-            cache.pool_bytes[byte_at + k] = data[word_at[w] + k]
-        first_id = word_id_offsets[w]
-        for k in range(cache.id_offsets[slot + 1] - id_at):
-            cache.pool_ids[id_at + k] = word_ids[first_id + k]
+        _fill_slot(cache, slot, data, word_at[w], word_ids, word_id_offsets[w])
         cell = _first_cell(table, word_keys[w])
         while not compare_swap(at + np.int64(cell) * 8, EMPTY_KEY, word_keys[w]):
             cell = _next_cell(table, cell)
