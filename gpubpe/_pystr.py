@@ -144,21 +144,27 @@ def _runs_together(out: np.ndarray, run_starts: np.ndarray, cuts: list[int],
 def str_kernels_state() -> str:
     """Whether the kernels read and write str objects here, and if not why (``gpubpe
     doctor`` prints it: the fallback is slower, not wrong, so nothing else shows it)."""
-    if sys.implementation.name != "cpython":
-        why = f"{sys.implementation.name} is not CPython"
-    elif sysconfig.get_config_var("Py_GIL_DISABLED"):
-        why = "a free-threaded CPython"
-    elif _checked_layout() is None:
+    why = _interpreter_refused()
+    if why is None and _checked_layout() is None:
         why = "this CPython's str or list objects are not laid out as the kernels read them"
-    else:
+    if why is None:
         return "in use: lists of str read and ids decoded into str without the GIL"
     return f"not in use ({why}): str.encode and CPython's decoder, under the GIL"
+
+
+def _interpreter_refused() -> str | None:
+    """Why this interpreter is no candidate for the kernels at all, or None."""
+    if sys.implementation.name != "cpython":
+        return f"{sys.implementation.name} is not CPython"
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "a free-threaded CPython"
+    return None
 
 
 @lru_cache(maxsize=1)
 def _checked_layout() -> np.ndarray | None:
     """The kernels' layout table if this interpreter stores str and list as they assume."""
-    if sys.implementation.name != "cpython" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+    if _interpreter_refused() is not None:
         return None
     layout = np.zeros(3, dtype=np.int64)
     layout[STR_TYPE] = id(str)
