@@ -27,15 +27,22 @@ def helper_pool(n_workers: int) -> ThreadPoolExecutor:
 
 class HelpedPool:
     """Tasks on the process's pool of ``n_workers`` threads, one fewer than the work's,
-    results taken in order: the calling thread, while it waits, runs the newest task no
-    pool thread has started. ``cancel`` at the end (in a ``finally``): no task the caller
-    gave runs on once it has returned or raised.
+    results taken in order: the calling thread, while it waits, runs the costliest task
+    no pool thread has started (``submit``'s ``cost``; the newest of equal cost), the pool
+    threads take them oldest first. ``cancel`` at the end (in a ``finally``): no task the
+    caller gave runs on once it has returned or raised.
 
     Issue 18, counting a list of str on 2 cores: with a pool thread per core the
     reading thread (str -> UTF-8, adding shares, ~40% of one core) made three busy
     threads on two cores, and the counting took ~25% more CPU time than on one thread
     (with the batches read beforehand, the same CPU time). One pool thread fewer, and the
     reader counting whatever no pool thread has taken, keeps a thread a core.
+
+    Costliest first (the longest task first, as a list scheduler does): counting 8.4 MB
+    of lines on 2 threads, batches of 1, 2, 4 and 1.4 MB in two shares each, the newest
+    share was the last batch's small one, so the calling thread took a 4 MB batch's
+    second share last, ~5 ms after the pool thread took its first, and the pool thread
+    waited those ~5 ms at the end (a timeline of the shares, bench/RESULTS.md).
     """
 
     def __init__(self, n_workers: int):
@@ -45,8 +52,8 @@ class HelpedPool:
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def submit(self, function, *args) -> None:
-        self.tasks.append(_Task(self.pool.submit(function, *args), function, args))
+    def submit(self, function, *args, cost: int = 0) -> None:
+        self.tasks.append(_Task(self.pool.submit(function, *args), function, args, cost))
 
     def oldest_result(self):
         oldest = self.tasks[0]
@@ -63,7 +70,7 @@ class HelpedPool:
         self.tasks.clear()
 
     def _run_one_unstarted(self) -> bool:
-        for task in reversed(self.tasks):
+        for task in sorted(reversed(self.tasks), key=_cost, reverse=True):  # stable
             if task.run_here():
                 return True
         return False
@@ -74,6 +81,7 @@ class _Task:
     future: Future | None  # None once run on the calling thread
     function: object
     args: tuple
+    cost: int = 0
     value: object = None
 
     def finished(self) -> bool:
@@ -88,3 +96,7 @@ class _Task:
 
     def result(self):
         return self.value if self.future is None else self.future.result()
+
+
+def _cost(task: _Task) -> int:
+    return task.cost

@@ -221,6 +221,7 @@ class Batch:
     data: bytes
     doc_ends: np.ndarray  # int64, ascending, last == len(data)
     input_bytes: int = 0
+    last: bool = False  # the corpus has no documents after these (where the reader knows it)
 
     @property
     def doc_starts(self) -> np.ndarray:
@@ -261,7 +262,9 @@ def iter_batches(corpus, text_field: str = "text",
             yield pending.batch()
             limit = min(2 * limit, batch_bytes)
     if pending:
-        yield pending.batch()
+        batch = pending.batch()
+        batch.last = True
+        yield batch
 
 
 @dataclass
@@ -849,24 +852,28 @@ class _WordCounting:
                 for shares in map(sizes.shares, _item_chunks(corpus, sizes.after)))
 
     def batch_tasks(self, batch: Batch) -> list[tuple]:
-        """A task a thread's share of a batch already read; the first one counts its bytes."""
-        shares = _segment_shares(*segments(batch, self.special_bytes), self.threads)
-        return [(self._counted_share, batch.data, starts, ends, 0 if k else len(batch.data))
-                for k, (starts, ends) in enumerate(shares)]
+        """A task a thread's share of a batch already read (the corpus's last batch, when
+        known, in two a thread: no thread is left with a long share after the others
+        ended); the first one counts its bytes."""
+        shares = _segment_shares(*segments(batch, self.special_bytes),
+                                 self.threads * (2 if batch.last else 1))
+        return [(int(ends.sum() - starts.sum()), self._counted_share, batch.data, starts, ends,
+                 0 if k else len(batch.data)) for k, (starts, ends) in enumerate(shares)]
 
     def run(self, task_lists: Iterable[list[tuple]]) -> None:
-        """Run the tasks on the threads and add their words in order. A list is submitted
-        whole before this thread waits (2 threads: a chunk's shares given one at a time
-        left the pool thread idle while this one ran a share it had taken to help)."""
+        """Run the tasks (``(cost, function, *args)``) on the threads and add their words in
+        order. A list is submitted whole before this thread waits (2 threads: a chunk's
+        shares given one at a time left the pool thread idle while this one ran a share it
+        had taken to help)."""
         if self.threads == 1:  # on the calling thread: one thread means one
-            for function, *args in itertools.chain.from_iterable(task_lists):
+            for _, function, *args in itertools.chain.from_iterable(task_lists):
                 self._add(function(*args))
             return
         shares = HelpedPool(self.threads - 1)  # and this thread: see HelpedPool
         try:
             for tasks in task_lists:
-                for task in tasks:
-                    shares.submit(*task)
+                for cost, *task in tasks:
+                    shares.submit(*task, cost=cost)
                 while len(shares) > 2 * self.threads:
                     self._add(shares.oldest_result())
             while shares:
@@ -944,7 +951,7 @@ class _ChunkShares:
         self.lock = threading.Lock()
 
     def tasks(self, count, shares: list[_Items]) -> list[tuple]:
-        return [(self._counted, k, count, share) for k, share in enumerate(shares)]
+        return [(share.bound, self._counted, k, count, share) for k, share in enumerate(shares)]
 
     def _counted(self, k: int, count, share: _Items) -> list:
         self.counted[k] = count(share)

@@ -388,6 +388,32 @@ def test_helped_calls_end_before_an_error_is_raised():
                 assert running[0] == 0
 
 
+def test_the_calling_thread_runs_the_costliest_unstarted_task_first():
+    """While it waits for the oldest result, the calling thread of a ``HelpedPool`` runs
+    the tasks no pool thread has started costliest first, the newest of equal cost first
+    (a 4 MB batch's share taken last left the pool thread waiting at the end); the
+    results still come in the order given."""
+    import threading
+
+    from gpubpe._threads import HelpedPool
+
+    here, release = [], threading.Event()
+    pool = HelpedPool(1)
+    try:
+        pool.submit(release.wait, 10)  # the one pool thread waits in it
+        while not pool.tasks[0].future.running():
+            release.wait(0.001)
+        for name, cost in (("a", 1), ("b", 5), ("c", 3), ("d", 5), ("e", 1)):
+            pool.submit(lambda name=name: here.append(name) or name, cost=cost)
+        pool.submit(lambda: release.set() or "last")  # cost 0: runs last, frees the pool
+        assert pool.oldest_result() is True
+        assert here == ["d", "b", "c", "e", "a"]
+        assert [pool.oldest_result() for _ in range(6)] == ["a", "b", "c", "d", "e", "last"]
+    finally:
+        release.set()
+        pool.cancel()
+
+
 def test_counting_shares_end_before_an_error_is_raised(lines, monkeypatch):
     """count_words on 2 threads counts its shares on the process's kept pool thread and
     the calling thread: when reading a batch raises, the error comes out only once no
