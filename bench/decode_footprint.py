@@ -51,7 +51,7 @@ def fill_seconds(tables, ids, offsets, docs) -> float:
     new_texts(items_at, characters, wide, _pystr._str_api())
     left = np.empty(len(texts), np.int64)
     start = time.process_time()
-    fill_texts(ids, offsets, tables.copies, tables.ascii_copies, tables.shapes,
+    fill_texts(ids, offsets, tables.ascii_copies, tables.shapes,
                tables.byte_slots, tables.wide_slots, tables.table_bytes, tables.table_offsets,
                items_at, _pystr._checked_layout(), characters, wide, left)
     seconds = time.process_time() - start

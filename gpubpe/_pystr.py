@@ -227,14 +227,14 @@ def _items_as_assumed(items: list) -> bool:
 class TextTables:
     """What ``decode_texts`` reads of a vocabulary: its bytes (``table_bytes`` at int64
     ``table_offsets``, and ``byte_slots``: ``kernels.encode.decode``'s), and each token's
-    form, copies, shape and slot of characters
+    form, ASCII copy, shape and slot of characters
     (``kernels.encode.texts.token_text_forms``)."""
 
     def __init__(self, table_bytes: np.ndarray, table_offsets: np.ndarray,
                  byte_slots: np.ndarray):
         self.table_bytes, self.table_offsets, self.byte_slots = (table_bytes, table_offsets,
                                                                  byte_slots)
-        (self.forms, self.copies, self.ascii_copies, self.shapes,
+        (self.forms, self.ascii_copies, self.shapes,
          self.wide_slots) = token_text_forms(table_bytes, table_offsets)
         if self.forms.size and self.forms.max() <= np.iinfo(np.uint16).max:
             self.forms = self.forms.astype(np.uint16)
@@ -270,7 +270,7 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
     texts = [None] * characters.size
     items_at = ctypes.c_int64.from_address(id(texts) + _LIST_ITEMS_AT).value
     left = np.empty(len(texts), dtype=np.int64)
-    fill_args = (ids, offsets, tables.copies, tables.ascii_copies, tables.shapes,
+    fill_args = (ids, offsets, tables.ascii_copies, tables.shapes,
                  tables.byte_slots, tables.wide_slots, tables.table_bytes, tables.table_offsets,
                  items_at, layout, characters, wide, left)
     chunks = _document_runs(offsets, _FILL_CHUNKS_A_THREAD * parts if parts > 1 else 1)

@@ -80,6 +80,29 @@ def test_characters_split_between_tokens_at_every_place(cl100k, cl100k_tok):
     _assert_written_by_the_kernels(id_lists, docs, cl100k_tok)
 
 
+def test_tokens_of_every_shape_under_a_trained_vocabulary():
+    """A vocabulary trained on emoji, CJK and long repeated words has whole tokens of
+    characters past U+FFFF (no shape: decoded byte by byte), of 9-16 characters of any
+    script (one slot), of more than 16 (byte by byte), and pieces of characters: the
+    kernels write every document, as CPython decodes their bytes."""
+    import gpubpe
+
+    words = ["😀🎉", "日本語のテキストです", "abcdefghijklmnopqrstuvwxyz", "Ωμέγα", "ÿé",
+             "\U0010fffd", "aaaaaaaaaaaa"]
+    rng = np.random.default_rng(3)
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(1, 40)))) for _ in range(300)]
+    tok = gpubpe.train(docs, 330, progress=False)
+    data, offsets = tok._byte_table()
+    texts = [data[a:b].tobytes().decode("utf-8", "replace")
+             for a, b in zip(offsets[:-1], offsets[1:])]
+    assert any(max(map(ord, text)) > 0xFFFF for text in texts)
+    assert any(9 <= len(text) <= 16 and not text.isascii() for text in texts)
+    assert any(len(text) > 16 for text in texts)
+    id_lists = [tok.encode(doc) for doc in docs]
+    assert tok.decode_batch(id_lists) == docs
+    _assert_written_by_the_kernels(id_lists, docs, tok)
+
+
 @pytest.mark.parametrize("errors", ["replace", "strict", "ignore", "surrogateescape"])
 def test_invalid_utf8_is_left_to_cpython_with_the_callers_errors(cl100k, cl100k_tok, errors):
     """Byte runs cut from valid text at random places, or with a byte changed: every way
@@ -124,7 +147,7 @@ def test_a_str_something_else_holds_is_never_written():
     import ctypes
 
     items_at = ctypes.c_int64.from_address(id(texts) + 24).value
-    n_left = fill_texts(ids, doc_offsets, tables.copies, tables.ascii_copies, tables.shapes,
+    n_left = fill_texts(ids, doc_offsets, tables.ascii_copies, tables.shapes,
                         tables.byte_slots, tables.wide_slots, tables.table_bytes,
                         tables.table_offsets,
                         items_at, _pystr._checked_layout(), characters, wide, left)

@@ -17,14 +17,14 @@ Steps (``gpubpe._pystr.decode_texts`` runs them):
    0xC4-0xEF: up to U+FFFF). That holds when its bytes are valid UTF-8; the fill checks.
 3. ``new_texts`` makes a fresh str of each length and width (PyUnicode_New, its characters
    not set; with the GIL held).
-4. ``fill_texts``: each document's characters written into its str. A whole token met
-   where no character is open is one vector load, widened or narrowed to the str's
-   width, and one store: an ASCII token from its 16-byte slot of the byte gather's
-   ``byte_slots``, another from a slot of its first 8 characters (``wide_slots``). A
-   token that splits a character (or is met inside one) is applied by its *shape*: the
-   continuation bytes that end the open character, the characters after them (one slot
-   store), the decoder state it leaves. A token with no shape has its bytes go one at a
-   time through a UTF-8 decoder that checks what CPython's does. The last 16 characters
+4. ``fill_texts``: each document's characters written into its str. In a document all
+   ASCII each token is one 16-byte load from its slot of the byte gather's
+   ``byte_slots`` and one store. In any other, each token is applied by its *shape*,
+   whole or not, with no branch on which (``_step_run``): the character its head ends
+   (one store), the characters after it (a slot of 16 in ``wide_slots``: one vector
+   load, widened or narrowed to the str's width, one store), the decoder state it
+   leaves. A token with no shape has its bytes go one at a time through a UTF-8 decoder
+   that checks what CPython's does. The last 16 characters
    (a slot store may run past the one it writes) are written the same way into a scratch
    buffer, then copied. A document whose bytes are not valid UTF-8 is left for the caller
    (CPython decodes it with the caller's ``errors``). On several threads steps 3 and 4
@@ -65,25 +65,24 @@ from .decode import SLOT_BYTES
 # characters start in it.
 FORM_TOKEN, FORM_WIDE_SHIFT, FORM_COUNT_SHIFT = 1, 1, 5
 WIDE_ASCII, WIDE_LATIN1, WIDE_UCS2, WIDE_UCS4 = 0, 1, 2, 3
-# A token's copy (uint8): how the fill writes it when no character is open, in one slot
-# load, a widening or narrowing to the str's width, and one store. ``copies``: 1-8, a
-# whole token of that many characters, from its slot of WIDE_SLOT_UNITS characters in
-# ``wide_slots``; 9-16, an ASCII token of that many characters, from its 16-byte slot of
-# ``byte_slots``; 0, any other token (longer, or not whole UTF-8 on its own): by its
-# shape, or byte by byte. ``ascii_copies`` (for documents all ASCII): 1-16, an ASCII
-# token of that many characters, from ``byte_slots``. One table for both kinds of
-# document branched on ASCII or not at every token: mispredicted where scripts mix
-# (3.4 ns an id in UCS-4 documents, against 1.6 in ASCII ones).
-ASCII_COPIES, WIDE_SLOT_UNITS = 16, 8
-# A token's shape (int64), for a token met inside a character or one without a copy: 0
-# when its bytes cannot be part of valid UTF-8 or it has more than 3 continuation bytes
-# before its first character start or more than WIDE_SLOT_UNITS characters after them.
-# Else the fields below: the head (0-3 continuation bytes that end the character open
-# before it; bits 0-1) and their 6-bit payloads, first byte highest; the characters that
-# follow (the middle, in ``wide_slots``); the UTF-8 decoder's state after its last byte
-# (need, code, low, high: ``_utf8_step``'s; need 0 when no character is left open).
-SHAPE_PAYLOAD, SHAPE_MIDDLE, SHAPE_NEED, SHAPE_CODE, SHAPE_LOW, SHAPE_HIGH = 2, 20, 24, 26, 41, 49
-SHAPE_REGULAR = 1 << 57
+# A token's ASCII copy (uint8, ``ascii_copies``, for documents all ASCII): 1-16, an ASCII
+# token of that many characters, written as its 16-byte slot of ``byte_slots``; 0, any
+# other token.
+ASCII_COPIES = 16
+# A token's shape (int64), how the fill of any other document writes it. The head (bits
+# 0-2): 0-3 continuation bytes before its first character start, which end the character
+# open before it; SHAPE_NONE where the token has no shape (its bytes cannot be part of
+# valid UTF-8, more than 3 continuation bytes before its first character start, or after
+# them more than WIDE_SLOT_UNITS characters or one past U+FFFF): it is decoded byte by
+# byte. Then the head's 6-bit payloads (first byte highest), 6 x the head (the shift
+# that makes room for them in the open character's code), whether it ends a character
+# (a head), how far the token moves the position (that and its middle: the characters
+# after the head, in ``wide_slots`` at ``id * WIDE_SLOT_UNITS``), and the UTF-8
+# decoder's state after its last byte (``_state``: need, code, low, high).
+WIDE_SLOT_UNITS = 16
+SHAPE_NONE = 4
+SHAPE_PAYLOAD, SHAPE_SHIFT, SHAPE_ENDS, SHAPE_ADVANCE = 3, 21, 26, 27
+SHAPE_NEED, SHAPE_LOW, SHAPE_HIGH, SHAPE_CODE = 32, 35, 41, 47  # code: 15 bits, on top
 _REFCOUNT_AT = 0
 
 
@@ -123,16 +122,14 @@ def _utf8_step(byte, need, code, low, high):
 
 @njit(nogil=True, cache=True)
 def token_text_forms(table_bytes, table_offsets):
-    """``(forms, copies uint8, ascii_copies uint8, shapes int64, wide_slots uint32)``:
-    every token's form, copies and shape (see the top of the module); for a token whose
-    shape has 1-8 characters in the middle, them at ``wide_slots[id * WIDE_SLOT_UNITS:]``,
-    zero-padded (one spare slot at the end)."""
+    """``(forms, ascii_copies uint8, shapes int64, wide_slots uint16)``: every token's
+    form, ASCII copy and shape (see the top of the module); a shape's middle characters
+    at ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot at the end)."""
     n_ids = table_offsets.size - 1
     forms = np.zeros(n_ids, np.uint32)
-    copies = np.zeros(n_ids, np.uint8)
     ascii_copies = np.zeros(n_ids, np.uint8)
     shapes = np.zeros(n_ids, np.int64)
-    wide_slots = np.zeros((n_ids + 1) * WIDE_SLOT_UNITS, np.uint32)
+    wide_slots = np.zeros((n_ids + 1) * WIDE_SLOT_UNITS, np.uint16)
     longest = np.max(np.diff(table_offsets)) if n_ids else 0
     units = np.empty(max(longest, 1), np.uint32)  # one token's characters
     for token in range(n_ids):
@@ -152,17 +149,14 @@ def token_text_forms(table_bytes, table_offsets):
         count, need, code, low, high = _decode_bytes(table_bytes, start + head, stop, 0, 0,
                                                      0x80, 0xBF, units.ctypes.data, 0,
                                                      units.size, np.uint32)
-        if stop > start and count >= 0 and head <= 3 and count <= WIDE_SLOT_UNITS:
-            at = token * WIDE_SLOT_UNITS
-            wide_slots[at:at + count] = units[:count]
+        shapes[token] = SHAPE_NONE
+        if (stop > start and count >= 0 and head <= 3 and count <= WIDE_SLOT_UNITS
+                and (count == 0 or units[:count].max() <= 0xFFFF)):
+            wide_slots[token * WIDE_SLOT_UNITS:][:count] = units[:count]
             shapes[token] = _shape(head, payload, count, need, code, low, high)
-        if stop > start and count >= 0 and head == 0 and need == 0:  # whole
-            ascii = widest == 1 << WIDE_ASCII and count <= ASCII_COPIES
-            if count <= WIDE_SLOT_UNITS or ascii:
-                copies[token] = count
-            if ascii:
-                ascii_copies[token] = count
-    return forms, copies, ascii_copies, shapes, wide_slots
+        if stop > start and widest == 1 << WIDE_ASCII and count <= ASCII_COPIES:
+            ascii_copies[token] = count
+    return forms, ascii_copies, shapes, wide_slots
 
 
 @hot
@@ -186,8 +180,27 @@ def _decode_bytes(table_bytes, start, stop, need, code, low, high, data, pos, le
 @njit(inline="always", cache=True)
 def _shape(head, payload, middle, need, code, low, high):
     """A token's shape word (see SHAPE_*)."""
-    return (SHAPE_REGULAR | head | payload << SHAPE_PAYLOAD | middle << SHAPE_MIDDLE
-            | need << SHAPE_NEED | code << SHAPE_CODE | low << SHAPE_LOW | high << SHAPE_HIGH)
+    ends = np.int64(head != 0)
+    return (head | payload << SHAPE_PAYLOAD | 6 * head << SHAPE_SHIFT | ends << SHAPE_ENDS
+            | (ends + middle) << SHAPE_ADVANCE | _state(need, code, low, high))
+
+
+@njit(inline="always", cache=True)
+def _state(need, code, low, high):
+    """The UTF-8 decoder's state (``_utf8_step``'s) as the tail fields of a shape word.
+    Its need field holds 4 more where the next byte's range is not 0x80-0xBF (after
+    E0, ED, F0 or F4): no token's head field matches it, so ``_step_run`` leaves the
+    next token to ``_apply_shape``, which checks the range."""
+    narrow = np.int64(low != 0x80 or high != 0xBF)
+    return ((need | narrow << 2) << SHAPE_NEED | (low & 0x3F) << SHAPE_LOW
+            | (high & 0x3F) << SHAPE_HIGH | (code if need else 0) << SHAPE_CODE)
+
+
+@njit(inline="always", cache=True)
+def _from_state(state):
+    """``(need, code, low, high)`` of a ``_state`` word."""
+    return ((state >> SHAPE_NEED) & 3, state >> SHAPE_CODE,
+            0x80 | ((state >> SHAPE_LOW) & 0x3F), 0x80 | ((state >> SHAPE_HIGH) & 0x3F))
 
 
 @njit(nogil=True, cache=True)
@@ -264,7 +277,7 @@ def new_texts(items_at, characters, wide, api):
 
 
 @njit(nogil=True, cache=True)
-def fill_texts(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_slots,
+def fill_texts(ids, doc_offsets, ascii_copies, shapes, byte_slots, wide_slots,
                table_bytes, table_offsets, items_at, layout, characters, wide, left):
     """Write each document's characters into item d of the list whose item pointers are
     at ``items_at``: a fresh str of ``characters[d]`` characters and width ``wide[d]``
@@ -272,7 +285,7 @@ def fill_texts(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_
     a str that is not such an object: shared, another length or width) go into ``left``;
     returns how many. A document with no ids is skipped (its str is "")."""
     n_left = 0
-    tables = (copies, ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets)
+    tables = (ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets)
     # a document's last characters (fewer than ASCII_COPIES) and what a slot store at the
     # last of them may write past it (ASCII_COPIES more), in any width
     scratch = np.empty(2 * ASCII_COPIES, np.uint32)
@@ -306,7 +319,7 @@ MADE, NEXT_CHUNK = 0, 1
 
 
 @njit(nogil=True, cache=True)
-def fill_claimed(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wide_slots,
+def fill_claimed(ids, doc_offsets, ascii_copies, shapes, byte_slots, wide_slots,
                  table_bytes, table_offsets, items_at, layout, characters, wide, left,
                  chunk_docs, chunk_left, state):
     """``fill_texts`` of chunks of documents (chunk c: documents ``chunk_docs[c]`` to
@@ -328,7 +341,7 @@ def fill_claimed(ids, doc_offsets, copies, ascii_copies, shapes, byte_slots, wid
             made = _load_acquire(at + 8 * MADE)
         if made < 0:
             return
-        chunk_left[c] = fill_texts(ids, doc_offsets[lo:hi + 1], copies, ascii_copies, shapes,
+        chunk_left[c] = fill_texts(ids, doc_offsets[lo:hi + 1], ascii_copies, shapes,
                                    byte_slots, wide_slots, table_bytes, table_offsets,
                                    items_at + 8 * lo, layout, characters[lo:hi], wide[lo:hi],
                                    left[lo:hi])
@@ -375,20 +388,21 @@ def _fill_span(ids, k, end, tables, data, pos, length, last_slot, need, code, lo
     the bytes are not valid UTF-8. Runs of tokens with a copy go to ``_copy_run``; a
     token without one, or one met inside a character, is applied by its shape
     (``_apply_shape``), or decoded byte by byte when it has none."""
-    (copies, ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets) = tables
+    ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets = tables
     while k < end and pos <= last_slot:
         if need == 0 and ascii:
             k, pos = _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos,
                                      last_slot)
-        elif need == 0:
-            k, pos = _copy_run(ids, k, end, copies, byte_slots, wide_slots, data, pos,
-                               last_slot, unit)
-        if k == end or pos > last_slot:
+        elif not ascii:
+            k, pos, need, code, low, high = _step_run(ids, k, end, shapes, wide_slots, data,
+                                                      pos, last_slot, need, code, low, high,
+                                                      unit)
+        if k == end or pos > last_slot or pos < 0:
             break
         token = np.uint64(ids[k])
         k += np.uint64(1)
         shape = shapes[token]
-        if shape != 0:
+        if shape & 7 != SHAPE_NONE:
             pos, need, code, low, high = _apply_shape(shape, token, wide_slots, data, pos,
                                                       need, code, low, high, unit)
         else:
@@ -405,29 +419,12 @@ def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, uni
     """Apply a token by its shape at ``pos`` (at least 16 characters from the end) with
     the UTF-8 decoder in state (need, code, low, high): its head ends the open character,
     its middle is one slot store, its tail is the new state. Returns ``(pos, need, code,
-    low, high)`` after it, pos -1 where the bytes are invalid.
-
-    Tokens that split CJK characters are a quarter of the ids of mixed-script text under
-    cl100k_base (a tenth under a 4,096-id vocabulary). Fitted from the fill's time on
-    both (2,758 documents of multiscript.txt): byte by byte through ``_utf8_step`` each
-    cost ~11 ns more than a whole token, by shape ~4-7.5 (mispredicted branches on the
-    kind of token, leaving and entering ``_copy_run``). Tried: one loop for both kinds
-    of token, the shape applied without branches (a character stored at ``pos`` whether
-    the head ended one or not, the middle's slot whether empty or not): 0.90x / 0.94x
-    (4,096 ids / cl100k, medians of 15 interleaved rounds in one process): the chain
-    from one token's state to the next got longer than the mispredictions it saved.
-
-    Session 7 (bench/RESULTS.md, "Issue 18, lead, session 7"): runs of such tokens in a
-    loop of their own with no branch but its exit, each token's head, middle, state
-    change and every check in a record of 8 fields (~27 instructions a token): 1.3-1.5x
-    on text that is all one-byte tokens, 1.17-1.25x under a vocabulary that never saw
-    the script, but 0.92-1.04x on the benchmark's documents; a 64-byte row a token
-    (slot, record, copies); software prefetches: none kept. What did move the fill of
-    mixed scripts under cl100k_base was where its tables' entries lie: the same tokens
-    given dense ids filled 1.14-1.36x faster (``bench/decode_footprint.py``)."""
+    low, high)`` after it, pos -1 where the bytes are invalid. What ``_step_run`` leaves:
+    a head that does not end the open character, one after a lead byte that narrows the
+    next byte's range, invalid bytes."""
     width = np.int64(_unit_bytes(unit))
     head = shape & 3
-    middle = (shape >> SHAPE_MIDDLE) & 15
+    middle = ((shape >> SHAPE_ADVANCE) & 31) - ((shape >> SHAPE_ENDS) & 1)
     tail = (shape >> SHAPE_NEED) & 3
     if head > need or (head < need and (head == 0 or middle | tail != 0)):
         return -1, 0, 0, 0, 0
@@ -442,35 +439,56 @@ def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, uni
             pos += 1
         need, low, high = need - head, 0x80, 0xBF
     if middle != 0:
-        _narrow_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS), unit)
+        _put_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS), unit)
         pos += middle
     if need == 0:
-        need, code = tail, (shape >> SHAPE_CODE) & 0x7FFF
-        low, high = (shape >> SHAPE_LOW) & 0xFF, (shape >> SHAPE_HIGH) & 0xFF
+        need, code, low, high = _from_state(shape)
     return pos, need, code, low, high
 
 
 @hot
-def _copy_run(ids, k, end, copies, byte_slots, wide_slots, data, pos, last_slot, unit):
-    """Copy tokens from ``ids[k]`` on while each has a copy and a slot store at ``pos``
-    stays at or before ``last_slot``; returns where it stopped ``(k, pos)``. A loop of
-    its own: inside ``_fill_text``'s, LLVM kept ``pos`` on the stack (a store and a load
-    on the chain from one token to the next: 2.5 ns an id, English, against ~1.5 for
-    the byte gather)."""
+def _step_run(ids, k, end, shapes, wide_slots, data, pos, last_slot, need, code, low, high,
+              unit):
+    """Apply tokens from ``ids[k]`` on by their shapes, with no branch on what kind of
+    token each is, while each one's head ends the character open before it (or there is
+    none and it has no head) and a slot store at ``pos`` stays at or before
+    ``last_slot``; returns ``(k, pos, need, code, low, high)`` where it stopped. Every
+    token stores the character its head ends (a head-less token's store is overwritten
+    by its slot) and its slot, and moves ``pos`` by its advance; the state is the last
+    token's shape word (``_state``), whose need field a token's head field must equal.
+
+    Issue 18. Before, whole tokens were copied in a loop of their own and a token that
+    splits a character (a quarter of the ids of mixed-script text under cl100k_base, in
+    runs of 2-3) left it for ``_apply_shape``: ~20 ns a run. The same tokens in a
+    regular pattern filled at 1.33 ns an id, at random (as text has them) 3.34: the
+    loop's exits were mispredicted branches. Here both patterns 1.57 ns an id (~33
+    instructions a token). Tries of a loop without branches in sessions 6 and 7 lost
+    (0.90-1.04x): they checked each byte's range and rebuilt the state's fields at every
+    token (~50 instructions); here a state whose next byte's range is narrowed (after
+    E0, ED, F0, F4) matches no head and leaves that token to ``_apply_shape``. Fill by
+    document width (``multiscript.txt`` in ~2 KB documents, one core), before / after:
+    cl100k_base UCS-2 2.41 / 1.84-1.97 ns an id, UCS-4 3.06 / 2.02-2.15; a 4,096-id
+    vocabulary (few splits) UCS-2 1.18 / 1.51-1.55, UCS-4 1.83 / 1.73-1.75. Slots of 16
+    uint16 (tokens with a character past U+FFFF after their head are decoded byte by
+    byte; cl100k_base has 5) instead of 8 uint32 plus the byte slot for longer ASCII
+    tokens: one store a token fewer, 0.1-0.2 ns an id. bench/RESULTS.md."""
     width = np.int64(_unit_bytes(unit))
+    state = _state(need, code, low, high)
     while k < end:
         token = np.uint64(ids[k])
-        copy = np.int64(copies[token])
-        if copy == 0 or pos > last_slot:
+        shape = shapes[token]
+        if ((state >> SHAPE_NEED) ^ shape) & 7 != 0 or pos > last_slot:
             break
-        if copy <= WIDE_SLOT_UNITS:
-            _narrow_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS),
-                         unit)
-        else:
-            _widen_slot(data + pos * width, byte_slots, token * np.uint64(SLOT_BYTES), unit)
-        pos += copy
+        code = ((state >> SHAPE_CODE) << ((shape >> SHAPE_SHIFT) & 31)
+                | ((shape >> SHAPE_PAYLOAD) & 0x3FFFF))
+        _store(data + pos * width, unit(code))
+        _put_slot(data + (pos + ((shape >> SHAPE_ENDS) & 1)) * width, wide_slots,
+                  token * np.uint64(WIDE_SLOT_UNITS), unit)
+        pos += (shape >> SHAPE_ADVANCE) & 31
+        state = shape
         k += np.uint64(1)
-    return k, pos
+    need, code, low, high = _from_state(state)
+    return k, pos, need, code, low, high
 
 
 @hot
@@ -482,7 +500,7 @@ def _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos, last_slot)
         copy = np.int64(ascii_copies[token])
         if copy == 0 or pos > last_slot:
             break
-        _widen_slot(data + pos, byte_slots, token * np.uint64(SLOT_BYTES), np.uint8)
+        _put_slot(data + pos, byte_slots, token * np.uint64(SLOT_BYTES), np.uint8)
         pos += copy
         k += np.uint64(1)
     return k, pos
@@ -506,39 +524,22 @@ def _array_at(context, builder, array_type, array, index):
 
 
 @intrinsic
-def _widen_slot(typingctx, destination, slots, at, unit):
-    """Store the 16 bytes at ``slots[at:]`` (uint8) at address ``destination`` as 16
-    characters of type ``unit``: one load, a zero extension (vpmovzxbw / vpmovzxbd), one
-    store."""
-    bits = unit.instance_type.bitwidth
+def _put_slot(typingctx, destination, slots, at, unit):
+    """Store the 16 elements at ``slots[at:]`` (uint8 or uint16) at address
+    ``destination`` as 16 characters of type ``unit``: one load, a zero extension or a
+    truncation (vpmovzxbw, vpmovzxwd, vpmovwb, ...), one store."""
+    bits, slot_bits = unit.instance_type.bitwidth, slots.dtype.bitwidth
 
     def codegen(context, builder, signature, args):
         source = _array_at(context, builder, signature.args[1], args[1], args[2])
-        value = builder.load(builder.bitcast(source, ir.VectorType(ir.IntType(8), 16)
+        value = builder.load(builder.bitcast(source, ir.VectorType(ir.IntType(slot_bits), 16)
                                              .as_pointer()), align=1)
-        if bits > 8:
-            value = builder.zext(value, ir.VectorType(ir.IntType(bits), 16))
-        target = ir.VectorType(ir.IntType(bits), 16).as_pointer()
-        builder.store(value, builder.inttoptr(args[0], target), align=1)
-        return context.get_dummy_value()
-
-    return types.none(types.int64, slots, types.uint64, unit), codegen
-
-
-@intrinsic
-def _narrow_slot(typingctx, destination, slots, at, unit):
-    """Store the ``WIDE_SLOT_UNITS`` characters at ``slots[at:]`` (uint32) at address
-    ``destination`` as characters of type ``unit``: one load, a truncation, one store."""
-    bits = unit.instance_type.bitwidth
-
-    def codegen(context, builder, signature, args):
-        source = _array_at(context, builder, signature.args[1], args[1], args[2])
-        value = builder.load(builder.bitcast(source, ir.VectorType(
-            ir.IntType(32), WIDE_SLOT_UNITS).as_pointer()), align=4)
-        if bits < 32:
-            value = builder.trunc(value, ir.VectorType(ir.IntType(bits), WIDE_SLOT_UNITS))
-        target = ir.VectorType(ir.IntType(bits), WIDE_SLOT_UNITS).as_pointer()
-        builder.store(value, builder.inttoptr(args[0], target), align=1)
+        target_type = ir.VectorType(ir.IntType(bits), 16)
+        if bits > slot_bits:
+            value = builder.zext(value, target_type)
+        elif bits < slot_bits:
+            value = builder.trunc(value, target_type)
+        builder.store(value, builder.inttoptr(args[0], target_type.as_pointer()), align=1)
         return context.get_dummy_value()
 
     return types.none(types.int64, slots, types.uint64, unit), codegen
