@@ -21,11 +21,11 @@ Steps (``gpubpe._pystr.decode_texts`` runs them):
    ASCII each token is one 16-byte load from its slot of the byte gather's
    ``byte_slots`` and one store. In any other, each token is applied by its *shape*,
    whole or not, with no branch on which (``_step_run``): the character its head ends
-   (one store), the characters after it (a slot of 16 in ``wide_slots``: one vector
-   load, widened or narrowed to the str's width, one store), the decoder state it
-   leaves. A token with no shape has its bytes go one at a time through a UTF-8 decoder
-   that checks what CPython's does. The last 16 characters
-   (a slot store may run past the one it writes) are written the same way into a scratch
+   or its first one (one store), the characters after it (a slot of 16 in
+   ``wide_slots``: one vector load, widened or narrowed to the str's width, one store),
+   the decoder state it leaves. A token with no shape has its bytes go one at a time
+   through a UTF-8 decoder that checks what CPython's does. The last 17 characters (a
+   slot store may run past the one it writes) are written the same way into a scratch
    buffer, then copied. A document whose bytes are not valid UTF-8 is left for the caller
    (CPython decodes it with the caller's ``errors``). On several threads steps 3 and 4
    overlap: ``fill_claimed`` fills chunks of documents as soon as the calling thread has
@@ -65,24 +65,32 @@ from .decode import SLOT_BYTES
 # characters start in it.
 FORM_TOKEN, FORM_WIDE_SHIFT, FORM_COUNT_SHIFT = 1, 1, 5
 WIDE_ASCII, WIDE_LATIN1, WIDE_UCS2, WIDE_UCS4 = 0, 1, 2, 3
+# The fill of a document that is not all ASCII copies runs of ASCII tokens by their byte
+# slots (``_copy_ascii_run``) while the tokens that left them are at most STEP_SLACK and
+# 1 in STEP_FROM of the tokens so far; then it takes every token by its shape
+# (``_step_run``).
+STEP_FROM, STEP_SLACK = 32, 2
 # A token's ASCII copy (uint8, ``ascii_copies``, for documents all ASCII): 1-16, an ASCII
 # token of that many characters, written as its 16-byte slot of ``byte_slots``; 0, any
 # other token.
 ASCII_COPIES = 16
-# A token's shape (int64), how the fill of any other document writes it. The head (bits
-# 0-2): 0-3 continuation bytes before its first character start, which end the character
-# open before it; SHAPE_NONE where the token has no shape (its bytes cannot be part of
-# valid UTF-8, more than 3 continuation bytes before its first character start, or after
-# them more than WIDE_SLOT_UNITS characters or one past U+FFFF): it is decoded byte by
-# byte. Then the head's 6-bit payloads (first byte highest), 6 x the head (the shift
-# that makes room for them in the open character's code), whether it ends a character
-# (a head), how far the token moves the position (that and its middle: the characters
-# after the head, in ``wide_slots`` at ``id * WIDE_SLOT_UNITS``), and the UTF-8
-# decoder's state after its last byte (``_state``: need, code, low, high).
+# A token's shape (int64), how the fill of any other document writes it: its first
+# character at the position, then a slot of the characters after it. The *head* is the
+# 0-3 continuation bytes before its first character start, which end the character open
+# before it. Fields: 6 x the head (bits 0-5: the shift that makes room for the head's
+# bits in the open character's code), or SHAPE_NONE where the token has no shape (its
+# bytes cannot be part of valid UTF-8, a head of more than 3 bytes, more than
+# WIDE_SLOT_UNITS characters after the first, or one of them past U+FFFF: it is decoded
+# byte by byte); its *first*: the head's 6-bit payloads (first byte highest), or with no
+# head its first character (0 if none starts in it); how many characters it moves the
+# position; and the UTF-8 decoder's state after its last byte (``_state``). The slot
+# (``wide_slots`` at ``id * WIDE_SLOT_UNITS``): the characters after the first one.
 WIDE_SLOT_UNITS = 16
-SHAPE_NONE = 4
-SHAPE_PAYLOAD, SHAPE_SHIFT, SHAPE_ENDS, SHAPE_ADVANCE = 3, 21, 26, 27
-SHAPE_NEED, SHAPE_LOW, SHAPE_HIGH, SHAPE_CODE = 32, 35, 41, 47  # code: 15 bits, on top
+SHAPE_NONE = 63
+SHAPE_FIRST, SHAPE_ADVANCE, SHAPE_NEED, SHAPE_RANGE, SHAPE_CODE = 6, 27, 32, 38, 41
+# The range the byte after a lead byte must be in: any continuation byte, or after E0,
+# ED, F0 and F4 (``_utf8_step``'s low and high).
+NEXT_LOW, NEXT_HIGH = (0x80, 0xA0, 0x80, 0x90, 0x80), (0xBF, 0xBF, 0x9F, 0xBF, 0x8F)
 _REFCOUNT_AT = 0
 
 
@@ -123,8 +131,9 @@ def _utf8_step(byte, need, code, low, high):
 @njit(nogil=True, cache=True)
 def token_text_forms(table_bytes, table_offsets):
     """``(forms, ascii_copies uint8, shapes int64, wide_slots uint16)``: every token's
-    form, ASCII copy and shape (see the top of the module); a shape's middle characters
-    at ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot at the end)."""
+    form, ASCII copy and shape (see the top of the module); the characters after a
+    shape's first at ``wide_slots[id * WIDE_SLOT_UNITS:]``, zero-padded (one spare slot
+    at the end)."""
     n_ids = table_offsets.size - 1
     forms = np.zeros(n_ids, np.uint32)
     ascii_copies = np.zeros(n_ids, np.uint8)
@@ -150,10 +159,12 @@ def token_text_forms(table_bytes, table_offsets):
                                                      0x80, 0xBF, units.ctypes.data, 0,
                                                      units.size, np.uint32)
         shapes[token] = SHAPE_NONE
-        if (stop > start and count >= 0 and head <= 3 and count <= WIDE_SLOT_UNITS
-                and (count == 0 or units[:count].max() <= 0xFFFF)):
-            wide_slots[token * WIDE_SLOT_UNITS:][:count] = units[:count]
-            shapes[token] = _shape(head, payload, count, need, code, low, high)
+        after = 0 if head else 1  # the characters in its slot: after the first one
+        if (stop > start and count >= 0 and head <= 3 and count - after <= WIDE_SLOT_UNITS
+                and (count <= after or units[after:count].max() <= 0xFFFF)):
+            wide_slots[token * WIDE_SLOT_UNITS:][:max(count - after, 0)] = units[after:count]
+            first = payload if head or count == 0 else units[0]
+            shapes[token] = _shape(head, first, count, need, code, low, high)
         if stop > start and widest == 1 << WIDE_ASCII and count <= ASCII_COPIES:
             ascii_copies[token] = count
     return forms, ascii_copies, shapes, wide_slots
@@ -178,29 +189,30 @@ def _decode_bytes(table_bytes, start, stop, need, code, low, high, data, pos, le
 
 
 @njit(inline="always", cache=True)
-def _shape(head, payload, middle, need, code, low, high):
-    """A token's shape word (see SHAPE_*)."""
-    ends = np.int64(head != 0)
-    return (head | payload << SHAPE_PAYLOAD | 6 * head << SHAPE_SHIFT | ends << SHAPE_ENDS
-            | (ends + middle) << SHAPE_ADVANCE | _state(need, code, low, high))
+def _shape(head, first, count, need, code, low, high):
+    """A token's shape word (see SHAPE_*): ``count`` characters start in it."""
+    return (6 * head | first << SHAPE_FIRST | (count + (head != 0)) << SHAPE_ADVANCE
+            | _state(need, code, low, high))
 
 
 @njit(inline="always", cache=True)
 def _state(need, code, low, high):
-    """The UTF-8 decoder's state (``_utf8_step``'s) as the tail fields of a shape word.
-    Its need field holds 4 more where the next byte's range is not 0x80-0xBF (after
-    E0, ED, F0 or F4): no token's head field matches it, so ``_step_run`` leaves the
-    next token to ``_apply_shape``, which checks the range."""
-    narrow = np.int64(low != 0x80 or high != 0xBF)
-    return ((need | narrow << 2) << SHAPE_NEED | (low & 0x3F) << SHAPE_LOW
-            | (high & 0x3F) << SHAPE_HIGH | (code if need else 0) << SHAPE_CODE)
+    """The UTF-8 decoder's state (``_utf8_step``'s) as the fields of a shape word after
+    the first: 6 x need, 32 more where the next byte's range is narrowed (after E0, ED,
+    F0 or F4: then no token's shift field matches it, and ``_step_run`` leaves the next
+    token to ``_apply_shape``, which checks the range), the range, the code so far."""
+    narrowed = 1 if low == 0xA0 else 2 if high == 0x9F else 3 if low == 0x90 else \
+        4 if high == 0x8F else 0
+    return ((6 * need + (32 if narrowed else 0)) << SHAPE_NEED | narrowed << SHAPE_RANGE
+            | (code if need else 0) << SHAPE_CODE)
 
 
 @njit(inline="always", cache=True)
 def _from_state(state):
     """``(need, code, low, high)`` of a ``_state`` word."""
-    return ((state >> SHAPE_NEED) & 3, state >> SHAPE_CODE,
-            0x80 | ((state >> SHAPE_LOW) & 0x3F), 0x80 | ((state >> SHAPE_HIGH) & 0x3F))
+    narrowed = (state >> SHAPE_RANGE) & 7
+    return (((state >> SHAPE_NEED) & 31) // 6, state >> SHAPE_CODE, NEXT_LOW[narrowed],
+            NEXT_HIGH[narrowed])
 
 
 @njit(nogil=True, cache=True)
@@ -286,9 +298,9 @@ def fill_texts(ids, doc_offsets, ascii_copies, shapes, byte_slots, wide_slots,
     returns how many. A document with no ids is skipped (its str is "")."""
     n_left = 0
     tables = (ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets)
-    # a document's last characters (fewer than ASCII_COPIES) and what a slot store at the
+    # a document's last characters (up to ASCII_COPIES + 1) and what a slot store at the
     # last of them may write past it (ASCII_COPIES more), in any width
-    scratch = np.empty(2 * ASCII_COPIES, np.uint32)
+    scratch = np.empty(3 * ASCII_COPIES, np.uint32)
     for d in range(doc_offsets.size - 1):
         first, last = doc_offsets[d], doc_offsets[d + 1]
         if first == last:  # no ids: the str is "" already
@@ -358,7 +370,7 @@ def publish_made(state, made):
 def _fill_text(ids, first, last, tables, scratch, data, length, unit, ascii):
     """Write the characters of ``ids[first:last]`` at ``data`` (``length`` of them, each a
     ``unit``); False where their bytes are not valid UTF-8 (the str is then left half
-    written, for the caller to drop). ``_fill_span`` writes them up to 16 characters from
+    written, for the caller to drop). ``_fill_span`` writes them up to 17 characters from
     the end, where a slot store may still run past the character it writes; the rest (or
     a document of fewer characters) it writes into ``scratch`` the same way, then they
     are copied into the str. (Those last characters went byte by byte before: 8.7 ns an
@@ -366,7 +378,7 @@ def _fill_text(ids, first, last, tables, scratch, data, length, unit, ascii):
     width = np.int64(_unit_bytes(unit))
     end = np.uint64(last)
     k, pos, need, code, low, high = _fill_span(ids, np.uint64(first), end, tables, data,
-                                               np.int64(0), length, length - ASCII_COPIES,
+                                               np.int64(0), length, length - ASCII_COPIES - 1,
                                                0, 0, 0x80, 0xBF, unit, ascii)
     base = pos
     if pos >= 0 and k < end:
@@ -385,15 +397,22 @@ def _fill_span(ids, k, end, tables, data, pos, length, last_slot, need, code, lo
     """Write the characters of ``ids[k:end]`` from ``pos`` on while a slot store at ``pos``
     stays at or before ``last_slot``, from the UTF-8 decoder's state (need, code, low,
     high: ``_utf8_step``'s); returns where it stopped and the state there, pos -1 where
-    the bytes are not valid UTF-8. Runs of tokens with a copy go to ``_copy_run``; a
-    token without one, or one met inside a character, is applied by its shape
-    (``_apply_shape``), or decoded byte by byte when it has none."""
+    the bytes are not valid UTF-8. Runs of ASCII tokens go to ``_copy_ascii_run``; in a
+    document not all ASCII, once more tokens left them than STEP_SLACK and 1 in STEP_FROM
+    of the tokens so far, every token goes to ``_step_run``. A token either leaves is
+    applied by its shape (``_apply_shape``), or decoded byte by byte when it has none.
+
+    Issue 18: English documents with a few curly quotes or accented letters (6% of the
+    demo corpus's ~2 KB documents; more of web text) filled at 1.8-2.2 ns an id by
+    ``_step_run`` alone, at 1.1-1.5 by the ASCII runs, leaving them at each such token;
+    CJK text the other way round (bench/RESULTS.md, session 12)."""
     ascii_copies, shapes, byte_slots, wide_slots, table_bytes, table_offsets = tables
+    steps, start, exits = False, k, np.int64(-STEP_SLACK)
     while k < end and pos <= last_slot:
-        if need == 0 and ascii:
+        if need == 0 and not steps:
             k, pos = _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos,
-                                     last_slot)
-        elif not ascii:
+                                     last_slot, unit)
+        elif steps:
             k, pos, need, code, low, high = _step_run(ids, k, end, shapes, wide_slots, data,
                                                       pos, last_slot, need, code, low, high,
                                                       unit)
@@ -401,8 +420,11 @@ def _fill_span(ids, k, end, tables, data, pos, length, last_slot, need, code, lo
             break
         token = np.uint64(ids[k])
         k += np.uint64(1)
+        if not (ascii or steps):  # (an ASCII document leaves the runs only past 16 characters)
+            exits += 1
+            steps = exits * STEP_FROM > np.int64(k - start)
         shape = shapes[token]
-        if shape & 7 != SHAPE_NONE:
+        if shape & 63 != SHAPE_NONE:
             pos, need, code, low, high = _apply_shape(shape, token, wide_slots, data, pos,
                                                       need, code, low, high, unit)
         else:
@@ -423,27 +445,24 @@ def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, uni
     a head that does not end the open character, one after a lead byte that narrows the
     next byte's range, invalid bytes."""
     width = np.int64(_unit_bytes(unit))
-    head = shape & 3
-    middle = ((shape >> SHAPE_ADVANCE) & 31) - ((shape >> SHAPE_ENDS) & 1)
-    tail = (shape >> SHAPE_NEED) & 3
-    if head > need or (head < need and (head == 0 or middle | tail != 0)):
-        return -1, 0, 0, 0, 0
+    shift = shape & 63
+    head = shift // 6
+    advance = (shape >> SHAPE_ADVANCE) & 31
+    tail = (shape >> SHAPE_NEED) & 63
+    if head > need or (head < need and (head == 0 or (advance - 1) | tail != 0)):
+        return -1, 0, 0, 0, 0  # (with a head, advance - 1 characters start in the token)
+    first = (shape >> SHAPE_FIRST) & 0x1FFFFF
     if head != 0:
-        payload = (shape >> SHAPE_PAYLOAD) & 0x3FFFF
-        first = 0x80 | ((payload >> (6 * (head - 1))) & 0x3F)
-        if first < low or first > high:
+        if not low <= 0x80 | ((first >> (shift - 6)) & 0x3F) <= high:
             return -1, 0, 0, 0, 0
-        code = (code << (6 * head)) | payload
-        if head == need:
-            _store(data + pos * width, unit(code))
-            pos += 1
-        need, low, high = need - head, 0x80, 0xBF
-    if middle != 0:
-        _put_slot(data + pos * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS), unit)
-        pos += middle
-    if need == 0:
-        need, code, low, high = _from_state(shape)
-    return pos, need, code, low, high
+        code = (code << shift) | first
+        if head < need:  # the token is part of the open character's continuation bytes
+            return pos, need - head, code, 0x80, 0xBF
+        first = code
+    _store(data + pos * width, unit(first))
+    _put_slot(data + (pos + 1) * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS), unit)
+    need, code, low, high = _from_state(shape)
+    return pos + advance, need, code, low, high
 
 
 @hot
@@ -451,39 +470,39 @@ def _step_run(ids, k, end, shapes, wide_slots, data, pos, last_slot, need, code,
               unit):
     """Apply tokens from ``ids[k]`` on by their shapes, with no branch on what kind of
     token each is, while each one's head ends the character open before it (or there is
-    none and it has no head) and a slot store at ``pos`` stays at or before
-    ``last_slot``; returns ``(k, pos, need, code, low, high)`` where it stopped. Every
-    token stores the character its head ends (a head-less token's store is overwritten
-    by its slot) and its slot, and moves ``pos`` by its advance; the state is the last
-    token's shape word (``_state``), whose need field a token's head field must equal.
+    none and it has no head) and a slot store at ``pos + 1`` stays at or before
+    ``last_slot + 1``; returns ``(k, pos, need, code, low, high)`` where it stopped. Each
+    token stores one character at ``pos`` (the one its head ends, else its first: the
+    shift of the code so far and the first field do both) and its slot after it, and
+    moves ``pos`` on; the state is the last token's shape word (``_state``), whose need
+    field a token's shift field must equal.
 
     Issue 18. Before, whole tokens were copied in a loop of their own and a token that
     splits a character (a quarter of the ids of mixed-script text under cl100k_base, in
     runs of 2-3) left it for ``_apply_shape``: ~20 ns a run. The same tokens in a
     regular pattern filled at 1.33 ns an id, at random (as text has them) 3.34: the
-    loop's exits were mispredicted branches. Here both patterns 1.57 ns an id (~33
+    loop's exits were mispredicted branches. Here both 1.12-1.14 ns an id (~27
     instructions a token). Tries of a loop without branches in sessions 6 and 7 lost
     (0.90-1.04x): they checked each byte's range and rebuilt the state's fields at every
     token (~50 instructions); here a state whose next byte's range is narrowed (after
-    E0, ED, F0, F4) matches no head and leaves that token to ``_apply_shape``. Fill by
-    document width (``multiscript.txt`` in ~2 KB documents, one core), before / after:
-    cl100k_base UCS-2 2.41 / 1.84-1.97 ns an id, UCS-4 3.06 / 2.02-2.15; a 4,096-id
-    vocabulary (few splits) UCS-2 1.18 / 1.51-1.55, UCS-4 1.83 / 1.73-1.75. Slots of 16
-    uint16 (tokens with a character past U+FFFF after their head are decoded byte by
-    byte; cl100k_base has 5) instead of 8 uint32 plus the byte slot for longer ASCII
-    tokens: one store a token fewer, 0.1-0.2 ns an id. bench/RESULTS.md."""
+    E0, ED, F0, F4) matches no token and leaves the next one to ``_apply_shape``, and a
+    token's first character or the one its head ends is one store from the same fields.
+    Fill by document width (``multiscript.txt`` in ~2 KB documents, one core), before /
+    after: cl100k_base UCS-2 2.85 / 1.66 ns an id, UCS-4 3.27 / 1.94; a 4,096-id
+    vocabulary (few splits) UCS-2 1.23 / 1.16, UCS-4 1.90 / 1.41 (this loop alone; with
+    ``_fill_span``'s runs of ASCII tokens first, mixed scripts lose 1-4% and English
+    gains 5%). bench/RESULTS.md, session 12."""
     width = np.int64(_unit_bytes(unit))
     state = _state(need, code, low, high)
     while k < end:
         token = np.uint64(ids[k])
         shape = shapes[token]
-        if ((state >> SHAPE_NEED) ^ shape) & 7 != 0 or pos > last_slot:
+        if ((state >> SHAPE_NEED) ^ shape) & 63 != 0 or pos > last_slot:
             break
-        code = ((state >> SHAPE_CODE) << ((shape >> SHAPE_SHIFT) & 31)
-                | ((shape >> SHAPE_PAYLOAD) & 0x3FFFF))
-        _store(data + pos * width, unit(code))
-        _put_slot(data + (pos + ((shape >> SHAPE_ENDS) & 1)) * width, wide_slots,
-                  token * np.uint64(WIDE_SLOT_UNITS), unit)
+        first = (state >> SHAPE_CODE) << (shape & 63) | ((shape >> SHAPE_FIRST) & 0x1FFFFF)
+        _store(data + pos * width, unit(first))
+        _put_slot(data + (pos + 1) * width, wide_slots, token * np.uint64(WIDE_SLOT_UNITS),
+                  unit)
         pos += (shape >> SHAPE_ADVANCE) & 31
         state = shape
         k += np.uint64(1)
@@ -492,15 +511,19 @@ def _step_run(ids, k, end, shapes, wide_slots, data, pos, last_slot, need, code,
 
 
 @hot
-def _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos, last_slot):
-    """``_copy_run`` of an ASCII document: every token a 16-byte move from its slot of
-    ``byte_slots``."""
+def _copy_ascii_run(ids, k, end, ascii_copies, byte_slots, data, pos, last_slot, unit):
+    """Write tokens from ``ids[k]`` on while each is all ASCII and a slot store at ``pos``
+    stays at or before ``last_slot``, each its 16-byte slot of ``byte_slots`` widened to
+    ``unit``; returns where it stopped ``(k, pos)``. A loop of its own: inside
+    ``_fill_text``'s, LLVM kept ``pos`` on the stack (a store and a load on the chain from
+    one token to the next: 2.5 ns an id, English, against ~1.5 for the byte gather)."""
+    width = np.int64(_unit_bytes(unit))
     while k < end:
         token = np.uint64(ids[k])
         copy = np.int64(ascii_copies[token])
         if copy == 0 or pos > last_slot:
             break
-        _put_slot(data + pos, byte_slots, token * np.uint64(SLOT_BYTES), np.uint8)
+        _put_slot(data + pos * width, byte_slots, token * np.uint64(SLOT_BYTES), unit)
         pos += copy
         k += np.uint64(1)
     return k, pos
