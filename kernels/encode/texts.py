@@ -438,9 +438,10 @@ def _fill_span(ids, k, end, tables, data, pos, length, last_slot, need, code, lo
 
 @hot
 def _apply_shape(shape, token, wide_slots, data, pos, need, code, low, high, unit):
-    """Apply a token by its shape at ``pos`` (at least 16 characters from the end) with
-    the UTF-8 decoder in state (need, code, low, high): its head ends the open character,
-    its middle is one slot store, its tail is the new state. Returns ``(pos, need, code,
+    """Apply a token by its shape at ``pos`` (at least 17 characters from the end) with
+    the UTF-8 decoder in state (need, code, low, high): the character its head ends, or
+    its first, is one store, the characters after it one slot store, its last state the
+    new state. Returns ``(pos, need, code,
     low, high)`` after it, pos -1 where the bytes are invalid. What ``_step_run`` leaves:
     a head that does not end the open character, one after a lead byte that narrows the
     next byte's range, invalid bytes."""
