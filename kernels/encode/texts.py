@@ -8,9 +8,9 @@ str objects the caller made for them, in the storage CPython gives a str (PEP 39
 
 Steps (``gpubpe._pystr.decode_texts`` runs them):
 
-1. ``token_text_forms`` (once per vocabulary): each token's *form* and *copy* (below),
-   and the characters of every token whose bytes are whole UTF-8 on their own (most are;
-   a byte-level vocabulary also has tokens holding part of a character).
+1. ``token_text_forms`` (once per vocabulary): each token's *form*, ASCII copy and
+   *shape* (below), and the characters after the first of every token that has a shape
+   (most have; a byte-level vocabulary also has tokens holding part of a character).
 2. ``text_plan``: per document, its characters and its storage width, from the forms
    alone: a document's characters are its bytes that start one (not 0x80-0xBF), and its
    widest character's width is set by its greatest start byte (0xC2-0xC3: up to U+00FF,
