@@ -855,8 +855,8 @@ class _WordCounting:
         """A task a thread's share of a batch already read (the corpus's last batch, when
         known, in two a thread: no thread is left with a long share after the others
         ended); the first one counts its bytes."""
-        shares = _segment_shares(*segments(batch, self.special_bytes),
-                                 self.threads * (2 if batch.last else 1))
+        split = 2 if batch.last and self.threads > 1 else 1
+        shares = _segment_shares(*segments(batch, self.special_bytes), split * self.threads)
         return [(int(ends.sum() - starts.sum()), self._counted_share, batch.data, starts, ends,
                  0 if k else len(batch.data)) for k, (starts, ends) in enumerate(shares)]
 
