@@ -73,7 +73,7 @@ STEP_FROM, STEP_SLACK = 32, 2
 # A token's ASCII copy (uint8, ``ascii_copies``, for documents all ASCII): 1-16, an ASCII
 # token of that many characters, written as its 16-byte slot of ``byte_slots``; 0, any
 # other token.
-ASCII_COPIES = 16
+ASCII_COPIES = SLOT_BYTES  # 16: a slot is one vector load (``_put_slot``)
 # A token's shape (int64), how the fill of any other document writes it: its first
 # character at the position, then a slot of the characters after it. The *head* is the
 # 0-3 continuation bytes before its first character start, which end the character open
@@ -85,7 +85,7 @@ ASCII_COPIES = 16
 # head its first character (0 if none starts in it); how many characters it moves the
 # position; and the UTF-8 decoder's state after its last byte (``_state``). The slot
 # (``wide_slots`` at ``id * WIDE_SLOT_UNITS``): the characters after the first one.
-WIDE_SLOT_UNITS = 16
+WIDE_SLOT_UNITS = SLOT_BYTES
 SHAPE_NONE = 63
 SHAPE_FIRST, SHAPE_ADVANCE, SHAPE_NEED, SHAPE_RANGE, SHAPE_CODE = 6, 27, 32, 38, 41
 # The range the byte after a lead byte must be in: any continuation byte, or after E0,
@@ -549,16 +549,16 @@ def _array_at(context, builder, array_type, array, index):
 
 @intrinsic
 def _put_slot(typingctx, destination, slots, at, unit):
-    """Store the 16 elements at ``slots[at:]`` (uint8 or uint16) at address
-    ``destination`` as 16 characters of type ``unit``: one load, a zero extension or a
-    truncation (vpmovzxbw, vpmovzxwd, vpmovwb, ...), one store."""
+    """Store the SLOT_BYTES (16) elements at ``slots[at:]`` (uint8 or uint16) at address
+    ``destination`` as that many characters of type ``unit``: one load, a zero extension
+    or a truncation (vpmovzxbw, vpmovzxwd, vpmovwb, ...), one store."""
     bits, slot_bits = unit.instance_type.bitwidth, slots.dtype.bitwidth
 
     def codegen(context, builder, signature, args):
         source = _array_at(context, builder, signature.args[1], args[1], args[2])
-        value = builder.load(builder.bitcast(source, ir.VectorType(ir.IntType(slot_bits), 16)
-                                             .as_pointer()), align=1)
-        target_type = ir.VectorType(ir.IntType(bits), 16)
+        source_type = ir.VectorType(ir.IntType(slot_bits), SLOT_BYTES)
+        value = builder.load(builder.bitcast(source, source_type.as_pointer()), align=1)
+        target_type = ir.VectorType(ir.IntType(bits), SLOT_BYTES)
         if bits > slot_bits:
             value = builder.zext(value, target_type)
         elif bits < slot_bits:
