@@ -39,7 +39,7 @@ import regex
 from ._pystr import bytes_objects, str_list_utf8, str_span, utf8_bound_ends
 from ._threads import HelpedPool
 from .errors import ConfigError, CorpusError
-from .kernels.hashing import EMPTY_KEY, grown_like
+from .kernels.hashing import EMPTY_KEY, cells_grown, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
 from .kernels.jsonl import MAX_DEPTH as JSONL_MAX_DEPTH
 from .kernels.jsonl import TEXT as JSONL_TEXT
@@ -60,7 +60,7 @@ from .kernels.pretok import (
     count_scanned_words,
 )
 from .kernels.str_utf8 import any_ends_with
-from .kernels.word_tally import add_words, cells_grown, count_str_share, packed_words
+from .kernels.word_tally import add_words, count_str_share, packed_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -934,8 +934,8 @@ class _WordCounting:
         """A share's word counts as ``_WordTally.add`` takes them (words packed, hashed),
         and the bytes it read."""
         array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
-        packed, hashes = packed_words(array, word_at, word_len)
-        return packed, word_len, word_count, hashes, n_bytes
+        packed, keys = packed_words(array, word_at, word_len)
+        return packed, word_len, word_count, keys, n_bytes
 
 
 class _ChunkShares:
@@ -1043,13 +1043,13 @@ class _WordTally:
         self.words: list[bytes] = []  # word w's bytes, made as it is added
 
     def add(self, packed: np.ndarray, length: np.ndarray, counts: np.ndarray,
-            hashes: np.ndarray) -> None:
+            keys: np.ndarray) -> None:
         """Add the words of ``packed`` (``length[k]`` bytes each, end to end), ``counts[k]``
-        times each, in order; ``hashes``: ``packed_words``'."""
+        times each, in order; ``keys``: ``packed_words``' (exact for short words)."""
         first_new = int(self.cursor[0])
         self.cursor[2:] = 0
         while not add_words(self.cells, self.records, self.pool, self.cursor, packed, length,
-                            counts, hashes):
+                            counts, keys):
             self._grow(int(length[self.cursor[2]]))
         if self.keep_words:
             self._keep_words_from(first_new)
@@ -1078,10 +1078,10 @@ class _WordTally:
         return dict(zip(self.words, self.records[:self.cursor[0], 2].tolist()))
 
     def as_share(self) -> tuple:
-        """The words so far as a counted share: packed in order, lengths, counts, hashes."""
+        """The words so far as a counted share: packed in order, lengths, counts, keys."""
         words = self.records[:self.cursor[0]]
-        packed, hashes = packed_words(self.pool, words[:, 0].copy(), words[:, 1].copy())
-        return packed, words[:, 1].copy(), words[:, 2].copy(), hashes
+        packed, keys = packed_words(self.pool, words[:, 0].copy(), words[:, 1].copy())
+        return packed, words[:, 1].copy(), words[:, 2].copy(), keys
 
 
 def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:

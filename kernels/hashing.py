@@ -81,6 +81,21 @@ def table_grown(keys, values):
     return new_keys, new_values
 
 
+@njit(cache=True)
+def cells_grown(cells):
+    """A table of (key, value) cells (uint64, 2 a cell) twice the size, holding the same
+    entries."""
+    grown = np.full((2 * cells.shape[0], 2), EMPTY_KEY, dtype=np.uint64)
+    mask = np.uint64(grown.shape[0] - 1)
+    for old in range(cells.shape[0]):
+        if cells[old, 0] != EMPTY_KEY:
+            cell = mix64(cells[old, 0]) & mask
+            while grown[cell, 0] != EMPTY_KEY:
+                cell = (cell + np.uint64(1)) & mask
+            grown[cell, 0], grown[cell, 1] = cells[old, 0], cells[old, 1]
+    return grown
+
+
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -125,6 +140,28 @@ def hash_concat(left_hash, right_hash, right_length):
         base *= base
         n >>= 1
     return left_hash * power + right_hash
+
+
+# A word of up to 7 bytes is its own key: its length in the top byte, its bytes
+# below, so equal keys mean equal words and no bytes are compared. A longer
+# word's key is a 56-bit hash tagged LONG_WORD_TAG in the top byte; its bytes
+# are compared on a key match. Keys below LONG_WORD_TAG are exact. The word
+# cache and whole-token table of encoding (CPU and device), the counting kernel
+# and the word tally all key words so.
+LONG_WORD_TAG = np.uint64(8) << np.uint64(56)
+_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def word_key(data, start, stop):
+    """The table key of ``data[start:stop]`` (never EMPTY_KEY)."""
+    length = stop - start
+    if length <= 7:
+        key = np.uint64(length) << np.uint64(56)
+        for k in range(length):
+            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
+        return key
+    return (hash_bytes(data, start, length) & _LOW_56) | LONG_WORD_TAG
 
 
 @njit(cache=True)

@@ -55,7 +55,7 @@ import numpy as np
 from numba import njit
 
 from ._jit import hot
-from .hashing import EMPTY_KEY, STRING_HASH_BASE, grown_like, mix64, same_bytes, table_grown
+from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, same_bytes, word_key
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
@@ -690,50 +690,55 @@ def split_ends(data, segment_start, segment_end, scanner, table):
     return ends[:n]
 
 
+WORD_AT, WORD_LEN, WORD_COUNT = 0, 1, 2  # the columns of a counted word's record
+
+
 @hot
-def _count_into(data, segment_start, segment_end, scanner, table, keys, slots, word_at, word_len,
-                word_count, cursor):
+def _count_into(data, segment_start, segment_end, scanner, table, cells, records, cursor):
     """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
 
+    ``cells``: an open-addressing table of (word key, word) pairs (uint64, 2 a cell:
+    ``word_key``, ``EMPTY_KEY`` free); ``records``: (first offset, length, count) a word.
     Returns True when every segment is done, False when the tables need room.
     Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
 
-    Every word met again is compared with its first occurrence (``same_bytes``, 8 bytes
-    at a time). Byte by byte, a loop whose end mispredicted at each change of word
-    length, this kernel took 67.5-70.8 ms for the sweep's 8.4 MB of lines on one thread,
-    now 58.0-59.6 (two threads: 35.0-37.5 -> 30.4-30.7; bench/RESULTS.md, session 7).
+    A long word (8 bytes on) met again is compared with its first occurrence
+    (``same_bytes``, 8 bytes at a time); a shorter one is its own key. Byte by byte, a
+    loop whose end mispredicted at each change of word length, this kernel took
+    67.5-70.8 ms for the sweep's 8.4 MB of lines on one thread, then 58.0-59.6 (session 7).
+
+    Issue 18, session 13: half of the kernel's time was the lookup (the lines' 1.74 M
+    words scanned and hashed alone: 23 ms of 46), ~5 cache misses a word met again:
+    keys, slots, the word's length and offset (three arrays), its first occurrence. Now
+    a word's key and index share a cell and its offset, length and count a record, and 4
+    words in 5 (1 in 3 distinct ones) are at most 7 bytes, their own keys, none
+    compared: 46 -> 41 ms for the one-thread count (bench/RESULTS.md).
     """
     n_words = cursor[2]
-    mask = np.uint64(keys.size - 1)
+    mask = np.uint64(cells.shape[0] - 1)
     while cursor[0] < segment_start.size:
         i = max(cursor[1], segment_start[cursor[0]])
         end = segment_end[cursor[0]]
         while i < end:
-            if n_words == word_at.size or 2 * (n_words + 1) > keys.size:
+            if n_words == records.shape[0] or 2 * (n_words + 1) > cells.shape[0]:
                 cursor[1], cursor[2] = i, n_words
                 return False
             stop = piece_end(scanner, data, i, end, table)
-            value = np.uint64(0)
-            for k in range(i, stop):
-                value = value * STRING_HASH_BASE + np.uint64(data[k]) + np.uint64(1)
-            if value == EMPTY_KEY:
-                value = np.uint64(0)
-            cell = mix64(value) & mask
-            while keys[cell] != EMPTY_KEY and keys[cell] != value:
+            key = word_key(data, i, stop)
+            cell = mix64(key) & mask
+            while cells[cell, 0] != EMPTY_KEY and cells[cell, 0] != key:
                 cell = (cell + np.uint64(1)) & mask
-            if keys[cell] == value:
-                slot = slots[cell]
-                if word_len[slot] != stop - i or not same_bytes(data, word_at[slot], data, i,
-                                                                stop - i):
+            if cells[cell, 0] == key:
+                word = cells[cell, 1]
+                if key >= LONG_WORD_TAG and (records[word, WORD_LEN] != stop - i or not same_bytes(
+                        data, records[word, WORD_AT], data, i, stop - i)):
                     cursor[2], cursor[3] = n_words, 1
                     return True
-                word_count[slot] += 1
+                records[word, WORD_COUNT] += 1
             else:
-                keys[cell] = value
-                slots[cell] = n_words
-                word_at[n_words] = i
-                word_len[n_words] = stop - i
-                word_count[n_words] = 1
+                cells[cell, 0], cells[cell, 1] = key, n_words
+                records[n_words, WORD_AT], records[n_words, WORD_LEN] = i, stop - i
+                records[n_words, WORD_COUNT] = 1
                 n_words += 1
             i = stop
         cursor[0] += 1
@@ -747,21 +752,18 @@ def count_scanned_words(data, segment_start, segment_end, scanner, table):
     """Distinct words of the segments, split by ``scanner`` (as ``split_ends``): (first byte offset, length, count) per word.
 
     Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
-    when two different words shared a 64-bit hash (the caller then counts
+    when two different long words shared a 56-bit key (the caller then counts
     another way). Launch: one call per thread on its own segments (nogil);
     the hash table doubles at half load.
     """
-    keys = np.full(1 << 16, EMPTY_KEY, dtype=np.uint64)
-    slots = np.zeros(1 << 16, dtype=np.int64)
-    word_at = np.empty(1 << 15, dtype=np.int64)
-    word_len = np.empty(1 << 15, dtype=np.int64)
-    word_count = np.empty(1 << 15, dtype=np.int64)
+    cells = np.full((1 << 16, 2), EMPTY_KEY, dtype=np.uint64)
+    records = np.empty((1 << 15, 3), dtype=np.int64)
     cursor = np.zeros(4, dtype=np.int64)
-    while not _count_into(data, segment_start, segment_end, scanner, table, keys, slots,
-                          word_at, word_len, word_count, cursor):
-        keys, slots = table_grown(keys, slots)
-        word_at = grown_like(word_at, 0)
-        word_len = grown_like(word_len, 0)
-        word_count = grown_like(word_count, 0)
+    while not _count_into(data, segment_start, segment_end, scanner, table, cells, records,
+                          cursor):
+        cells = cells_grown(cells)
+        records = np.concatenate((records, np.empty_like(records)))
     n = cursor[2]
-    return word_at[:n], word_len[:n], word_count[:n], cursor[3] == 1
+    words = records[:n]
+    return (words[:, WORD_AT].copy(), words[:, WORD_LEN].copy(), words[:, WORD_COUNT].copy(),
+            cursor[3] == 1)

@@ -14,7 +14,7 @@ it is on the 2-thread path's critical path: with the adds made free, counting a 
 of str went 93 -> 71 ms on 2 threads. Each add first took ~65-90 ns, most of it
 cache misses: a scattered read of the word in its batch, the key and the slot of the
 table in two arrays, then the word's offset, length and count in three. Now the
-shares' words come packed end to end with their hashes (read in order, none hashed
+shares' words come packed end to end with their keys (read in order, none hashed
 here), a table cell holds key and word index side by side, and a word's record holds
 its pool offset, length and count side by side: three misses an add where there were
 seven.
@@ -27,10 +27,18 @@ threads 17.4-18.2 -> 8.7 ms (the prefetches alone: 8.1-8.4 / 11.2-12.6). Run alo
 warm tally the adds took 39 ns a word, 28 with the wide compare: in the count, the
 tally's lines are cold (the counting threads read through the batch in between).
 
-Layout: ``cells`` (uint64, 2 a cell: the word's polynomial hash, ``EMPTY_KEY`` free,
-then the word's index) an open-addressing table; a hash is only a hint: a cell whose
-hash matches is the word only when its bytes match too, else the probe goes on, so two
-words sharing a hash are both kept (no fallback needed). Word ``w`` is
+Session 13: a word of up to 7 bytes is its own key (``hashing.word_key``; 4 words in 5
+of the lines), so most adds read no pool bytes; the record and pool prefetches, each
+behind a read of a cell, then cost more than they saved. Only the cell of the word
+``CELL_AHEAD`` on is asked for: adds of a 1/8 share of the lines (27 K distinct words)
+into the tally, all prefetches 22.5 ns a word warm and 25.3 cold (caches flushed),
+the cell alone 13.8 and 16.5 (``bench/RESULTS.md``).
+
+Layout: ``cells`` (uint64, 2 a cell: the word's key, ``hashing.word_key``, ``EMPTY_KEY``
+free, then the word's index) an open-addressing table; a word of up to 7 bytes is its own
+key; a longer word's key is a hash, only a hint: a cell whose key matches is the word
+only when its bytes match too, else the probe goes on, so two words sharing a hash are
+both kept (no fallback needed). Word ``w`` is
 ``pool[records[w, AT]:records[w, AT] + records[w, LENGTH]]``, counted
 ``records[w, COUNT]``.
 """
@@ -44,7 +52,7 @@ from ._jit import hot_nogil
 from ._raw import call as _call
 from ._raw import prefetch as _prefetch
 from ._raw import put_new_item as _put_new_item
-from .hashing import EMPTY_KEY, hash_bytes, mix64, same_bytes
+from .hashing import EMPTY_KEY, LONG_WORD_TAG, mix64, same_bytes, word_key
 from .pretok import count_scanned_words
 from .str_utf8 import any_ends_with, write_str_utf8
 
@@ -54,24 +62,25 @@ KEY, WORD = 0, 1  # the columns of a table cell
 
 @njit(nogil=True, cache=True)
 def packed_words(data, at, length):
-    """The words ``data[at[k]:at[k] + length[k]]`` end to end (uint8) and their hashes
-    (uint64, never ``EMPTY_KEY``), as ``add_words`` takes them; made on the counting
-    thread, so the adding thread reads its words in order and hashes none."""
+    """The words ``data[at[k]:at[k] + length[k]]`` end to end (uint8) and their keys
+    (``hashing.word_key``: a word of up to 7 bytes is its own key), as ``add_words``
+    takes them; made on the counting thread, so the adding thread reads its words in
+    order and hashes none."""
     packed = np.empty(length.sum(), dtype=np.uint8)
-    hashes = np.empty(at.size, dtype=np.uint64)
+    keys = np.empty(at.size, dtype=np.uint64)
     out = 0
     for k in range(at.size):
-        value = hash_bytes(data, at[k], length[k])
-        hashes[k] = np.uint64(0) if value == EMPTY_KEY else value
+        keys[k] = word_key(data, at[k], at[k] + length[k])
         packed[out:out + length[k]] = data[at[k]:at[k] + length[k]]
         out += length[k]
-    return packed, hashes
+    return packed, keys
 
 
 @hot_nogil
-def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
-    """Add the packed words (``length[k]`` bytes each, ``counts[k]`` times, hash
-    ``hashes[k]``) from word ``cursor[2]``, packed byte ``cursor[3]`` on. ``cursor``:
+def add_words(cells, records, pool, cursor, packed, length, counts, keys):
+    """Add the packed words (``length[k]`` bytes each, ``counts[k]`` times, key
+    ``keys[k]``: exact below ``LONG_WORD_TAG``, else a hint whose words are compared)
+    from word ``cursor[2]``, packed byte ``cursor[3]`` on. ``cursor``:
     (distinct words, pool bytes used, next word to add, its packed offset). Returns False
     when the table, the records or the pool need room (grow, then call again).
 
@@ -84,8 +93,9 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     mask = np.uint64(cells.shape[0] - 1)
     n = length.size
     for k in range(cursor[2], n):
-        _prefetch_ahead(cells, records, pool, hashes, k, n, mask)
-        size, value = length[k], hashes[k]
+        if k + CELL_AHEAD < n:
+            _prefetch(cells.ctypes.data + np.int64(mix64(keys[k + CELL_AHEAD]) & mask) * 16)
+        size, value = length[k], keys[k]
         if 2 * (n_words + 1) > cells.shape[0] or n_words == records.shape[0] \
                 or used + size > pool.size:
             cursor[0], cursor[1], cursor[2], cursor[3] = n_words, used, k, start
@@ -93,8 +103,9 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
         cell = mix64(value) & mask
         while cells[cell, KEY] != EMPTY_KEY:
             word = cells[cell, WORD]
-            if cells[cell, KEY] == value and records[word, LENGTH] == size and same_bytes(
-                    pool, records[word, AT], packed, start, size):
+            if cells[cell, KEY] == value and (value < LONG_WORD_TAG or (
+                    records[word, LENGTH] == size
+                    and same_bytes(pool, records[word, AT], packed, start, size))):
                 break
             cell = (cell + np.uint64(1)) & mask
         if cells[cell, KEY] != EMPTY_KEY:
@@ -112,39 +123,7 @@ def add_words(cells, records, pool, cursor, packed, length, counts, hashes):
     return True
 
 
-@njit(cache=True)
-def cells_grown(cells):
-    """A table of twice the cells holding the same words."""
-    grown = np.full((2 * cells.shape[0], 2), EMPTY_KEY, dtype=np.uint64)
-    mask = np.uint64(grown.shape[0] - 1)
-    for old in range(cells.shape[0]):
-        if cells[old, KEY] != EMPTY_KEY:
-            cell = mix64(cells[old, KEY]) & mask
-            while grown[cell, KEY] != EMPTY_KEY:
-                cell = (cell + np.uint64(1)) & mask
-            grown[cell, KEY], grown[cell, WORD] = cells[old, KEY], cells[old, WORD]
-    return grown
-
-
-CELL_AHEAD, RECORD_AHEAD, BYTES_AHEAD = 24, 12, 6
-
-
-@njit(inline="always", cache=True)
-def _prefetch_ahead(cells, records, pool, hashes, k, n, mask):
-    """Ask for what the adds of later words will read: the first cell of word k +
-    CELL_AHEAD, the record its first cell names for word k + RECORD_AHEAD (that cell
-    asked for before), the pool bytes of word k + BYTES_AHEAD's record."""
-    if k + CELL_AHEAD < n:
-        cell = mix64(hashes[k + CELL_AHEAD]) & mask
-        _prefetch(cells.ctypes.data + np.int64(cell) * 16)
-    if k + RECORD_AHEAD < n:
-        cell = mix64(hashes[k + RECORD_AHEAD]) & mask
-        if cells[cell, KEY] == hashes[k + RECORD_AHEAD]:
-            _prefetch(records.ctypes.data + np.int64(cells[cell, WORD]) * 24)
-    if k + BYTES_AHEAD < n:
-        cell = mix64(hashes[k + BYTES_AHEAD]) & mask
-        if cells[cell, KEY] == hashes[k + BYTES_AHEAD]:
-            _prefetch(pool.ctypes.data + records[cells[cell, WORD], AT])
+CELL_AHEAD = 16  # words between a cell's prefetch and its probe (8-32 measured alike)
 
 
 @njit(cache=True)
@@ -175,9 +154,9 @@ def count_str_share(items_at, n_items, layout, bound, scanner, table, tails, tai
     call without the GIL: its UTF-8 (``str_utf8.write_str_utf8``, into ``bound`` + 1
     bytes: ``bound`` at least its UTF-8, the str headers' bound), a document a segment,
     split by ``scanner`` and counted (``pretok.count_scanned_words``), the words packed
-    and hashed (``packed_words``). Returns ``(done, packed, length, count, hashes,
+    and keyed (``packed_words``). Returns ``(done, packed, length, count, keys,
     n_bytes)``; not ``done`` when an item is refused, a document ends like a corpus file
-    name (``any_ends_with`` of ``tails``) or two words share a hash: the caller then
+    name (``any_ends_with`` of ``tails``) or two long words share a key: the caller then
     counts the share its slower way.
 
     Issue 18: the share's steps as separate calls ran ~50 us of Python each share between
@@ -193,5 +172,5 @@ def count_str_share(items_at, n_items, layout, bound, scanner, table, tails, tai
                                                                   scanner, table)
     if collided:
         return False, data[:0], no_words, no_words, np.empty(0, np.uint64), 0
-    packed, hashes = packed_words(data, word_at, word_len)
-    return True, packed, word_len, word_count, hashes, ends[-1]
+    packed, keys = packed_words(data, word_at, word_len)
+    return True, packed, word_len, word_count, keys, ends[-1]

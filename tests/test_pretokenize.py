@@ -154,25 +154,29 @@ def test_the_word_tally_adds_shares_in_order_as_a_counter_does():
 
 
 def test_the_word_tally_keeps_words_that_share_a_hash_apart():
-    """A hash is only a hint: words of one length given one hash, each differing from
-    the first in one byte (every byte of words of 1-20 bytes, so every lane of the 8-byte
-    compares and every masked tail), are counted apart; the same words again add to them.
-    The last words end the packed array, where the compare goes byte by byte."""
+    """A long word's key is only a hint: words of one length (8-24 bytes) given one key,
+    each differing from the first in one byte (so every lane of the 8-byte compares and
+    every masked tail), are counted apart; the same words again add to them. The last
+    words end the packed array, where the compare goes byte by byte. Words of up to 7
+    bytes are their own keys (``word_key``): those are exact, one word a key."""
     import numpy as np
 
+    from gpubpe.kernels.hashing import LONG_WORD_TAG
     from gpubpe.kernels.word_tally import packed_words
 
     words = []
-    for size in range(1, 21):
+    for size in range(1, 25):
         first = bytes(range(65, 65 + size))
         words += [first] + [first[:k] + b"~" + first[k + 1:] for k in range(size)]
     length = np.array([len(w) for w in words], dtype=np.int64)
-    packed, _ = packed_words(np.frombuffer(b"".join(words), np.uint8),
-                             np.cumsum(length) - length, length)
-    hashes = length.astype(np.uint64) * np.uint64(7919)  # one hash a length
+    packed, keys = packed_words(np.frombuffer(b"".join(words), np.uint8),
+                                np.cumsum(length) - length, length)
+    assert len(set(keys[length <= 7].tolist())) == int(np.sum(length <= 7))  # exact
+    long = length > 7
+    keys[long] = LONG_WORD_TAG | (length[long].astype(np.uint64) * np.uint64(7919))
     tally = pretokenize._WordTally()
-    tally.add(packed, length, np.ones(len(words), np.int64), hashes)
-    tally.add(packed, length, np.full(len(words), 2, np.int64), hashes)
+    tally.add(packed, length, np.ones(len(words), np.int64), keys)
+    tally.add(packed, length, np.full(len(words), 2, np.int64), keys)
     assert tally.as_dict() == {word: 3 for word in words}
 
 
@@ -248,3 +252,36 @@ def test_the_tallys_words_are_new_bytes_freed_with_their_list(traced_memory):
     records = np.array([[0, 5, 1], [0, 1 << 62, 1], [6, 4, 1]], np.int64)
     assert new_words(items_at, 3, records, pool, 0, _pystr._bytes_api()) == 1
     assert words == [b"alpha", None, None]
+
+
+def test_long_words_sharing_their_hash_are_counted_apart():
+    """Thue-Morse strings of 2,048 letters and their complements share their polynomial
+    hash mod 2**64 for every odd base (their difference is a multiple of the product of
+    B**(2**j) - 1 for j < 11, which 2**66 divides), so their 56-bit word keys are equal:
+    the counting kernel reports the collision, the tally keeps them apart, and
+    ``count_words`` gives the counts of the regex split on 1 and 2 threads."""
+    from collections import Counter
+
+    from gpubpe.kernels.hashing import word_key
+    from gpubpe.kernels.word_tally import packed_words
+
+    morse = [bin(i).count("1") & 1 for i in range(2048)]
+    a, b = ("".join("ab"[x] for x in morse), "".join("ba"[x] for x in morse))
+    words = [w.encode() for w in (a, " " + b, " " + a, " " + b)]
+    arrays = [np.frombuffer(w, np.uint8) for w in words]
+    assert word_key(arrays[1], 0, len(words[1])) == word_key(arrays[2], 0, len(words[2]))
+    data = np.frombuffer(b"".join(words), np.uint8)
+    *_, collided = count_scanned_words(data, np.array([0], np.int64),
+                                       np.array([data.size], np.int64), GPT2,
+                                       pretokenize.scanner_table(GPT2))
+    assert collided
+    length = np.array([len(w) for w in words], np.int64)
+    packed, keys = packed_words(data, np.cumsum(length) - length, length)
+    tally = pretokenize._WordTally()
+    tally.add(packed, length, np.ones(len(words), np.int64), keys)
+    assert tally.as_dict() == Counter(words)
+    documents = [a + " " + b + " " + a + " " + b, "x " + b]
+    gpt2 = pretokenize.resolve_pattern("gpt2")
+    expected = Counter(w.encode() for d in documents for w in pretokenize.split_words(d, gpt2))
+    for threads in (1, 2):
+        assert pretokenize.count_words(documents, num_threads=threads) == expected

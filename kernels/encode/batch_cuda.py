@@ -41,8 +41,8 @@ import numpy as np
 from numba import cuda, njit
 
 from .._cuda import device_function
-from ..hashing import EMPTY_KEY, claim_cell_within, mix64
-from .words import equal_bytes, interleaved_find, word_key
+from ..hashing import EMPTY_KEY, claim_cell_within, mix64, word_key
+from .words import equal_bytes, interleaved_find
 
 NO_ITEM = np.int64(1) << np.int64(62)
 # The batch table: control[] of the claim and check kernels, and the probes a claim makes.

@@ -126,9 +126,9 @@ from .._cuda import (
     read_scalar,
     to_host,
 )
-from ..hashing import EMPTY_KEY, claim_cell, mix64
+from ..hashing import EMPTY_KEY, claim_cell, mix64, word_key
 from ..pretok import is_safe_cut, piece_end
-from .words import equal_bytes, word_key
+from .words import equal_bytes
 
 PIECE_START = 1
 SEGMENT_STOP = 2

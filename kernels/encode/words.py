@@ -8,21 +8,16 @@ from numba import njit
 from .._jit import hot
 from ..hashing import (
     EMPTY_KEY,
+    LONG_WORD_TAG,
     grown_like,
-    hash_bytes,
     mix64,
+    word_key,
 )
 from ..pretok import piece_end
 from ._shared import NewWords, inlined
 
 # ---------------------------------------------------------------- word keys and tables
-
-# A word of up to 7 bytes is its own key: its length in the top byte, its bytes
-# below, so equal keys mean equal words and no bytes are compared. A longer
-# word's key is a 56-bit hash tagged LONG_WORD_TAG in the top byte; its bytes
-# are compared on a key match.
-LONG_WORD_TAG = np.uint64(8) << np.uint64(56)
-_LOW_56 = (np.uint64(1) << np.uint64(56)) - np.uint64(1)
+# Word keys: ``hashing.word_key`` (exact below LONG_WORD_TAG).
 
 
 @inlined
@@ -32,18 +27,6 @@ def equal_bytes(a, a_at, b, b_at, length):
         if a[a_at + k] != b[b_at + k]:
             return False
     return True
-
-
-@inlined
-def word_key(data, start, stop):
-    """The table key of ``data[start:stop]`` (never EMPTY_KEY)."""
-    length = stop - start
-    if length <= 7:
-        key = np.uint64(length) << np.uint64(56)
-        for k in range(length):
-            key |= np.uint64(data[start + k]) << np.uint64(8 * k)
-        return key
-    return (hash_bytes(data, start, length) & _LOW_56) | LONG_WORD_TAG
 
 
 @inlined
