@@ -24,6 +24,7 @@ import sysconfig
 import time
 from concurrent.futures import wait
 from functools import lru_cache, partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from .kernels.str_utf8 import (
     str_utf8_bound,
     write_str_utf8,
 )
-from .kernels.word_tally import new_words
+from .kernels.word_tally import filled_dict, new_words
 
 _LIST_ITEMS_AT = 24  # PyListObject: ob_refcnt, ob_type, ob_size, then ob_item
 _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", "\U0001F600 \u20ac",
@@ -312,23 +313,62 @@ def _decode_with(ids, offsets, tables: TextTables, layout: np.ndarray, run_all=N
 _FILL_CHUNKS_A_THREAD = 8
 
 
-def bytes_objects(pool: np.ndarray, records: np.ndarray, first: int, last: int) -> list | None:
+def bytes_objects(pool: np.ndarray, records: np.ndarray, first: int,
+                  last: int) -> tuple[list, np.ndarray] | None:
     """The bytes of words ``first`` to ``last - 1`` of a word tally (``kernels.word_tally``:
     word w is ``pool[records[w, 0]:][:records[w, 1]]``) as a list of new bytes objects,
-    made by a kernel; None where this interpreter's list layout was not checked."""
-    if _checked_layout() is None:
+    and their hashes (int64), made by a kernel; None where this interpreter's list layout
+    was not checked or a function the kernel calls is missing."""
+    api = _bytes_api()
+    if _checked_layout() is None or api is None:
         return None
-    words = [None] * (last - first)
+    words, hashes = [None] * (last - first), np.empty(last - first, np.int64)
     items_at = ctypes.c_int64.from_address(id(words) + _LIST_ITEMS_AT).value
-    if words and new_words(items_at, len(words), records, pool, first, _bytes_api()) >= 0:
+    if words and new_words(items_at, len(words), records, pool, first, hashes, api) >= 0:
         raise MemoryError(f"no memory for the bytes of {len(words):,} counted words")
-    return words
+    return words, hashes
+
+
+def dict_of_words(words: list, hashes: np.ndarray, records: np.ndarray) -> dict | None:
+    """``{words[k]: records[k, 2]}`` for the words ``bytes_objects`` made (``hashes``
+    theirs), by a kernel, into a dict sized for them up front; None where a function it
+    calls is missing."""
+    api = _dict_api()
+    if api is None:
+        return None
+    made = api.new_dict(len(words))
+    items_at = ctypes.c_int64.from_address(id(words) + _LIST_ITEMS_AT).value
+    if words and filled_dict(id(made), items_at, hashes, records, api.calls) >= 0:
+        raise MemoryError(f"no memory for the dict of {len(words):,} counted words")
+    return made
 
 
 @lru_cache(maxsize=1)
-def _bytes_api() -> tuple[int, int, int]:
-    """The addresses of the CPython functions ``new_words`` calls."""
-    return _addresses("PyBytes_FromStringAndSize", "Py_DecRef", "PyErr_Clear")
+def _bytes_api() -> tuple[int, ...] | None:
+    """The addresses of the CPython functions ``new_words`` calls (None: one is missing)."""
+    try:
+        return _addresses("PyBytes_FromStringAndSize", "Py_DecRef", "PyErr_Clear",
+                          "_Py_HashBytes")
+    except AttributeError:  # private functions, there from 3.10 to 3.13 at least
+        return None
+
+
+class _DictApi(NamedTuple):
+    new_dict: object  # _PyDict_NewPresized, called from Python
+    calls: tuple[int, ...]  # what filled_dict calls
+
+
+@lru_cache(maxsize=1)
+def _dict_api() -> _DictApi | None:
+    """CPython's functions for ``dict_of_words`` (None: one is missing)."""
+    try:
+        new_dict = ctypes.pythonapi._PyDict_NewPresized
+        calls = _addresses("PyLong_FromLongLong", "_PyDict_SetItem_KnownHash", "Py_DecRef",
+                           "PyErr_Clear")
+    except AttributeError:
+        return None
+    new_dict.restype, new_dict.argtypes = ctypes.py_object, [ctypes.c_ssize_t]
+    return _DictApi(new_dict, calls)
 
 
 def _addresses(*names: str) -> tuple[int, ...]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from ._pystr import bytes_objects, str_list_utf8, str_span, utf8_bound_ends
+from ._pystr import bytes_objects, dict_of_words, str_list_utf8, str_span, utf8_bound_ends
 from ._threads import HelpedPool
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, cells_grown, grown_like
@@ -1041,6 +1041,7 @@ class _WordTally:
         self.pool = np.empty(1 << 20, dtype=np.uint8)
         self.cursor = np.zeros(4, dtype=np.int64)  # words, pool bytes, next word, its offset
         self.words: list[bytes] = []  # word w's bytes, made as it is added
+        self.hashes: list[np.ndarray] | None = []  # their hash(), made with them (or None)
 
     def add(self, packed: np.ndarray, length: np.ndarray, counts: np.ndarray,
             keys: np.ndarray) -> None:
@@ -1055,15 +1056,20 @@ class _WordTally:
             self._keep_words_from(first_new)
 
     def _keep_words_from(self, first: int) -> None:
-        """The new words' bytes objects, made now: the dict at the end then only inserts
-        them (issue 18: bytes objects made at the end were ~3 of its ~5 ms, 27 K words,
-        on the calling thread after every counting thread had finished)."""
+        """The new words' bytes objects and their hashes, made now: the dict at the end
+        then only inserts them (issue 18: bytes objects made at the end were ~3 of its ~5
+        ms, 27 K words, on the calling thread after every counting thread had finished)."""
         made = bytes_objects(self.pool, self.records, first, int(self.cursor[0]))
         if made is None:  # not an interpreter whose list layout was checked
             at = self.records[first:self.cursor[0], 0]
             length = self.records[first:self.cursor[0], 1]
-            made = [self.pool[a:a + n].tobytes() for a, n in zip(at.tolist(), length.tolist())]
-        self.words += made
+            self.words += [self.pool[a:a + n].tobytes() for a, n in zip(at.tolist(),
+                                                                       length.tolist())]
+            self.hashes = None
+            return
+        self.words += made[0]
+        if self.hashes is not None:
+            self.hashes.append(made[1])
 
     def _grow(self, word_bytes: int) -> None:
         n_words, used = int(self.cursor[0]), int(self.cursor[1])
@@ -1075,7 +1081,13 @@ class _WordTally:
             self.pool = grown_like(self.pool, used + word_bytes)
 
     def as_dict(self) -> dict[bytes, int]:
-        return dict(zip(self.words, self.records[:self.cursor[0], 2].tolist()))
+        """``{word: count}`` in the order the words were first added."""
+        records = self.records[:self.cursor[0]]
+        made = None
+        if self.hashes is not None and self.keep_words:
+            made = dict_of_words(self.words, np.concatenate([np.empty(0, np.int64),
+                                                             *self.hashes]), records)
+        return dict(zip(self.words, records[:, 2].tolist())) if made is None else made
 
     def as_share(self) -> tuple:
         """The words so far as a counted share: packed in order, lengths, counts, keys."""

@@ -242,16 +242,41 @@ def test_the_tallys_words_are_new_bytes_freed_with_their_list(traced_memory):
     pool = np.frombuffer(b"alpha beta\xe4\xb8\xad\x00gamma" * 50, np.uint8)
     records = np.array([[a, n, 1] for a in range(0, 800, 7) for n in (0, 1, 5, 13)], np.int64)
     expected = [pool[a:a + n].tobytes() for a, n, _ in records.tolist()]
-    assert _pystr.bytes_objects(pool, records, 0, len(expected)) == expected
-    assert _pystr.bytes_objects(pool, records, 3, 9) == expected[3:9]
+    words, hashes = _pystr.bytes_objects(pool, records, 0, len(expected))
+    assert words == expected and hashes.tolist() == list(map(hash, expected))
+    assert _pystr.bytes_objects(pool, records, 3, 9)[0] == expected[3:9]
     made, left, nones = traced_memory(lambda: _pystr.bytes_objects(pool, records, 0,
                                                                   len(expected)))
     assert abs(nones) <= 2 and made > sum(map(len, expected)) and left < 1024
     words = [None] * 3
     items_at = ctypes.c_int64.from_address(id(words) + 24).value
     records = np.array([[0, 5, 1], [0, 1 << 62, 1], [6, 4, 1]], np.int64)
-    assert new_words(items_at, 3, records, pool, 0, _pystr._bytes_api()) == 1
-    assert words == [b"alpha", None, None]
+    hashes = np.zeros(3, np.int64)
+    assert new_words(items_at, 3, records, pool, 0, hashes, _pystr._bytes_api()) == 1
+    assert words == [b"alpha", None, None] and hashes.tolist() == [hash(b"alpha"), 0, 0]
+
+
+def test_the_tallys_dict_is_made_with_the_words_hashes(traced_memory):
+    """``_pystr.dict_of_words`` (``kernels.word_tally.filled_dict``) inserts the words with
+    the hashes ``bytes_objects`` made: the dict of ``dict(zip(...))``, in order, found by
+    equal bytes made elsewhere (the hashes are ``hash()``'s), counts past the small ints;
+    it holds one reference to each word and each count, all freed with it."""
+    import sys
+
+    from gpubpe import _pystr
+
+    pool = np.frombuffer(b"alpha beta\xe4\xb8\xad\x00gamma" * 50, np.uint8)
+    records = np.array([[a, 3 + a % 11, 1000 + a] for a in range(0, 700, 7)], np.int64)
+    words, hashes = _pystr.bytes_objects(pool, records, 0, len(records))
+    counts = records[:, 2].tolist()
+    references = sys.getrefcount(words[0])
+    made = _pystr.dict_of_words(words, hashes, records)
+    gained = sys.getrefcount(words[0]) - references
+    assert gained == 1
+    assert list(made.items()) == list(dict(zip(words, counts)).items())
+    assert all(made[pool[a:a + n].tobytes()] == c for a, n, c in records.tolist())
+    held, left, _ = traced_memory(lambda: _pystr.dict_of_words(words, hashes, records))
+    assert held > 16 * len(words) and left < 1024
 
 
 def test_long_words_sharing_their_hash_are_counted_apart():
