@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -77,6 +78,25 @@ def test_cl100k_ids_equal_tiktoken_on_real_documents(cl100k_tok, cl100k, path):
     ours = cl100k_tok.encode_batch(documents, num_threads=2)
     assert ours == cl100k.encode_ordinary_batch(documents, num_threads=2)
     assert cl100k_tok.decode_batch(ours) == documents
+
+
+def test_cl100k_long_words_sharing_their_hash(cl100k_tok, cl100k):
+    """Words whose 56-bit keys are equal meet in one batch and in the word cache: a
+    Thue-Morse string of 2,048 letters and its complement share their polynomial hash mod
+    2**64 for any odd base (``hashing.word_key``), each with and without a space before it.
+    Every document gets tiktoken's ids, on 1 and 2 threads, the cache cold and warm."""
+    from gpubpe.kernels.hashing import word_key
+
+    morse = [bin(i).count("1") & 1 for i in range(2048)]
+    a, b = ("".join("ab"[x] for x in morse), "".join("ba"[x] for x in morse))
+    keys = {word_key(np.frombuffer(w.encode(), np.uint8), 0, len(w)) for w in (a, b)}
+    assert len(keys) == 1
+    documents = [a + " " + b, b + " " + a + " " + b, "x " + a, b]
+    expected = [cl100k.encode_ordinary(d) for d in documents]
+    for threads in (1, 2):
+        cl100k_tok.clear_cache()
+        for _ in range(2):  # cold cache, then warm
+            assert cl100k_tok.encode_batch(documents, num_threads=threads) == expected
 
 
 def test_cl100k_special_tokens(cl100k_tok, cl100k):
