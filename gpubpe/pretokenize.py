@@ -60,7 +60,7 @@ from .kernels.pretok import (
     count_scanned_words,
 )
 from .kernels.str_utf8 import any_ends_with
-from .kernels.word_tally import add_words, count_str_share, packed_words
+from .kernels.word_tally import add_words, count_str_share, known_words, packed_words
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -823,7 +823,7 @@ class _WordCounting:
         self.one_kernel = self.scanner is not None and self.special_bytes is None
         self.threads = thread_count(num_threads)
         self.progress, self.text_field = progress, text_field
-        self.tally = _WordTally()
+        self.tally = _WordTally(share_known=self.threads > 1)
 
     def corpus_tasks(self, corpus) -> Iterator[list[tuple]]:
         """The tasks of a corpus, a list of them at a time.
@@ -873,7 +873,7 @@ class _WordCounting:
         try:
             for tasks in task_lists:
                 for cost, *task in tasks:
-                    shares.submit(*task, cost=cost)
+                    shares.submit(self._looked_up, *task, cost=cost)
                 while len(shares) > 2 * self.threads:
                     self._add(shares.oldest_result())
             while shares:
@@ -889,6 +889,17 @@ class _WordCounting:
         # many cores would want: one ordered tally adds threads x a share's distinct words a
         # batch): slower on 2 cores, 1 thread 103-109 -> 110-116 ms, 2 threads 68-73 ->
         # 78-85 (the partition pass, first-seen keys and the merge by them at the end).
+
+    def _looked_up(self, function, *args):
+        """A task's shares (``function(*args)``: a share, a list of them, or a chunk left
+        to read here), each with its words looked up, on the thread that ran it, among the
+        words the tally had at its last copy (``_WordTally.known``)."""
+        counted, known = function(*args), self.tally.known
+        if known is None:
+            return counted
+        if isinstance(counted, list):
+            return [_with_known_words(share, known) for share in counted]
+        return _with_known_words(counted, known)
 
     def _add(self, counted) -> None:
         if isinstance(counted, list):  # a chunk's shares (_ChunkShares), or [] (not last)
@@ -936,6 +947,18 @@ class _WordCounting:
         array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
         packed, keys = packed_words(array, word_at, word_len)
         return packed, word_len, word_count, keys, n_bytes
+
+
+def _with_known_words(counted, known: tuple):
+    """A counted share with each word's index among the tally's ``known`` words (-1: not
+    among them) before its byte count; anything else as it is."""
+    if not isinstance(counted, tuple):
+        return counted
+    *share, n_bytes = counted
+    packed, length, _, keys = share
+    found = np.empty(length.size, np.int64)
+    known_words(*known, packed, length, keys, found)
+    return (*share, found, n_bytes)
 
 
 class _ChunkShares:
@@ -1031,10 +1054,13 @@ _MAX_SHARE_BYTES = _BATCH_BYTES // 2
 _MIN_SHARE_BYTES = 128 << 10  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
 
 
+_NONE_FOUND = np.empty(0, np.int64)  # no word looked up (``_WordTally.add``)
+
+
 class _WordTally:
     """Word counts added share by share (``kernels.word_tally``), as one dict at the end."""
 
-    def __init__(self, keep_words: bool = True):
+    def __init__(self, keep_words: bool = True, share_known: bool = False):
         self.keep_words = keep_words  # make each new word's bytes object as it is added
         self.cells = np.full((1 << 16, 2), EMPTY_KEY, dtype=np.uint64)
         self.records = np.empty((1 << 15, 3), dtype=np.int64)  # pool offset, length, count
@@ -1042,18 +1068,27 @@ class _WordTally:
         self.cursor = np.zeros(4, dtype=np.int64)  # words, pool bytes, next word, its offset
         self.words: list[bytes] = []  # word w's bytes, made as it is added
         self.hashes: list[np.ndarray] | None = []  # their hash(), made with them (or None)
+        # Other threads look words up in ``known`` (``known_words``): a copy of the cells,
+        # with the records and pool of then, remade each time the words grew by a quarter.
+        self.share_known = share_known
+        self.known: tuple | None = None
+        self.known_words = 0
 
     def add(self, packed: np.ndarray, length: np.ndarray, counts: np.ndarray,
-            keys: np.ndarray) -> None:
+            keys: np.ndarray, found: np.ndarray = _NONE_FOUND) -> None:
         """Add the words of ``packed`` (``length[k]`` bytes each, end to end), ``counts[k]``
-        times each, in order; ``keys``: ``packed_words``' (exact for short words)."""
+        times each, in order; ``keys``: ``packed_words``' (exact for short words);
+        ``found``: their indices among the ``known`` words (``known_words``), if looked up."""
         first_new = int(self.cursor[0])
         self.cursor[2:] = 0
         while not add_words(self.cells, self.records, self.pool, self.cursor, packed, length,
-                            counts, keys):
+                            counts, keys, found):
             self._grow(int(length[self.cursor[2]]))
         if self.keep_words:
             self._keep_words_from(first_new)
+        if self.share_known and self.cursor[0] > self.known_words * 5 // 4:
+            self.known_words = int(self.cursor[0])
+            self.known = (self.cells.copy(), self.records, self.pool)
 
     def _keep_words_from(self, first: int) -> None:
         """The new words' bytes objects and their hashes, made now: the dict at the end

@@ -279,6 +279,48 @@ def test_the_tallys_dict_is_made_with_the_words_hashes(traced_memory):
     assert held > 16 * len(words) and left < 1024
 
 
+def test_words_looked_up_in_a_copy_of_the_tally_add_as_words_probed():
+    """``known_words`` (a counting thread's lookup in ``_WordTally.known``) finds a word of
+    the tally when its bytes are the word's (short words by key, long ones compared: a
+    Thue-Morse string and its complement share a key, only one is found); adding with
+    those indices gives the tally of adding without them, the new words in order."""
+    from collections import Counter
+
+    from gpubpe.kernels.word_tally import known_words, packed_words
+
+    morse = [bin(i).count("1") & 1 for i in range(2048)]
+    a, b = ("".join("ab"[x] for x in morse).encode(), "".join("ba"[x] for x in morse).encode())
+    rng = np.random.default_rng(5)
+    first = [bytes(rng.integers(97, 101, rng.integers(1, 12)).astype(np.uint8))
+             for _ in range(3000)] + [a]
+    later = [bytes(rng.integers(97, 101, rng.integers(1, 12)).astype(np.uint8))
+             for _ in range(3000)] + [b, a]
+
+    def share(words):
+        length = np.array([len(w) for w in words], np.int64)
+        packed, keys = packed_words(np.frombuffer(b"".join(words), np.uint8),
+                                    np.cumsum(length) - length, length)
+        return packed, length, np.arange(1, len(words) + 1, dtype=np.int64), keys
+
+    probed, looked_up = pretokenize._WordTally(), pretokenize._WordTally(share_known=True)
+    for tally in (probed, looked_up):
+        tally.add(*share(first))
+    packed, length, counts, keys = share(later)
+    found = np.empty(length.size, np.int64)
+    known_words(*looked_up.known, packed, length, keys, found)
+    index = {word: w for w, word in enumerate(dict.fromkeys(first))}
+    assert found.tolist() == [index.get(word, -1) for word in later]
+    assert found[-2] == -1 and found[-1] == index[a]  # b shares a's key, is not a
+    probed.add(packed, length, counts, keys)
+    looked_up.add(packed, length, counts, keys, found)
+    expected = Counter(dict.fromkeys(first + later, 0))
+    for words in (first, later):
+        for word, count in zip(words, range(1, len(words) + 1)):
+            expected[word] += count
+    assert list(looked_up.as_dict().items()) == list(probed.as_dict().items()) \
+        == list(expected.items())
+
+
 def test_long_words_sharing_their_hash_are_counted_apart():
     """Thue-Morse strings of 2,048 letters and their complements share their polynomial
     hash mod 2**64 for every odd base (their difference is a multiple of the product of
