@@ -942,7 +942,7 @@ class _WordCounting:
                                    len(batch.data))
 
     def _counted_share(self, data, starts, ends, n_bytes: int) -> tuple:
-        """A share's word counts as ``_WordTally.add`` takes them (words packed, hashed),
+        """A share's word counts as ``_WordTally.add`` takes them (words packed, keyed),
         and the bytes it read."""
         array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
         packed, keys = packed_words(array, word_at, word_len)
@@ -1072,7 +1072,7 @@ class _WordTally:
         # with the records and pool of then, remade each time the words grew by a quarter.
         self.share_known = share_known
         self.known: tuple | None = None
-        self.known_words = 0
+        self.n_known = 0
 
     def add(self, packed: np.ndarray, length: np.ndarray, counts: np.ndarray,
             keys: np.ndarray, found: np.ndarray = _NONE_FOUND) -> None:
@@ -1086,8 +1086,8 @@ class _WordTally:
             self._grow(int(length[self.cursor[2]]))
         if self.keep_words:
             self._keep_words_from(first_new)
-        if self.share_known and self.cursor[0] > self.known_words * 5 // 4:
-            self.known_words = int(self.cursor[0])
+        if self.share_known and self.cursor[0] > self.n_known * 5 // 4:
+            self.n_known = int(self.cursor[0])
             self.known = (self.cells.copy(), self.records, self.pool)
 
     def _keep_words_from(self, first: int) -> None:

@@ -77,6 +77,22 @@ def packed_words(data, at, length):
     return packed, keys
 
 
+@njit(inline="always", cache=True, _nrt=False)
+def _cell_of(cells, records, pool, mask, key, packed, start, size):
+    """The cell of the word ``packed[start:start + size]`` (key ``key``) in the tally, or
+    the free cell where it would go: a key below ``LONG_WORD_TAG`` is the word itself, a
+    longer word's key only a hint (its bytes compared with the word's in the pool)."""
+    cell = mix64(key) & mask
+    while cells[cell, KEY] != EMPTY_KEY:
+        word = cells[cell, WORD]
+        if cells[cell, KEY] == key and (key < LONG_WORD_TAG or (
+                records[word, LENGTH] == size
+                and same_bytes(pool, records[word, AT], packed, start, size))):
+            return cell
+        cell = (cell + np.uint64(1)) & mask
+    return cell
+
+
 CELL_AHEAD = 16  # words between a cell's prefetch and its probe (8-32 measured alike)
 
 
@@ -115,14 +131,7 @@ def add_words(cells, records, pool, cursor, packed, length, counts, keys, found)
                 or used + size > pool.size:
             cursor[0], cursor[1], cursor[2], cursor[3] = n_words, used, k, start
             return False
-        cell = mix64(value) & mask
-        while cells[cell, KEY] != EMPTY_KEY:
-            word = cells[cell, WORD]
-            if cells[cell, KEY] == value and (value < LONG_WORD_TAG or (
-                    records[word, LENGTH] == size
-                    and same_bytes(pool, records[word, AT], packed, start, size))):
-                break
-            cell = (cell + np.uint64(1)) & mask
+        cell = _cell_of(cells, records, pool, mask, value, packed, start, size)
         if cells[cell, KEY] != EMPTY_KEY:
             records[cells[cell, WORD], COUNT] += counts[k]
         else:
@@ -156,18 +165,9 @@ def known_words(cells, records, pool, packed, length, keys, found):
     for k in range(n):
         if k + CELL_AHEAD < n:
             _prefetch(cells.ctypes.data + np.int64(mix64(keys[k + CELL_AHEAD]) & mask) * 16)
-        size, value = length[k], keys[k]
-        found[k] = -1
-        cell = mix64(value) & mask
-        while cells[cell, KEY] != EMPTY_KEY:
-            word = cells[cell, WORD]
-            if cells[cell, KEY] == value and (value < LONG_WORD_TAG or (
-                    records[word, LENGTH] == size
-                    and same_bytes(pool, records[word, AT], packed, start, size))):
-                found[k] = word
-                break
-            cell = (cell + np.uint64(1)) & mask
-        start += size
+        cell = _cell_of(cells, records, pool, mask, keys[k], packed, start, length[k])
+        found[k] = -1 if cells[cell, KEY] == EMPTY_KEY else np.int64(cells[cell, WORD])
+        start += length[k]
 
 
 @njit(cache=True)
