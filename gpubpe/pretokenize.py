@@ -60,7 +60,13 @@ from .kernels.pretok import (
     count_scanned_words,
 )
 from .kernels.str_utf8 import any_ends_with
-from .kernels.word_tally import add_words, count_str_share, known_words, packed_words
+from .kernels.word_tally import (
+    add_words,
+    count_str_share,
+    known_words,
+    packed_bytes,
+    packed_words,
+)
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 CL100K_PATTERN = (
@@ -944,9 +950,7 @@ class _WordCounting:
     def _counted_share(self, data, starts, ends, n_bytes: int) -> tuple:
         """A share's word counts as ``_WordTally.add`` takes them (words packed, keyed),
         and the bytes it read."""
-        array, word_at, word_len, word_count = self.counter(data, starts, ends, self.regex_text)
-        packed, keys = packed_words(array, word_at, word_len)
-        return packed, word_len, word_count, keys, n_bytes
+        return (*self.counter(data, starts, ends, self.regex_text), n_bytes)
 
 
 def _with_known_words(counted, known: tuple):
@@ -1149,15 +1153,15 @@ def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.nda
 
 def _count_scanned_batch(data: bytes, starts, ends, regex_text) -> tuple:
     """Word counts of a batch by the Numba scanner of a named pattern, as
-    ``(data array, word_at, word_len, word_count)`` for ``_counted_share``."""
+    ``(packed words, word_len, word_count, word_keys)`` for ``_counted_share``."""
     array = np.frombuffer(data, dtype=np.uint8)
     scanner = scanner_for(regex_text)
-    word_at, word_len, word_count, collided = count_scanned_words(
+    word_at, word_len, word_count, word_keys, collided = count_scanned_words(
         array, starts, ends, scanner, scanner_table(scanner)
     )
-    if collided:  # two words shared a 64-bit hash: count this batch exactly instead
+    if collided:  # two long words shared a 56-bit key: count this batch exactly instead
         return _count_regex_batch(data, starts, ends, regex_text)
-    return array, word_at, word_len, word_count
+    return packed_bytes(array, word_at, word_len), word_len, word_count, word_keys
 
 
 def _counting_device(backend: str, regex_text) -> object | None:
@@ -1219,5 +1223,6 @@ def _count_regex_batch(data: bytes, starts, ends, regex_text) -> tuple:
         counts.update(split_words(data[start:end].decode("utf-8", "surrogateescape"), regex_text))
     words = [word_bytes(word) for word in counts]
     length = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    return (np.frombuffer(b"".join(words), dtype=np.uint8), np.cumsum(length) - length, length,
-            np.fromiter(counts.values(), dtype=np.int64, count=len(words)))
+    packed, keys = packed_words(np.frombuffer(b"".join(words), dtype=np.uint8),
+                                np.cumsum(length) - length, length)
+    return packed, length, np.fromiter(counts.values(), dtype=np.int64, count=len(words)), keys

@@ -690,7 +690,7 @@ def split_ends(data, segment_start, segment_end, scanner, table):
     return ends[:n]
 
 
-WORD_AT, WORD_LEN, WORD_COUNT = 0, 1, 2  # the columns of a counted word's record
+WORD_AT, WORD_LEN, WORD_COUNT, WORD_KEY = 0, 1, 2, 3  # the columns of a word's record
 
 
 @hot
@@ -698,7 +698,8 @@ def _count_into(data, segment_start, segment_end, scanner, table, cells, records
     """Count words from ``cursor`` (segment, byte, n_words, collided) on; stop when full.
 
     ``cells``: an open-addressing table of (word key, word) pairs (uint64, 2 a cell:
-    ``word_key``, ``EMPTY_KEY`` free); ``records``: (first offset, length, count) a word.
+    ``word_key``, ``EMPTY_KEY`` free); ``records``: (first offset, length, count, key) a
+    word.
     Returns True when every segment is done, False when the tables need room.
     Allocates nothing, so it runs without the Numba runtime (see ``_jit.hot``).
 
@@ -738,7 +739,7 @@ def _count_into(data, segment_start, segment_end, scanner, table, cells, records
             else:
                 cells[cell, 0], cells[cell, 1] = key, n_words
                 records[n_words, WORD_AT], records[n_words, WORD_LEN] = i, stop - i
-                records[n_words, WORD_COUNT] = 1
+                records[n_words, WORD_COUNT], records[n_words, WORD_KEY] = 1, key
                 n_words += 1
             i = stop
         cursor[0] += 1
@@ -751,13 +752,18 @@ def _count_into(data, segment_start, segment_end, scanner, table, cells, records
 def count_scanned_words(data, segment_start, segment_end, scanner, table):
     """Distinct words of the segments, split by ``scanner`` (as ``split_ends``): (first byte offset, length, count) per word.
 
-    Returns ``(word_at, word_len, word_count, collided)``; ``collided`` is True
-    when two different long words shared a 56-bit key (the caller then counts
-    another way). Launch: one call per thread on its own segments (nogil);
-    the hash table doubles at half load.
+    Returns ``(word_at, word_len, word_count, word_keys, collided)`` (the keys:
+    ``hashing.word_key``'s, uint64); ``collided`` is True when two different long words
+    shared a 56-bit key (the caller then counts another way). Launch: one call per thread
+    on its own segments (nogil); the hash table doubles at half load.
+
+    Issue 18, session 13: the keys come from here, made as the words were met (they were
+    made again with the words packed: ~0.5 of ``packed_words``' 0.95 ms a share of 27 K
+    distinct words, a share of each thread's work more on 2 threads, which count the
+    sweep's lines in 10 shares against 4).
     """
     cells = np.full((1 << 16, 2), EMPTY_KEY, dtype=np.uint64)
-    records = np.empty((1 << 15, 3), dtype=np.int64)
+    records = np.empty((1 << 15, 4), dtype=np.int64)
     cursor = np.zeros(4, dtype=np.int64)
     while not _count_into(data, segment_start, segment_end, scanner, table, cells, records,
                           cursor):
@@ -766,4 +772,4 @@ def count_scanned_words(data, segment_start, segment_end, scanner, table):
     n = cursor[2]
     words = records[:n]
     return (words[:, WORD_AT].copy(), words[:, WORD_LEN].copy(), words[:, WORD_COUNT].copy(),
-            cursor[3] == 1)
+            words[:, WORD_KEY].copy().view(np.uint64), cursor[3] == 1)

@@ -204,6 +204,26 @@ def test_words_compare_equal_8_bytes_at_a_time_and_at_an_arrays_end():
     assert not collided
 
 
+def test_the_counting_kernel_gives_each_words_key_and_packed_bytes_its_bytes():
+    """The keys ``count_scanned_words`` returns (made as it meets the words) are
+    ``word_key``'s, as ``packed_words`` makes them again; ``packed_bytes`` (a memcpy a
+    word) packs what ``packed_words`` packs, words of 1 to hundreds of bytes."""
+    from pathlib import Path
+
+    from gpubpe.kernels.word_tally import packed_bytes, packed_words
+
+    text = (Path(__file__).parent / "data" / "multiscript.txt").read_bytes()
+    data = np.frombuffer(text + b" " + b"x" * 300 + b" y", np.uint8)
+    starts, ends = np.array([0, 5000], np.int64), np.array([5000, data.size], np.int64)
+    at, length, _, keys, collided = count_scanned_words(data, starts, ends, GPT2,
+                                                        pretokenize.scanner_table(GPT2))
+    packed, expected_keys = packed_words(data, at, length)
+    assert not collided and keys.dtype == np.uint64 and length.max() > 300
+    assert keys.tolist() == expected_keys.tolist()
+    assert packed_bytes(data, at, length).tobytes() == packed.tobytes() == b"".join(
+        data[a:a + n].tobytes() for a, n in zip(at, length))
+
+
 def test_line_ends_equal_numpys_at_every_place_in_a_word():
     """``kernels.jsonl.line_ends`` (8 bytes a step) against NumPy: newlines at every
     position of the 8-byte words and in the bytes after the last whole word, several in

@@ -516,8 +516,8 @@ def count_words_cuda(data, seg_start, seg_end, scanner, table, xp):
     """Distinct words of one batch with int64 counts, counted on the device.
 
     Arguments as :func:`word_start_flags_cuda`. Returns host arrays ``(word_at,
-    word_len, word_count, collided)`` as ``pretok.count_scanned_words`` does:
-    the same words and counts, in order of first occurrence. ``collided``: two
+    word_len, word_count, collided)``: the words and counts of ``pretok.count_scanned_words``
+    (without its keys), in order of first occurrence. ``collided``: two
     long words shared a 56-bit key; the arrays are then empty. Four syncs.
     """
     counter = DeviceWordCounter(scanner, table, xp)
