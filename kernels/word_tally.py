@@ -1,9 +1,10 @@
 """A running tally of word counts across batches: exact, in first-occurrence order, nogil.
 
 ``count_batch_words`` counts each thread share of a batch with
-``pretok.count_scanned_words`` (distinct words with their first offset and count),
-packs the share's words on the counting thread (``packed_words``), and adds the shares,
-in order, into one tally; the words come out once, at the end.
+``pretok.count_scanned_words`` (distinct words with their first offset, count and key),
+packs the share's words on the counting thread (``packed_bytes``; ``packed_words`` where
+the keys are still to make), and adds the shares, in order, into one tally; the words
+come out once, at the end.
 
 Issue 18 (py-spy, 2 threads, lines of multiscript.txt): each share used to become a
 dict of bytes on its worker (~20% of the worker's time, under the GIL) and was
