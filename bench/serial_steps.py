@@ -136,7 +136,7 @@ class CallerClock:
 TASKS = {"count_words (list of str lines)": [
     (pretokenize._WordCounting, "_counted_items"), (pretokenize, "_merged_runs")]}
 NOGIL_KERNELS = [(pretokenize, "count_scanned_words"), (pretokenize, "packed_words"),
-                 (pretokenize, "count_str_share"),
+                 (pretokenize, "packed_bytes"), (pretokenize, "count_str_share"),
                  (pretokenize, "add_words"), (_pystr, "str_utf8_bound"),
                  (_pystr, "write_str_utf8")]
 
