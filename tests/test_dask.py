@@ -22,8 +22,8 @@ from gpubpe.errors import ConfigError
 from gpubpe.pretokenize import read_file
 from gpubpe.shards import plan_splits
 
-distributed = pytest.importorskip("distributed")
-gd = pytest.importorskip("gpubpe.dask")
+distributed = pytest.importorskip("distributed", reason="the Dask tests need the 'dask' or 'dev' extra")
+gd = pytest.importorskip("gpubpe.dask", reason="gpubpe.dask needs the 'dask' extra")
 
 DATA = Path(__file__).parent / "data" / "multiscript.txt"
 SPLIT_BYTES = 3000  # small, so the corpus below makes about a dozen splits
@@ -259,8 +259,8 @@ def test_resume_reruns_only_missing_or_invalid_shards(client, tok, corpus, expec
 
 
 def test_encode_column_dataframe_and_bag(client, tok):
-    pd = pytest.importorskip("pandas")
-    pa = pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas", reason="Dask DataFrames need pandas (dask[dataframe], the 'dev' extra)")
+    pa = pytest.importorskip("pyarrow", reason="Parquet needs the 'parquet' or 'dev' extra")
     import dask.bag
     import dask.dataframe as dd
 

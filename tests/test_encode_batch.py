@@ -54,7 +54,7 @@ def reference_ids(tok, text: str | bytes, pattern: str = GPT2_PATTERN, memo=None
 
 def hf_tokenizer(tok):
     """A HF ByteLevel BPE tokenizer holding the same vocabulary, built here by hand."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = pytest.importorskip("tokenizers", reason="comparing with HF needs the 'hf' or 'dev' extra")
     chars = _reference.gpt2_byte_to_unicode()
 
     def as_hf(piece: bytes) -> str:
@@ -71,7 +71,7 @@ def hf_tokenizer(tok):
 
 def tiktoken_encoding(tok):
     """tiktoken over the same bytes; its ranks are gpubpe ids (equal to rule order here)."""
-    tiktoken = pytest.importorskip("tiktoken")
+    tiktoken = pytest.importorskip("tiktoken", reason="comparing with tiktoken needs the 'dev' extra")
     ranks = {piece: i for i, piece in enumerate(tok.vocabulary.token_bytes)}
     return tiktoken.Encoding("gpubpe-test", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={})

@@ -89,8 +89,8 @@ def test_dtype_follows_the_vocabulary_size():
 
 
 def test_parquet_column_is_read_from_arrow_buffers(tok, lines, tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow", reason="Parquet needs the 'parquet' or 'dev' extra")
+    pq = pytest.importorskip("pyarrow.parquet", reason="Parquet needs the 'parquet' or 'dev' extra")
     documents = lines[:900]
     path = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"body": documents, "n": list(range(900))}), path, row_group_size=256)

@@ -139,7 +139,7 @@ def test_special_tokens_through_hf_and_tiktoken(gpt2_trained, tmp_path):
 
 
 def test_transformers_fast_tokenizer_loads_export(gpt2_trained, text, tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip("transformers", reason="loading the export in HF needs the 'dev' extra")
     path = tmp_path / "tokenizer.json"
     interop.save_hf(gpt2_trained.vocabulary, path)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(path))
