@@ -110,6 +110,12 @@ def _cell_of(cells, records, pool, mask, key, packed, start, size):
     return cell
 
 
+@njit(inline="always", cache=True, _nrt=False)
+def _first_cell_at(cells, key, mask):
+    """The address of the first cell a probe for ``key`` reads (for a prefetch)."""
+    return cells.ctypes.data + np.int64(mix64(key) & mask) * cells.strides[0]
+
+
 CELL_AHEAD = 16  # words between a cell's prefetch and its probe (8-32 measured alike)
 
 
@@ -136,9 +142,9 @@ def add_words(cells, records, pool, cursor, packed, length, counts, keys, found)
         if k + CELL_AHEAD < n:
             ahead = k + CELL_AHEAD
             if given and found[ahead] >= 0:
-                _prefetch(records.ctypes.data + found[ahead] * 24)
+                _prefetch(records.ctypes.data + found[ahead] * records.strides[0])
             else:
-                _prefetch(cells.ctypes.data + np.int64(mix64(keys[ahead]) & mask) * 16)
+                _prefetch(_first_cell_at(cells, keys[ahead], mask))
         size, value = length[k], keys[k]
         if given and found[k] >= 0:  # a word the tally had: no probe, no compare
             records[found[k], COUNT] += counts[k]
@@ -181,7 +187,7 @@ def known_words(cells, records, pool, packed, length, keys, found):
     start = 0
     for k in range(n):
         if k + CELL_AHEAD < n:
-            _prefetch(cells.ctypes.data + np.int64(mix64(keys[k + CELL_AHEAD]) & mask) * 16)
+            _prefetch(_first_cell_at(cells, keys[k + CELL_AHEAD], mask))
         cell = _cell_of(cells, records, pool, mask, keys[k], packed, start, length[k])
         found[k] = -1 if cells[cell, KEY] == EMPTY_KEY else np.int64(cells[cell, WORD])
         start += length[k]
