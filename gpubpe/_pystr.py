@@ -79,16 +79,17 @@ def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
     return _utf8_of(texts, layout, run_all, parts, *(span or (0, len(texts))))
 
 
-def utf8_bound_ends(texts: list) -> np.ndarray | None:
-    """``ends[k]``: at least the UTF-8 bytes of ``texts[:k + 1]`` (exact for ASCII, each
-    other character counted at the most bytes of its storage width), read from the str
-    headers alone; or None where ``str_list_utf8`` would be. ``texts``: a list no other
-    code holds."""
+def utf8_bound_ends(texts: list, step: int = 1) -> np.ndarray | None:
+    """``ends[j]``: at least the UTF-8 bytes of ``texts[0]``, ``texts[step]``, ...,
+    ``texts[j * step]`` (exact for ASCII, each other character counted at the most bytes
+    of its storage width), read from those str headers alone; or None where
+    ``str_list_utf8`` would be for them. ``texts``: a list no other code holds."""
     layout = _checked_layout()
     if layout is None:
         return None
-    ends = np.empty(len(texts), dtype=np.int64)
-    return ends if str_utf8_bound(_items_at(texts), len(texts), layout, ends) >= 0 else None
+    ends = np.empty(-(-len(texts) // step), dtype=np.int64)
+    found = str_utf8_bound(_items_at(texts), len(texts), layout, ends, step)
+    return ends if found >= 0 else None
 
 
 def str_span(items: list, lo: int) -> tuple[int, np.ndarray] | None:
@@ -111,7 +112,7 @@ def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, start: int, s
     cuts = np.linspace(0, stop - start, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
     ends = np.empty(stop - start, dtype=np.int64)  # each run's prefix bounds (unused here)
-    bounds = _each(run_all, str_utf8_bound, [(at, n, layout, ends[lo:lo + n])
+    bounds = _each(run_all, str_utf8_bound, [(at, n, layout, ends[lo:lo + n], 1)
                                              for (at, n), lo in zip(runs, cuts)])
     if min(bounds) < 0:
         return None

@@ -283,7 +283,7 @@ class _Items:
     last: bool = False  # the corpus has no items after these
     lo: int = 0
     hi: int | None = None  # None: to the list's end
-    bound: int = -1  # at least their UTF-8 bytes when all are exact str (-1: not known)
+    approx_bytes: int = -1  # about their UTF-8 bytes when they look like str (-1: not)
 
     @property
     def span(self) -> tuple[int, int]:
@@ -932,12 +932,12 @@ class _WordCounting:
         """A chunk's words counted, or the chunk when its items are not all str documents.
         In one nogil kernel where it can (``count_str_share``: a named pattern, no special
         tokens, every item an exact str of a checked layout)."""
-        span = str_span(chunk.items, chunk.lo) if self.one_kernel and chunk.bound >= 0 else None
+        span = (str_span(chunk.items, chunk.lo) if self.one_kernel and chunk.approx_bytes >= 0
+                else None)
         if span is not None:
             items_at, layout = span
             done, *counted = count_str_share(items_at, chunk.span[1] - chunk.lo, layout,
-                                             chunk.bound, *self.scanner, _PATH_TAILS,
-                                             _PATH_TAIL_ENDS)
+                                             *self.scanner, _PATH_TAILS, _PATH_TAIL_ENDS)
             if done:
                 return tuple(counted)
         documents = _str_documents(chunk)
@@ -978,7 +978,8 @@ class _ChunkShares:
         self.lock = threading.Lock()
 
     def tasks(self, count, shares: list[_Items]) -> list[tuple]:
-        return [(share.bound, self._counted, k, count, share) for k, share in enumerate(shares)]
+        return [(share.approx_bytes, self._counted, k, count, share)
+                for k, share in enumerate(shares)]
 
     def _counted(self, k: int, count, share: _Items) -> list:
         self.counted[k] = count(share)
@@ -1009,7 +1010,7 @@ class _ShareSizes:
     """A corpus's items counted on ``threads`` threads: read in batches of items that
     double from about 1 MB up to ``threads`` x ``_MAX_SHARE_BYTES`` of UTF-8 (the item count
     from the bytes an item of the batch before), each cut into ``threads`` shares of about
-    equal bytes (the str headers' bound, ``_pystr.utf8_bound_ends``).
+    equal bytes (estimated from a sample of the str headers, ``_pystr.utf8_bound_ends``).
 
     Issue 18: each share's distinct words are added on the calling thread (~30-100 ns
     each), so smaller shares cost more there: 8.4 MB of lines in 16 shares a batch added
@@ -1020,7 +1021,7 @@ class _ShareSizes:
     def __init__(self, threads: int):
         self.threads = threads
         self.batch_bytes = _FIRST_DOCUMENT_BATCH_BYTES
-        self.item_bytes = 0.0  # UTF-8 bytes an item of the last batch (bound)
+        self.item_bytes = 0.0  # UTF-8 bytes an item of the last batch (estimated)
 
     def after(self, chunk: list | None) -> int:
         """Items in the batch after ``chunk`` (None: the first), from ``item_bytes``, which
@@ -1035,17 +1036,24 @@ class _ShareSizes:
         """``chunk`` in ``threads`` runs of about equal bytes (of equal items when the
         items are not all str); the corpus's last chunk in ``2 x threads``, so that no
         thread is left with a long share after the others ended (2 threads, 8.4 MB of
-        lines: one thread idle the last 5 of 38 ms); no share under ``_MIN_SHARE_BYTES``."""
-        ends = bound_ends = utf8_bound_ends(chunk.items)
-        if ends is None:  # read one item at a time (_counted_items) or by str.encode
-            ends = np.arange(1, len(chunk.items) + 1, dtype=np.int64)
-        self.item_bytes = ends[-1] / ends.size
-        n = min(self.threads * (2 if chunk.last else 1), max(1, ends[-1] // _MIN_SHARE_BYTES))
-        cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n)
-        cuts = np.unique(np.concatenate([[0], cuts, [ends.size]])).tolist()
-        return [_Items(chunk.items, chunk.first + a, chunk.last, a, b,
-                       -1 if bound_ends is None else int(ends[b - 1] - (ends[a - 1] if a else 0)))
-                for a, b in zip(cuts, cuts[1:])]
+        lines: one thread idle the last 5 of 38 ms); no share under ``_MIN_SHARE_BYTES``.
+        The bytes are estimated from the str headers of ``_SAMPLED_A_SHARE`` items a share
+        (``utf8_bound_ends``); each share's task reads its own (``count_str_share``)."""
+        n_items = len(chunk.items)
+        step = max(1, n_items // (self.threads * _SAMPLED_A_SHARE))
+        sampled = utf8_bound_ends(chunk.items, step)
+        looks_like_str = sampled is not None
+        if not looks_like_str:  # read one item at a time (_counted_items) or by str.encode
+            sampled = np.arange(1, -(-n_items // step) + 1, dtype=np.int64)
+        total = int(sampled[-1]) * step  # about the chunk's bytes
+        self.item_bytes = total / n_items
+        n = min(self.threads * (2 if chunk.last else 1), max(1, total // _MIN_SHARE_BYTES))
+        at = np.searchsorted(sampled, sampled[-1] * np.arange(1, n) / n)  # samples before
+        cuts = np.unique(np.concatenate([[0], np.minimum(at * step, n_items), [n_items]]))
+        before = np.concatenate([[0], sampled])[-(-cuts // step)] * step  # bytes before a cut
+        sizes = np.diff(before) if looks_like_str else np.full(cuts.size - 1, -1)
+        return [_Items(chunk.items, chunk.first + a, chunk.last, a, b, size)
+                for a, b, size in zip(cuts.tolist(), cuts[1:].tolist(), sizes.tolist())]
 
 
 # Threads from which a corpus's items are read in the counting tasks (see corpus_tasks):
@@ -1056,6 +1064,7 @@ _MAX_SHARE_BYTES = _BATCH_BYTES // 2
 # A task's Python between its kernels holds the GIL, so on many threads it is serial: the
 # first chunk (4,096 lines, ~200 KB) was cut into 16 shares of ~13 KB.
 _MIN_SHARE_BYTES = 128 << 10  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
+_SAMPLED_A_SHARE = 512  # str headers read a share to cut a chunk (every one below that)
 
 
 _NONE_FOUND = np.empty(0, np.int64)  # no word looked up (``_WordTally.add``)

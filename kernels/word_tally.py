@@ -57,7 +57,7 @@ from ._raw import prefetch as _prefetch
 from ._raw import put_new_item as _put_new_item
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, mix64, same_bytes, word_key
 from .pretok import count_scanned_words
-from .str_utf8 import any_ends_with, write_str_utf8
+from .str_utf8 import any_ends_with, str_utf8_bound, write_str_utf8
 
 AT, LENGTH, COUNT = 0, 1, 2  # the columns of a word's record
 KEY, WORD = 0, 1  # the columns of a table cell
@@ -248,23 +248,25 @@ def filled_dict(dict_at, items_at, hashes, records, api):
 
 
 @njit(nogil=True, cache=True)
-def count_str_share(items_at, n_items, layout, bound, scanner, table, tails, tail_ends):
+def count_str_share(items_at, n_items, layout, scanner, table, tails, tail_ends):
     """A share of a list of str (``n_items`` item pointers at ``items_at``) counted in one
-    call without the GIL: its UTF-8 (``str_utf8.write_str_utf8``, into ``bound`` + 1
-    bytes: ``bound`` at least its UTF-8, the str headers' bound), a document a segment,
-    split by ``scanner`` and counted (``pretok.count_scanned_words``), the words packed
-    and keyed (``packed_words``). Returns ``(done, packed, length, count, keys,
-    n_bytes)``; not ``done`` when an item is refused, a document ends like a corpus file
-    name (``any_ends_with`` of ``tails``) or two long words share a key: the caller then
-    counts the share its slower way.
+    call without the GIL: its UTF-8 (``str_utf8.write_str_utf8``, into the str headers'
+    bound + 1 bytes), a document a segment, split by ``scanner`` and counted
+    (``pretok.count_scanned_words``), the words packed and keyed (``packed_words``).
+    Returns ``(done, packed, length, count, keys, n_bytes)``; not ``done`` when an item
+    is refused, a document ends like a corpus file name (``any_ends_with`` of ``tails``)
+    or two long words share a key: the caller then counts the share its slower way.
 
     Issue 18: the share's steps as separate calls ran ~50 us of Python each share between
-    the kernels, holding the GIL, serial on many threads (8.4 MB, 63 shares: ~3 ms)."""
-    data = np.empty(bound + 1, np.uint8)
-    lengths = np.empty(n_items, np.int64)
+    the kernels, holding the GIL, serial on many threads (8.4 MB, 63 shares: ~3 ms). The
+    share's bound is read here, on its thread: read for every item on the calling thread
+    it was a third of that thread's own time (16 threads, 40 MB of lines)."""
+    lengths = np.empty(n_items, np.int64)  # the bound's prefix ends first: not used
     no_words = np.empty(0, np.int64)
-    if write_str_utf8(items_at, n_items, layout, data.ctypes.data, lengths) >= 0 or \
-            any_ends_with(data, lengths, tails, tail_ends):
+    bound = str_utf8_bound(items_at, n_items, layout, lengths, 1)
+    data = np.empty(max(bound, 0) + 1, np.uint8)
+    if bound < 0 or write_str_utf8(items_at, n_items, layout, data.ctypes.data, lengths) >= 0 \
+            or any_ends_with(data, lengths, tails, tail_ends):
         return False, data[:0], no_words, no_words, np.empty(0, np.uint64), 0
     ends = np.cumsum(lengths)
     word_at, word_len, word_count, keys, collided = count_scanned_words(

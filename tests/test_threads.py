@@ -181,6 +181,60 @@ def test_utf8_bound_ends_bound_each_prefix_of_the_list(lines):
     assert utf8_bound_ends(["a", np.str_("b")]) is None
 
 
+def test_utf8_bound_ends_of_one_item_a_block(lines):
+    """``utf8_bound_ends(texts, step)`` reads one item in each block of ``step``
+    (``sampled_item``): their prefix bounds are those of the full pass at the items read,
+    and an item not read may be no str (the counting task that reads it refuses it: see
+    ``test_many_threads_count_an_item_the_sample_did_not_read``)."""
+    from gpubpe._pystr import utf8_bound_ends
+    from gpubpe.kernels.str_utf8 import sampled_item
+
+    texts = lines[:3001]
+    picks = [sampled_item(j, 7, len(texts)) for j in range(-(-len(texts) // 7))]
+    assert all(7 * j <= k < min(7 * j + 7, len(texts)) for j, k in enumerate(picks))
+    assert len(set(k - 7 * j for j, k in enumerate(picks))) == 7  # not one place a block
+    every = np.diff(utf8_bound_ends(texts), prepend=0)
+    assert np.array_equal(utf8_bound_ends(texts, 7), np.cumsum(every[picks]))
+    read, not_read = picks[3], 21 + (picks[3] - 21 + 1) % 7
+    assert utf8_bound_ends(texts[:read] + [b"b"] + texts[read + 1:], 7) is None
+    assert utf8_bound_ends(texts[:not_read] + [b"b"] + texts[not_read + 1:], 7) is not None
+
+
+def test_shares_of_a_sampled_chunk_cover_it_in_about_equal_bytes(lines, monkeypatch):
+    """A chunk too long to read every str header of is cut from a sample of them: the
+    shares cover it in order, each about its bytes (the headers' bound) and about equal."""
+    from gpubpe._pystr import utf8_bound_ends
+
+    monkeypatch.setattr(pretokenize, "_SAMPLED_A_SHARE", 512)
+    monkeypatch.setattr(pretokenize, "_MIN_SHARE_BYTES", 1)
+    items = lines * 3
+    shares = pretokenize._ShareSizes(8).shares(pretokenize._Items(items, 0))
+    assert len(shares) == 8
+    assert [s.lo for s in shares] == [0] + [s.hi for s in shares[:-1]]
+    assert shares[-1].hi == len(items)
+    exact = np.concatenate([[0], utf8_bound_ends(items)])
+    share_bytes = np.array([exact[s.hi] - exact[s.lo] for s in shares])
+    approx = np.array([s.approx_bytes for s in shares])
+    assert (abs(approx - share_bytes) < 0.2 * share_bytes).all()
+    assert share_bytes.max() < 1.3 * share_bytes.min()
+
+
+def test_many_threads_count_an_item_the_sample_did_not_read(lines, monkeypatch):
+    """A bytes document where no sampled header is: the share's kernel refuses it, the
+    chunk is read one item at a time, and the counts are one thread's."""
+    _small_reads(monkeypatch)
+    _threads_past_the_cores(monkeypatch)
+    monkeypatch.setattr(pretokenize, "_SAMPLED_A_SHARE", 4)  # 700 items: every 21st read
+    from gpubpe.kernels.str_utf8 import sampled_item
+
+    items = lines[:1] + [b"raw bytes \xe4\xb8\xad"] + lines[1:20000]
+    assert sampled_item(0, 700 // (8 * 4), 700) != 1  # the first chunk's block 0: not read
+    one = pretokenize.count_words(items, num_threads=1)
+    many = pretokenize.count_words(items, num_threads=8)
+    assert many == one and list(many) == list(one)
+    assert one[b" bytes"] >= 1
+
+
 def test_segment_shares_cover_the_batch_in_order():
     starts = np.arange(0, 1000, 10, dtype=np.int64)
     ends = starts + np.arange(1, 101, dtype=np.int64) % 10
