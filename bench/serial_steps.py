@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 from encode_bench import MULTISCRIPT, machine, sweep_vocabulary
@@ -32,10 +34,16 @@ from gpubpe import _pystr, pretokenize, tokenizer
 # batch, the distinct new words' glue, the admission to the cache (or, in parts, its
 # slots), the list's UTF-8 (each
 # less the calling thread's own part of the work all threads share: PARALLEL).
-# decode_batch: making the strs (PyUnicode_New, under the GIL).
+# decode_batch: making the strs (PyUnicode_New, under the GIL). count_words of a file:
+# reading its batches and cutting them (until session 14; now the tasks read their own
+# byte ranges), the adds and the dict.
+COUNT_FILE = "count_words (the lines as one .txt file)"
 SERIAL_STEPS = {
     "count_words (list of str lines)": [
         (pretokenize, "_item_chunks"), (pretokenize._ShareSizes, "shares"),
+        (pretokenize._WordTally, "add"), (pretokenize._WordTally, "as_dict")],
+    COUNT_FILE: [
+        (pretokenize, "_read_lines"), (pretokenize._WordCounting, "batch_tasks"),
         (pretokenize._WordTally, "add"), (pretokenize._WordTally, "as_dict")],
     "encode_arrays (lines, cold cache)": [
         (tokenizer.Tokenizer, "_pieces"), (tokenizer, "_distinct_new_words"),
@@ -48,6 +56,7 @@ SERIAL_STEPS = {
 PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
             (tokenizer, "global_word_slots"), (_pystr, "write_str_utf8"),
             (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted"),
+            (pretokenize._WordCounting, "_counted_share"),
             (pretokenize, "_with_known_words"),
             (tokenizer, "word_refs_scan_cpu"), (tokenizer, "count_piece_tokens_cpu"),
             (tokenizer, "write_piece_tokens_cpu"), (tokenizer, "encode_word_list_cpu"),
@@ -64,6 +73,7 @@ ALONE_INSIDE = {"shares"}
 def _wrapping(wrapped, timed):
     """Each ``(owner, name, flag)`` of ``wrapped`` replaced by ``timed(name, function,
     flag)`` for the ``with`` block, then put back."""
+    wrapped = [step for step in wrapped if step[1] in step[0].__dict__]  # an older commit's
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in wrapped]
     try:
         for (owner, name, function), (_, _, flag) in zip(saved, wrapped):
@@ -140,10 +150,15 @@ class CallerClock:
 # their sum is serial too. Timed on every thread: the tasks, less the nogil kernels in
 # them (NumPy calls counted as holding it).
 TASKS = {"count_words (list of str lines)": [
-    (pretokenize._WordCounting, "_counted_items"), (pretokenize, "_merged_runs")]}
+    (pretokenize._WordCounting, "_counted_items"), (pretokenize, "_merged_runs")],
+    COUNT_FILE: [(pretokenize._WordCounting, "_counted_share"),
+                 (pretokenize._WordCounting, "_counted_range"), (pretokenize, "_merged_runs")]}
 NOGIL_KERNELS = [(pretokenize, "count_scanned_words"), (pretokenize, "packed_words"),
                  (pretokenize, "packed_bytes"), (pretokenize, "count_str_share"),
+                 (pretokenize, "count_line_share"),
                  (pretokenize, "add_words"), (_pystr, "str_utf8_bound"),
+                 (pretokenize, "line_ends"), (pretokenize, "_whole_lines"),
+                 (pretokenize, "_range_lines"),
                  (_pystr, "write_str_utf8")]
 
 
@@ -206,8 +221,12 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, default=8.0)
     parser.add_argument("--threads", type=int, default=16, help="threads forced (default 16)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default="", help="the operations whose name holds this")
     args = parser.parse_args()
     docs = sweep_lines(args.megabytes)
+    folder = tempfile.TemporaryDirectory(prefix="gpubpe-serial-")  # removed at exit
+    lines_file = Path(folder.name) / "lines.txt"
+    lines_file.write_text("".join(docs), encoding="utf-8")
     n_bytes = sum(len(d.encode()) for d in docs)
     tok = sweep_vocabulary()
     line_ids = tok.encode_arrays(docs)
@@ -219,6 +238,7 @@ def main() -> None:
     operations = {
         "count_words (list of str lines)":
             lambda t: pretokenize.count_words(docs, num_threads=t),
+        COUNT_FILE: lambda t: pretokenize.count_words(lines_file, num_threads=t),
         "encode_arrays (lines, cold cache)": encode,
         "decode_batch (the lines' ids, to str)":
             lambda t: tok.decode_batch(line_ids, num_threads=t),
@@ -230,6 +250,8 @@ def main() -> None:
     print("|---|---:|---|---:|---:|")
     with forced_threads():
         for label, run in operations.items():
+            if args.only not in label:
+                continue
             one = _median_wall(run, 1, args.repeats)
             steps = _median_steps(run, args.threads, args.repeats, SERIAL_STEPS[label],
                                   TASKS.get(label, []))

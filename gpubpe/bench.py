@@ -85,7 +85,7 @@ def _documents(corpus_path: Path) -> list[str]:
     """The corpus' documents as gpubpe's one reader cuts them (a .txt line keeps its "\\n")."""
     from .pretokenize import iter_batches
 
-    return [batch.data[start:end].decode("utf-8", "replace") for batch in iter_batches([corpus_path])
+    return [str(batch.data[start:end], "utf-8", "replace") for batch in iter_batches([corpus_path])
             for start, end in zip(batch.doc_starts.tolist(), batch.doc_ends.tolist())]
 
 

@@ -30,7 +30,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +62,7 @@ from .kernels.pretok import (
 from .kernels.str_utf8 import any_ends_with
 from .kernels.word_tally import (
     add_words,
+    count_line_share,
     count_str_share,
     known_words,
     packed_bytes,
@@ -224,7 +225,7 @@ class Batch:
     blank .jsonl lines and JSON syntax count, so it can differ from ``len(data)``).
     """
 
-    data: bytes
+    data: bytes | memoryview
     doc_ends: np.ndarray  # int64, ascending, last == len(data)
     input_bytes: int = 0
     last: bool = False  # the corpus has no documents after these (where the reader knows it)
@@ -324,9 +325,9 @@ def _taken(corpus, items: Iterator, first: int, size: int) -> list:
 
 
 def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
-                batch_bytes: int) -> Iterator[Batch]:
+                batch_bytes: int, read_path=None) -> Iterator[Batch]:
     """Read a chunk: its documents into ``pending``; a path's batches yielded, after the
-    documents pending before it."""
+    documents pending before it (or what ``read_path(path)`` yields for it)."""
     documents = _str_documents(chunk)  # the common case: every item a str document
     if documents is not None:
         pending.add(documents)
@@ -335,7 +336,8 @@ def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
         if is_corpus_path(item):
             if pending:
                 yield pending.batch()
-            yield from read_file(Path(item), text_field, batch_bytes)
+            yield from (read_path or partial(read_file, text_field=text_field,
+                                             batch_bytes=batch_bytes))(Path(item))
         else:
             pending.add(_Documents.of([as_bytes(item, f"document {index}")]))
 
@@ -598,9 +600,7 @@ def _line_chunks(path: Path, batch_bytes: int, start: int,
         while end is None or position < end:
             limit = size if end is None else min(size, end - position)
             size = batch_bytes
-            data = handle.read(limit)
-            if data and data[-1] != 10:  # finish the line begun before the limit
-                data += handle.readline()
+            data = _whole_lines(handle, limit, position, compressed)
             if not data:
                 return
             consumed = len(data)
@@ -608,6 +608,70 @@ def _line_chunks(path: Path, batch_bytes: int, start: int,
                 consumed, file_position = _file_bytes_read(handle, file_position)
             yield data, position, consumed
             position += len(data)
+
+
+def _whole_lines(handle, limit: int, position: int, compressed: bool) -> bytes | memoryview:
+    """The lines that start in the next ``limit`` bytes of ``handle`` (at ``position``),
+    whole: read with ``_LINE_SLACK`` bytes more, in which the line cut at the limit
+    mostly ends, and the handle put back after that line (a gzip stream, which seeks back
+    by reading again from its start, and a line longer than the slack: finished by
+    ``readline``).
+
+    Issue 18: the line cut at the limit used to be finished by ``data +=
+    handle.readline()``, a copy of each batch into new pages under the GIL (a 40 MB file
+    read in 10.2 ms, 8.6 now)."""
+    if compressed:
+        data = handle.read(limit)
+        return data + handle.readline() if data and data[-1] != 10 else data
+    data = handle.read(limit + _LINE_SLACK)
+    if len(data) <= limit:
+        return data
+    cut = data.find(b"\n", limit - 1) + 1
+    if cut == 0:  # the line goes on past the slack (or the file ends without a "\n")
+        return data + handle.readline()
+    handle.seek(position + cut)
+    return memoryview(data)[:cut]
+
+
+_LINE_SLACK = 64 << 10
+
+
+def _range_lines(fd: int, start: int, end: int) -> tuple[bytes | memoryview, int]:
+    """The lines of the file open as ``fd`` that start in ``[start, end)``, whole, and the
+    offset of the first: read by ``os.pread`` (no shared position: a counting task a
+    range), with ``_LINE_SLACK`` bytes more, in which the line cut at ``end`` mostly ends."""
+    base = max(start - 1, 0)  # the byte before the range says whether a line starts there
+    data = os.pread(fd, end - base + _LINE_SLACK, base)
+    first = data.find(b"\n") + 1 if start > 0 else 0
+    if (start > 0 and first == 0) or base + first >= end:
+        return b"", end  # no line starts in the range
+    cut = data.find(b"\n", end - 1 - base) + 1
+    while not cut:  # the line cut at ``end`` goes on past what was read: as much again
+        more = os.pread(fd, len(data), base + len(data))
+        if not more:
+            break
+        newline = more.find(b"\n")
+        cut = len(data) + newline + 1 if newline >= 0 else 0
+        data += more
+    cut = cut or len(data)  # the file ends without a "\n"
+    return memoryview(data)[first:cut], base + first
+
+
+_PREAD = hasattr(os, "pread")
+
+
+class _OpenFile:
+    """A file open for ``os.pread`` while this is held (the counting tasks of its byte
+    ranges hold it: closed when the last of them is dropped, run or cancelled)."""
+
+    fd = -1
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self):
+        if self.fd >= 0:
+            os.close(self.fd)
 
 
 def _line_ends(data: bytes) -> np.ndarray:
@@ -649,7 +713,7 @@ class _JsonlPlace:
         return _jsonl_text(line, self.path, number, self.text_field)
 
 
-def _jsonl_documents(data: bytes, line_end: np.ndarray, key: np.ndarray,
+def _jsonl_documents(data: bytes | memoryview, line_end: np.ndarray, key: np.ndarray,
                      place: _JsonlPlace) -> _Documents:
     """The field of each non-blank line of ``data`` as documents."""
     array = np.frombuffer(data, dtype=np.uint8)
@@ -667,7 +731,8 @@ def _jsonl_documents(data: bytes, line_end: np.ndarray, key: np.ndarray,
         if kind[k] == JSONL_TEXT:
             pieces.append(out[text_start[k]:text_end[k]].tobytes())
         else:
-            pieces.append(place.text(data[line_start[k]:line_end[k]], k, int(line_start[k])))
+            pieces.append(place.text(bytes(data[line_start[k]:line_end[k]]), k,
+                                     int(line_start[k])))
     return _Documents.of(pieces)
 
 
@@ -784,7 +849,8 @@ def count_words(
     """Count pre-tokenized words over a corpus: ``{word_bytes: count}``.
 
     Special-token text is cut out and never counted. ``progress`` (a tqdm-like
-    object) is advanced by the number of bytes read. ``backend="cuda"`` counts
+    object) is advanced by the number of bytes read: a file's own (so a bar whose total is
+    the files' sizes ends full, for JSON lines and ``.gz`` too), a document's UTF-8. ``backend="cuda"`` counts
     the named patterns on the device (the same counts, in the same order).
     """
     xp = _counting_device(backend, resolve_pattern(pattern))
@@ -850,6 +916,11 @@ class _WordCounting:
         what stays serial (the calling thread's own time, the tasks' GIL-held Python)
         bounds 16 cores at 5-6x for 8.4 MB of lines and 13-14x for 64 MB; reading on the
         calling thread, its reading and adds alone bounded them at ~3x: RESULTS.md.
+
+        A file of lines or JSON lines is read the same way from that many threads: each
+        task reads the lines that start in a byte range of it (``_path_tasks``). On 2
+        threads that was slower (8.4 MB of lines, 280-289 MB/s against 289-307: the
+        ranges' merges cost more than the calling thread's reading, ~0.3 ms a MB).
         """
         if self.threads < _READ_IN_SHARES_FROM:
             return map(self.batch_tasks, iter_batches(corpus, self.text_field))
@@ -864,7 +935,7 @@ class _WordCounting:
         split = 2 if batch.last and self.threads > 1 else 1
         shares = _segment_shares(*segments(batch, self.special_bytes), split * self.threads)
         return [(int(ends.sum() - starts.sum()), self._counted_share, batch.data, starts, ends,
-                 0 if k else len(batch.data)) for k, (starts, ends) in enumerate(shares)]
+                 0 if k else batch.input_bytes) for k, (starts, ends) in enumerate(shares)]
 
     def run(self, task_lists: Iterable[list[tuple]]) -> None:
         """Run the tasks (``(cost, function, *args)``) on the threads and add their words in
@@ -923,10 +994,53 @@ class _WordCounting:
     def _read_tasks(self, chunk: _Items) -> Iterator[list[tuple]]:
         """The tasks of a chunk read one item at a time (paths, bytes, errors)."""
         pending = _PendingDocuments()
-        yield from map(self.batch_tasks, _read_items(chunk, pending, self.text_field,
-                                                     _BATCH_BYTES))
+        reads = _read_items(chunk, pending, self.text_field, _BATCH_BYTES, self._path_tasks)
+        yield from map(self._tasks_of, reads)
         if pending:
             yield self.batch_tasks(pending.batch())
+
+    def _tasks_of(self, read: Batch | list[tuple]) -> list[tuple]:
+        """The tasks of a batch read here, or of a file's byte ranges (``_path_tasks``)."""
+        return read if isinstance(read, list) else self.batch_tasks(read)
+
+    def _path_tasks(self, path: Path) -> Iterator[Batch | list]:
+        """A file's tasks: the batches of one read here, or, a file of lines or JSON lines
+        not compressed, lists of tasks that each read and count the lines starting in a
+        byte range of it (``_byte_ranges``; the file open while any of them is held).
+
+        Issue 18: read here, a 40 MB file of lines took the calling thread ~30 ms (the
+        reads into new pages, the line ends), 1/7 of a one-thread count: 16 threads could
+        count such a file no more than ~7x as fast as one (bench/RESULTS.md)."""
+        if is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD:
+            yield from read_file(path, self.text_field)
+            return
+        check_readable(path)
+        file = _OpenFile(path)
+        for ranges in _byte_ranges(os.fstat(file.fd).st_size, self.threads):
+            yield _ChunkShares(len(ranges)).tasks(partial(self._counted_range, path, file),
+                                                  ranges)
+
+    def _counted_range(self, path: Path, file: _OpenFile, byte_range: tuple[int, int]) -> tuple:
+        """The words of the documents of ``path`` (``file``) whose lines start in
+        ``byte_range``."""
+        data, at = _range_lines(file.fd, *byte_range)
+        if not data:
+            no_words = np.empty(0, np.int64)
+            return self._counted_share(b"", no_words, no_words, 0)
+        jsonl = content_suffix(path) == ".jsonl"
+        if self.one_kernel and not jsonl:
+            done, *counted = count_line_share(np.frombuffer(data, np.uint8), *self.scanner)
+            if done:
+                return (*counted, len(data))
+        line_end = _line_ends(data)
+        if jsonl:
+            key = np.frombuffer(self.text_field.encode("utf-8", "surrogatepass"), np.uint8)
+            place = _JsonlPlace(path, self.text_field, None, at)
+            batch = _jsonl_documents(data, line_end, key, place).as_batch(len(data))
+        else:
+            batch = Batch(data, line_end, len(data))
+        return self._counted_share(batch.data, *segments(batch, self.special_bytes),
+                                   batch.input_bytes)
 
     def _counted_items(self, chunk: _Items) -> tuple | _Items:
         """A chunk's words counted, or the chunk when its items are not all str documents.
@@ -977,9 +1091,9 @@ class _ChunkShares:
         self.left = n_shares
         self.lock = threading.Lock()
 
-    def tasks(self, count, shares: list[_Items]) -> list[tuple]:
-        return [(share.approx_bytes, self._counted, k, count, share)
-                for k, share in enumerate(shares)]
+    def tasks(self, count, shares: list) -> list[tuple]:
+        """A task a share (an ``_Items``, or a byte range of a file): ``count(share)``."""
+        return [(_cost(share), self._counted, k, count, share) for k, share in enumerate(shares)]
 
     def _counted(self, k: int, count, share: _Items) -> list:
         self.counted[k] = count(share)
@@ -988,6 +1102,25 @@ class _ChunkShares:
             if self.left:
                 return []
         return _merged_runs(self.counted)
+
+
+def _cost(share) -> int:
+    """About a share's bytes (``HelpedPool``'s cost: the costliest unstarted runs first)."""
+    return share.approx_bytes if isinstance(share, _Items) else share[1] - share[0]
+
+
+def _byte_ranges(size: int, threads: int) -> Iterator[list[tuple[int, int]]]:
+    """A file of ``size`` bytes as ``_ShareSizes`` cuts a list: chunks from
+    ``_FIRST_DOCUMENT_BATCH_BYTES`` doubling to ``threads x _MAX_SHARE_BYTES``, each in
+    ``threads`` byte ranges (the last in ``2 x threads``), none under ``_MIN_SHARE_BYTES``."""
+    start, chunk = 0, _FIRST_DOCUMENT_BATCH_BYTES
+    while start < size:
+        end = min(size, start + chunk)
+        shares = threads * (2 if end == size else 1)
+        n = max(1, min(shares, (end - start) // _MIN_SHARE_BYTES))
+        cuts = np.linspace(start, end, n + 1).astype(np.int64).tolist()
+        yield list(zip(cuts, cuts[1:]))
+        start, chunk = end, min(2 * chunk, threads * _MAX_SHARE_BYTES)
 
 
 def _merged_runs(counted: list) -> list:
@@ -1216,7 +1349,7 @@ def _count_on_device(batches: Iterable[Batch], regex_text: str, special_tokens, 
         except WordCollision:
             return None
         if progress is not None:
-            progress.update(len(batch.data))
+            progress.update(batch.input_bytes)
     counts = counter.result()
     pool = counts.pool.tobytes()
     return {pool[at:at + length]: count for at, length, count in zip(

@@ -56,6 +56,7 @@ from ._raw import load as _load
 from ._raw import prefetch as _prefetch
 from ._raw import put_new_item as _put_new_item
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, mix64, same_bytes, word_key
+from .jsonl import line_ends
 from .pretok import count_scanned_words
 from .str_utf8 import any_ends_with, str_utf8_bound, write_str_utf8
 
@@ -274,3 +275,24 @@ def count_str_share(items_at, n_items, layout, scanner, table, tails, tail_ends)
     if collided:
         return False, data[:0], no_words, no_words, np.empty(0, np.uint64), 0
     return True, packed_bytes(data, word_at, word_len), word_len, word_count, keys, ends[-1]
+
+
+@njit(nogil=True, cache=True)
+def count_line_share(data, scanner, table):
+    """The lines of ``data`` (uint8, a line a document) counted in one call without the
+    GIL, as ``count_str_share`` gives them: ``(done, packed, length, count, keys)``; not
+    ``done`` when two long words share a key (the caller counts it its slower way).
+
+    Issue 18: a counting task's byte range of a file cut into lines, segments and words
+    by separate calls ran ~60 us of Python a task, holding the GIL (16 threads, 8.4 MB)."""
+    ends = line_ends(data)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
+    word_at, word_len, word_count, keys, collided = count_scanned_words(
+        data, starts, ends, scanner, table)
+    if collided:
+        no_words = np.empty(0, np.int64)
+        return False, data[:0], no_words, no_words, np.empty(0, np.uint64)
+    return True, packed_bytes(data, word_at, word_len), word_len, word_count, keys
+

@@ -372,3 +372,47 @@ def test_long_words_sharing_their_hash_are_counted_apart():
     expected = Counter(w.encode() for d in documents for w in pretokenize.split_words(d, gpt2))
     for threads in (1, 2):
         assert pretokenize.count_words(documents, num_threads=threads) == expected
+
+
+lines_text = st.lists(st.sampled_from(["", "a", "bc", "\n", "\n\n", "long line " * 3, "é中"]),
+                      max_size=30).map("".join).map(str.encode)
+
+
+@given(lines_text, st.lists(st.integers(0, 200), max_size=8), st.sampled_from([1, 3, 64]))
+def test_range_lines_tile_a_file_at_its_line_starts(tmp_path_factory, content, cuts, slack):
+    """Byte ranges that tile a file give its bytes once, each range the whole lines that
+    start in it, whatever the slack read past a range (lines longer than it, a last line
+    with no "\\n", ranges in which no line starts)."""
+    from unittest import mock
+
+    path = tmp_path_factory.mktemp("r") / "lines.txt"
+    path.write_bytes(content)
+    line_starts = {0} | {k + 1 for k, byte in enumerate(content) if byte == 10}
+    bounds = sorted({0, len(content), *(c for c in cuts if c < len(content))})
+    file = pretokenize._OpenFile(path)
+    pieces = []
+    with mock.patch.object(pretokenize, "_LINE_SLACK", slack):
+        for start, end in zip(bounds, bounds[1:]):
+            data, at = pretokenize._range_lines(file.fd, start, end)
+            if data:
+                assert start <= at < end and at in line_starts
+                assert at + len(data) in line_starts | {len(content)}
+            pieces.append(bytes(data))
+    assert b"".join(pieces) == content
+
+
+@given(lines_text, st.sampled_from([1, 5, 64]), st.sampled_from([1, 4]))
+def test_file_batches_cut_at_line_ends_whatever_the_slack(tmp_path_factory, content, size, slack):
+    """``_line_chunks`` reads about ``batch_bytes`` with ``slack`` more and puts the file
+    back after the line cut at the limit: the batches hold the file's lines, in order."""
+    from unittest import mock
+
+    path = tmp_path_factory.mktemp("b") / "lines.txt"
+    path.write_bytes(content)
+    with mock.patch.object(pretokenize, "_LINE_SLACK", slack), \
+            mock.patch.object(pretokenize, "_FIRST_DOCUMENT_BATCH_BYTES", size):
+        batches = list(pretokenize.read_file(path, batch_bytes=size))
+    documents = [bytes(b.data[x:y]) for b in batches
+                 for x, y in zip(b.doc_starts.tolist(), b.doc_ends.tolist())]
+    assert documents == content.splitlines(keepends=True)
+    assert sum(b.input_bytes for b in batches) == len(content)

@@ -18,6 +18,7 @@ import gpubpe
 from gpubpe import pretokenize
 from gpubpe import tokenizer as tokenizer_module
 from gpubpe.bitlevel import BitLevelCodec
+from gpubpe.errors import CorpusError
 from gpubpe.kernels import bitpack
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -233,6 +234,67 @@ def test_many_threads_count_an_item_the_sample_did_not_read(lines, monkeypatch):
     many = pretokenize.count_words(items, num_threads=8)
     assert many == one and list(many) == list(one)
     assert one[b" bytes"] >= 1
+
+
+@pytest.mark.parametrize("suffix, specials, pattern", [
+    (".txt", [], "gpt2"), (".txt", ["<|endoftext|>"], "gpt2"), (".jsonl", [], "gpt2"),
+    (".txt", [], r"\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+|\s+")])
+def test_many_threads_count_a_file_in_byte_ranges(lines, tmp_path, monkeypatch, suffix,
+                                                  specials, pattern):
+    """On 8 threads a file of lines or JSON lines is counted by tasks that each read the
+    lines starting in a byte range of it (``_range_lines``): the counts, their order and
+    the bytes given to progress are one thread's, and no file stays open."""
+    import json
+    import os
+
+    _small_reads(monkeypatch)
+    _threads_past_the_cores(monkeypatch)
+    monkeypatch.setattr(pretokenize, "_MIN_SHARE_BYTES", 2000)
+    monkeypatch.setattr(pretokenize, "_LINE_SLACK", 16)  # lines longer than it
+    docs = [line + "<|endoftext|>" if k % 7 == 0 else line for k, line in enumerate(lines[:6000])]
+    path = tmp_path / f"corpus{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    else:
+        path.write_text("".join(docs) + "a last line with no newline", encoding="utf-8")
+    ranges = []
+    range_lines = pretokenize._range_lines
+    monkeypatch.setattr(pretokenize, "_range_lines",
+                        lambda *args: ranges.append(args[1:]) or range_lines(*args))
+
+    class Progress:
+        n = 0
+
+        def update(self, n):
+            self.n += n
+
+    runs = []
+    open_before = len(os.listdir("/proc/self/fd"))
+    for threads in (1, 8):
+        progress = Progress()
+        runs.append((pretokenize.count_words(path, pattern, special_tokens=specials,
+                                             num_threads=threads, progress=progress),
+                     progress.n))
+    (one, one_bytes), (many, many_bytes) = runs
+    assert sum(one.values()) > 50_000
+    assert many == one and list(many) == list(one)
+    assert many_bytes == one_bytes == path.stat().st_size
+    assert len(ranges) > 8 and sorted(ranges)[0][0] == 0
+    assert len(os.listdir("/proc/self/fd")) == open_before
+
+
+def test_many_threads_name_a_bad_json_line_of_a_later_byte_range(lines, tmp_path,
+                                                                  monkeypatch):
+    import json
+
+    _threads_past_the_cores(monkeypatch)
+    monkeypatch.setattr(pretokenize, "_MIN_SHARE_BYTES", 2000)
+    rows = [json.dumps({"text": line}) for line in lines[:3000]]
+    rows[2500] = '{"text": "cut short'
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"corpus\.jsonl:2501: not valid JSON"):
+        pretokenize.count_words(path, num_threads=8)
 
 
 def test_segment_shares_cover_the_batch_in_order():
