@@ -43,6 +43,29 @@ def test_any_text_as_str_encode(texts):
     assert (data, lengths.tolist()) == _expected(texts)
 
 
+def _in_turn(function, calls):
+    return [function(*call) for call in calls]
+
+
+@given(st.lists(st.text(alphabet=st.characters(exclude_categories=["Cs"])), max_size=40),
+       st.integers(2, 5))
+def test_ranges_of_runs_left_apart_are_each_documents_utf8(texts, parts):
+    """``str_list_ranges``: each run stays where its thread wrote it (after the bound of
+    the runs before), and each document's range holds its UTF-8."""
+    data, starts, ends = _pystr.str_list_ranges(texts, _in_turn, parts)
+    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
+        [text.encode() for text in texts]
+    assert (starts[1:] >= ends[:-1]).all() and starts.dtype == ends.dtype == np.int64
+
+
+def test_ranges_leave_a_run_after_the_bound_of_the_one_before():
+    texts = ["Привет"] * 4 + ["plain"] * 4  # 2 bytes a character, bound at 3
+    data, starts, ends = _pystr.str_list_ranges(texts, _in_turn, 2)
+    assert starts[4] == 4 * 6 * 3 + 1 > ends[3] == 4 * 12
+    assert _pystr.str_list_ranges(texts[:3] + [b"bytes"], _in_turn, 2) is None
+    assert _pystr.str_list_ranges(texts[:3] + ["a\ud800"], _in_turn, 2) is None
+
+
 class _Text(str):
     pass
 
