@@ -56,18 +56,13 @@ _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", 
            "x" * 300 + "\u4e2d")
 
 
-def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
+def str_list_utf8(texts, private: bool = False,
                   span: tuple[int, int] | None = None) -> tuple[memoryview, np.ndarray] | None:
     """The UTF-8 of ``texts`` (str documents) end to end and each one's byte length
     (int64), or None when the kernels cannot take them: this interpreter is not one whose
     layout was checked, or an item is no exact ``str`` (bytes, a subclass) or holds a lone
-    surrogate. The caller then encodes with ``str.encode`` and names any bad item.
-
-    ``parts`` > 1 encodes that many runs of the list at once through ``run_all(function,
-    calls)`` (a list of results in order, as ``tokenizer._run_all`` gives), into one
-    buffer: each run writes from the bound of the runs before it, then the runs are moved
-    together (a join of separate buffers was a copy of all of it into fresh pages: ~17 ms
-    of a 40 MB ``encode_arrays`` on the calling thread alone).
+    surrogate. The caller then encodes with ``str.encode`` and names any bad item. (On
+    many threads: ``str_list_ranges``.)
 
     ``private``: ``texts`` is a list no other code holds (else it is copied first: a pass
     under the GIL, which the counting tasks of many threads took turns at); then ``span``
@@ -77,16 +72,17 @@ def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
         return None
     if not (private and type(texts) is list):
         texts, span = list(texts if span is None else texts[span[0]:span[1]]), None
-    runs = _utf8_runs(texts, layout, run_all, parts, *(span or (0, len(texts))))
-    return None if runs is None else (memoryview(_runs_together(*runs)), runs[-1])
+    runs = _utf8_runs(texts, layout, None, 1, *(span or (0, len(texts))))
+    return None if runs is None else _joined(runs)
 
 
 def str_list_ranges(texts, run_all, parts: int) -> tuple[np.ndarray, ...] | None:
     """``str_list_utf8`` in ``parts`` runs left where they were written: ``(buffer, starts,
     ends)``, document k at ``buffer[starts[k]:ends[k]]``, each run's unused bound between
     it and the next (as ``Tokenizer.encode_buffer`` takes documents). Issue 18: moving the
-    runs together was ~9 of the ~19 ms the calling thread of ``encode_arrays`` spent
-    alone on 16 threads (40 MB of lines; bench/RESULTS.md)."""
+    runs together was ~2.4 of the ~20 ms the calling thread of ``encode_arrays`` spent
+    alone on 16 threads (40 MB of lines; bench/RESULTS.md); joining runs written apart,
+    before that, copied all of them into fresh pages (~17 ms)."""
     layout = _checked_layout()
     if layout is None:
         return None
@@ -156,16 +152,10 @@ def _each(run_all, function, calls: list[tuple]) -> list:
     return run_all(function, calls) if len(calls) > 1 else [function(*calls[0])]
 
 
-def _runs_together(out: np.ndarray, run_starts: np.ndarray, cuts: list[int],
-                   lengths: np.ndarray) -> np.ndarray:
-    """The runs' UTF-8 moved end to end to the front of ``out`` (a view of it)."""
-    end = 0
-    for start, lo, hi in zip(run_starts.tolist(), cuts, cuts[1:]):
-        size = int(lengths[lo:hi].sum())
-        if start != end:  # memmove: NumPy copied overlapping slices through a temporary
-            ctypes.memmove(out.ctypes.data + end, out.ctypes.data + start, size)
-        end += size
-    return out[:end]
+def _joined(runs: tuple) -> tuple[memoryview, np.ndarray]:
+    """One run of ``_utf8_runs`` as ``str_list_utf8`` gives it."""
+    out, _, _, lengths = runs
+    return memoryview(out[:int(lengths.sum())]), lengths
 
 
 def str_kernels_state() -> str:
@@ -203,7 +193,7 @@ def _checked_layout() -> np.ndarray | None:
         return None
     runs = _utf8_runs(probes, layout, None, 1, 0, len(probes))
     expected = [text.encode() for text in probes]
-    if runs is None or bytes(_runs_together(*runs)) != b"".join(expected) or \
+    if runs is None or bytes(_joined(runs)[0]) != b"".join(expected) or \
             runs[-1].tolist() != list(map(len, expected)):
         return None
     return layout

@@ -1111,7 +1111,7 @@ def _batch_as_bytes(texts, num_threads=1) -> tuple[bytes, np.ndarray, np.ndarray
         ranges = str_list_ranges(texts, _run_all, parts)
         if ranges is not None:
             return ranges
-    documents = utf8_documents(texts, _run_all, parts)  # (str.encode where refused)
+    documents = utf8_documents(texts)  # (str.encode where the kernels refused)
     if documents is not None:
         ends = np.cumsum(documents.lengths)
         return documents.data, ends - documents.lengths, ends

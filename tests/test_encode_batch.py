@@ -202,6 +202,7 @@ def test_the_numba_kernels_ran(tok):
     tok.encode_batch(["hello world"] * 3)  # the serial kernel
     with mock.patch.object(tokenizer_module, "_PARALLEL_MIN_BYTES", 0):  # the threaded steps
         tok.encode_batch(["hello world"] * 3, num_threads=2)
+    tok.encode_batch([f"hello {SPECIALS[0]} world"], allowed_special="all")  # cut in pieces
     for kernel in (kernels.word_refs_scan_cpu, kernels.word_parts, kernels.new_words_of_part,
                    kernels.global_word_slots,
                    kernels.encode_word_list_cpu, kernels.count_piece_tokens_cpu,

@@ -141,29 +141,30 @@ def test_layout_found_where_literals_keep_their_utf8():
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7])
-def test_runs_on_threads_as_one(parts):
-    """Runs encoded at once on the tokenizer's threads join into the same bytes; a refused
-    item in any run refuses the list."""
+def test_runs_on_threads_give_each_documents_range(parts):
+    """Runs encoded at once on the tokenizer's threads (``str_list_ranges``) give each
+    document's bytes; a refused item in any run refuses the list."""
     from gpubpe.tokenizer import _run_all
 
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
-    data, lengths = _pystr.str_list_utf8(texts, _run_all, parts)
-    assert (data, lengths.tolist()) == _expected(texts)
-    assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], _run_all, parts) is None
-    assert _pystr.str_list_utf8(texts[:2], _run_all, parts)[0] == _expected(texts[:2])[0]
+    data, starts, ends = _pystr.str_list_ranges(texts, _run_all, parts)
+    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
+        [text.encode() for text in texts]
+    assert _pystr.str_list_ranges(texts[:900] + ["a\ud800"] + texts[900:], _run_all,
+                                  parts) is None
+    data, starts, ends = _pystr.str_list_ranges(texts[:2], _run_all, parts)  # runs apart
+    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
+        [text.encode() for text in texts[:2]] and starts[1] > ends[0]
 
 
-@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("private", [True, False])
-def test_a_span_of_a_list_reads_those_items_alone(parts, private):
+def test_a_span_of_a_list_reads_those_items_alone(private):
     """``span`` names the items to read (a share of a chunk's list, read in place when the
     list is private, else from a copy of the span): the bytes and lengths of that slice;
     a refused item outside the span is not read."""
-    from gpubpe.tokenizer import _run_all
-
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
     texts[5] = b"bytes, not str"  # outside every span below
     for lo, hi in [(6, 1000), (300, 301), (10, 700), (999, 1000)]:
-        data, lengths = _pystr.str_list_utf8(texts, _run_all, parts, private, (lo, hi))
+        data, lengths = _pystr.str_list_utf8(texts, private, (lo, hi))
         assert (data, lengths.tolist()) == _expected(texts[lo:hi])
-    assert _pystr.str_list_utf8(texts, _run_all, parts, private, (0, 10)) is None
+    assert _pystr.str_list_utf8(texts, private, (0, 10)) is None
