@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from encode_bench import MULTISCRIPT, machine, sweep_vocabulary
 
-from gpubpe import _pystr, pretokenize, tokenizer
+from gpubpe import _pystr, _threads, pretokenize, tokenizer
 
 # The steps only the calling thread runs, by operation: (module or class, function name).
 # count_words: taking the corpus's items and cutting them into shares, adding each
@@ -198,16 +198,22 @@ class TaskClock:
 
 
 @contextmanager
-def forced_threads():
-    """``thread_count`` of pretokenize and tokenizer without the cap at the cores."""
+def forced_threads(pool: int | None = None):
+    """``thread_count`` of pretokenize and tokenizer without the cap at the cores; with
+    ``pool``, the pool threads capped at that (the shares, parts and merges are those of
+    the threads forced, run by fewer: their steps' CPU time without the cache and
+    scheduler costs of many threads taking turns on few cores)."""
     check = pretokenize.check_num_threads
-    saved = pretokenize.thread_count, tokenizer.thread_count
+    saved = pretokenize.thread_count, tokenizer.thread_count, _threads.helper_pool
     uncapped = lambda n: check(n) or int(n)  # noqa: E731
     pretokenize.thread_count = tokenizer.thread_count = uncapped
+    if pool is not None:
+        _threads.helper_pool = _pystr.helper_pool = lambda n: saved[2](min(n, pool))
     try:
         yield
     finally:
-        pretokenize.thread_count, tokenizer.thread_count = saved
+        pretokenize.thread_count, tokenizer.thread_count, _threads.helper_pool = saved
+        _pystr.helper_pool = saved[2]
 
 
 def sweep_lines(megabytes: float) -> list[str]:
@@ -223,6 +229,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16, help="threads forced (default 16)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", default="", help="the operations whose name holds this")
+    parser.add_argument("--pool", type=int, default=None,
+                        help="pool threads really run (default: the threads forced, less one)")
     args = parser.parse_args()
     docs = sweep_lines(args.megabytes)
     folder = tempfile.TemporaryDirectory(prefix="gpubpe-serial-")  # removed at exit
@@ -245,11 +253,13 @@ def main() -> None:
             lambda t: tok.decode_batch(line_ids, num_threads=t),
     }
     print(f"\n### Steps on the calling thread: {n_bytes / 1e6:.1f} MB in {len(docs):,} lines, "
-          f"{args.threads} threads forced on {machine()}, medians of {args.repeats}\n")
+          f"{args.threads} threads forced on {machine()}"
+          f"{'' if args.pool is None else f' (their pool run by {args.pool})'}, "
+          f"medians of {args.repeats}\n")
     print(f"| operation | one thread, wall ms | calling thread's own steps at {args.threads} "
           "threads, CPU ms | their sum | bound on that many cores |")
     print("|---|---:|---|---:|---:|")
-    with forced_threads():
+    with forced_threads(args.pool):
         for label, run in operations.items():
             if args.only not in label:
                 continue

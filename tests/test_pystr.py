@@ -168,3 +168,28 @@ def test_a_span_of_a_list_reads_those_items_alone(private):
         data, lengths = _pystr.str_list_utf8(texts, private, (lo, hi))
         assert (data, lengths.tolist()) == _expected(texts[lo:hi])
     assert _pystr.str_list_utf8(texts, private, (0, 10)) is None
+
+
+def test_a_chunk_of_the_corpus_is_left_out_of_the_garbage_collector():
+    """A chunk's private list (many threads count shares of it while other threads make
+    tracked objects) is untracked on CPython, so no collection reads its items; it is
+    still freed by its reference count."""
+    import gc
+    import weakref
+
+    from gpubpe import pretokenize
+
+    if sys.implementation.name != "cpython":
+        pytest.skip("PyObject_GC_UnTrack is CPython's")
+    corpus = [f"line {i}\n" for i in range(100)]
+    for taken in (pretokenize._taken(corpus, iter(corpus), 10, 50),
+                  pretokenize._taken(iter(corpus), iter(corpus), 0, 50)):
+        assert not gc.is_tracked(taken) and len(taken) == 50
+
+    class Item(str):  # weakly referable, to see the list's items freed with it
+        pass
+
+    items = _pystr.untracked([Item("a"), Item("b")])
+    alive = weakref.ref(items[0])
+    del items
+    assert alive() is None
