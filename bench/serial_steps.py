@@ -48,15 +48,14 @@ SERIAL_STEPS = {
     "encode_arrays (lines, cold cache)": [
         (tokenizer.Tokenizer, "_pieces"), (tokenizer, "_distinct_new_words"),
         (tokenizer, "_admit_new_words"), (tokenizer, "admission_slots"),
-        (tokenizer, "utf8_documents"), (tokenizer, "str_list_ranges")],
+        (tokenizer, "utf8_documents")],
     "decode_batch (the lines' ids, to str)": [(_pystr, "new_texts")],
 }
 # Work that runs on every thread, the calling thread taking a share like the others: its
 # time there is not serial (inside the steps above, or around them).
 PARALLEL = [(tokenizer, "new_words_of_part"), (tokenizer, "word_parts"),
             (tokenizer, "global_word_slots"), (_pystr, "write_str_utf8"),
-            (_pystr, "str_utf8_bound"), (_pystr, "write_str_ranges"),
-            (pretokenize._ChunkShares, "_counted"),
+            (_pystr, "str_utf8_bound"), (pretokenize._ChunkShares, "_counted"),
             (pretokenize._WordCounting, "_counted_share"),
             (pretokenize, "_with_known_words"),
             (tokenizer, "word_refs_scan_cpu"), (tokenizer, "count_piece_tokens_cpu"),

@@ -46,7 +46,6 @@ from .kernels.str_utf8 import (
     STR_TYPE,
     TYPE_AT,
     str_utf8_bound,
-    write_str_ranges,
     write_str_utf8,
 )
 from .kernels.word_tally import filled_dict, new_words
@@ -56,13 +55,18 @@ _PROBES = ("", "plain ascii\n", "é", "caf\xe9 \xff", "ĀĂ", "日本語 text", 
            "x" * 300 + "\u4e2d")
 
 
-def str_list_utf8(texts, private: bool = False,
+def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
                   span: tuple[int, int] | None = None) -> tuple[memoryview, np.ndarray] | None:
     """The UTF-8 of ``texts`` (str documents) end to end and each one's byte length
     (int64), or None when the kernels cannot take them: this interpreter is not one whose
     layout was checked, or an item is no exact ``str`` (bytes, a subclass) or holds a lone
-    surrogate. The caller then encodes with ``str.encode`` and names any bad item. (On
-    many threads: ``str_list_ranges``.)
+    surrogate. The caller then encodes with ``str.encode`` and names any bad item.
+
+    ``parts`` > 1 encodes that many runs of the list at once through ``run_all(function,
+    calls)`` (a list of results in order, as ``tokenizer._run_all`` gives), into one
+    buffer: each run writes from the bound of the runs before it, then the runs are moved
+    together (a join of separate buffers was a copy of all of it into fresh pages: ~17 ms
+    of a 40 MB ``encode_arrays`` on the calling thread alone).
 
     ``private``: ``texts`` is a list no other code holds (else it is copied first: a pass
     under the GIL, which the counting tasks of many threads took turns at); then ``span``
@@ -72,23 +76,7 @@ def str_list_utf8(texts, private: bool = False,
         return None
     if not (private and type(texts) is list):
         texts, span = list(texts if span is None else texts[span[0]:span[1]]), None
-    runs = _utf8_runs(texts, layout, None, 1, *(span or (0, len(texts))))
-    return None if runs is None else _joined(runs)
-
-
-def str_list_ranges(texts, run_all, parts: int) -> tuple[np.ndarray, ...] | None:
-    """``str_list_utf8`` in ``parts`` runs left where they were written: ``(buffer, starts,
-    ends)``, document k at ``buffer[starts[k]:ends[k]]``, each run's unused bound between
-    it and the next (as ``Tokenizer.encode_buffer`` takes documents). Issue 18: moving the
-    runs together was ~2.4 of the ~20 ms the calling thread of ``encode_arrays`` spent
-    alone on 16 threads (40 MB of lines; bench/RESULTS.md); joining runs written apart,
-    before that, copied all of them into fresh pages (~17 ms)."""
-    layout = _checked_layout()
-    if layout is None:
-        return None
-    starts = np.empty(len(texts), dtype=np.int64)
-    runs = _utf8_runs(list(texts), layout, run_all, parts, 0, len(texts), starts)
-    return None if runs is None else (runs[0], starts, runs[-1])
+    return _utf8_of(texts, layout, run_all, parts, *(span or (0, len(texts))))
 
 
 def utf8_bound_ends(texts: list, step: int = 1) -> np.ndarray | None:
@@ -117,13 +105,9 @@ def _items_at(items: list) -> int:
     return ctypes.c_int64.from_address(id(items) + _LIST_ITEMS_AT).value
 
 
-def _utf8_runs(items: list, layout: np.ndarray, run_all, parts: int, start: int, stop: int,
-               starts: np.ndarray | None = None):
-    """The UTF-8 of ``items[start:stop]`` (a list no other code holds: none resizes it
-    while the kernels read it) in ``parts`` runs, each from the bound of those before it:
-    ``(buffer, run starts, item cuts, lengths)``, or None (see ``str_list_utf8``). Given
-    ``starts``, each item's start in the buffer is written there and its end replaces its
-    length (``write_str_ranges``)."""
+def _utf8_of(items: list, layout: np.ndarray, run_all, parts: int, start: int, stop: int):
+    """``str_list_utf8`` of ``items[start:stop]``, a list no other code holds (none resizes
+    it while the kernels read it)."""
     items_at = _items_at(items) + 8 * start
     cuts = np.linspace(0, stop - start, max(parts, 1) + 1).astype(np.int64).tolist()
     runs = [(items_at + 8 * lo, hi - lo) for lo, hi in zip(cuts, cuts[1:])]
@@ -135,27 +119,28 @@ def _utf8_runs(items: list, layout: np.ndarray, run_all, parts: int, start: int,
     run_starts = np.cumsum([0] + [bound + 1 for bound in bounds])  # + the byte a run may spill
     out = np.empty(int(run_starts[-1]), dtype=np.uint8)
     lengths = np.empty(stop - start, dtype=np.int64)
-    if starts is None:
-        refused = _each(run_all, write_str_utf8, [
-            (at, n, layout, out.ctypes.data + int(start), lengths[lo:lo + n])
-            for (at, n), start, lo in zip(runs, run_starts, cuts)])
-    else:
-        refused = _each(run_all, write_str_ranges, [
-            (at, n, layout, out.ctypes.data + int(start), int(start), starts[lo:lo + n],
-             lengths[lo:lo + n]) for (at, n), start, lo in zip(runs, run_starts, cuts)])
+    refused = _each(run_all, write_str_utf8, [
+        (at, n, layout, out.ctypes.data + int(start), lengths[lo:lo + n])
+        for (at, n), start, lo in zip(runs, run_starts, cuts)])
     if max(refused) >= 0:
         return None
-    return out, run_starts, cuts, lengths
+    return memoryview(_runs_together(out, run_starts, cuts, lengths)), lengths
 
 
 def _each(run_all, function, calls: list[tuple]) -> list:
     return run_all(function, calls) if len(calls) > 1 else [function(*calls[0])]
 
 
-def _joined(runs: tuple) -> tuple[memoryview, np.ndarray]:
-    """One run of ``_utf8_runs`` as ``str_list_utf8`` gives it."""
-    out, _, _, lengths = runs
-    return memoryview(out[:int(lengths.sum())]), lengths
+def _runs_together(out: np.ndarray, run_starts: np.ndarray, cuts: list[int],
+                   lengths: np.ndarray) -> np.ndarray:
+    """The runs' UTF-8 moved end to end to the front of ``out`` (a view of it)."""
+    end = 0
+    for start, lo, hi in zip(run_starts.tolist(), cuts, cuts[1:]):
+        size = int(lengths[lo:hi].sum())
+        if start != end:  # memmove: NumPy copied overlapping slices through a temporary
+            ctypes.memmove(out.ctypes.data + end, out.ctypes.data + start, size)
+        end += size
+    return out[:end]
 
 
 def str_kernels_state() -> str:
@@ -191,10 +176,10 @@ def _checked_layout() -> np.ndarray | None:
     if not (all(_stored_as_assumed(text, layout) for text in probes)
             and _items_as_assumed(probes)):
         return None
-    runs = _utf8_runs(probes, layout, None, 1, 0, len(probes))
+    encoded = _utf8_of(probes, layout, None, 1, 0, len(probes))
     expected = [text.encode() for text in probes]
-    if runs is None or bytes(_joined(runs)[0]) != b"".join(expected) or \
-            runs[-1].tolist() != list(map(len, expected)):
+    if encoded is None or bytes(encoded[0]) != b"".join(expected) or \
+            encoded[1].tolist() != list(map(len, expected)):
         return None
     return layout
 

@@ -423,7 +423,7 @@ def _str_documents(chunk: _Items) -> _Documents | None:
     return documents
 
 
-def utf8_documents(texts: list, private: bool = False,
+def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = False,
                    span: tuple[int, int] | None = None) -> _Documents | None:
     """The UTF-8 of a list of str (subclasses too) end to end with each one's byte length,
     or None when an item is no str or holds a lone surrogate (the caller names it).
@@ -431,10 +431,11 @@ def utf8_documents(texts: list, private: bool = False,
     Lists of exact str are encoded by ``kernels.str_utf8`` without the GIL (issue 18; a
     mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
     4,096 items at a time, which the reading thread paid under the GIL); others (str
-    subclasses such as ``np.str_``, another Python) by ``str.encode``. ``private``,
-    ``span``: see ``_pystr.str_list_utf8``.
+    subclasses such as ``np.str_``, another Python) by ``str.encode``. ``run_all`` and
+    ``parts``: encode runs of the list at once; ``private``, ``span``: see
+    ``_pystr.str_list_utf8``.
     """
-    encoded = str_list_utf8(texts, private, span)
+    encoded = str_list_utf8(texts, run_all, parts, private, span)
     if encoded is not None:
         return _Documents(*encoded)
     if span is not None:

@@ -41,7 +41,7 @@ import numpy as np
 import regex
 
 from . import interop
-from ._pystr import TextTables, decode_texts, str_list_ranges
+from ._pystr import TextTables, decode_texts
 from ._threads import HelpedPool
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
@@ -1107,11 +1107,7 @@ def _batch_as_bytes(texts, num_threads=1) -> tuple[bytes, np.ndarray, np.ndarray
                              "or bytes documents") from None
     long_list = len(texts) >= _PARALLEL_MIN_DOCUMENTS
     parts = _thread_count(num_threads, _PARALLEL_MIN_BYTES if long_list else 0)
-    if parts > 1:  # each thread's run left where it wrote it
-        ranges = str_list_ranges(texts, _run_all, parts)
-        if ranges is not None:
-            return ranges
-    documents = utf8_documents(texts)  # (str.encode where the kernels refused)
+    documents = utf8_documents(texts, _run_all, parts)
     if documents is not None:
         ends = np.cumsum(documents.lengths)
         return documents.data, ends - documents.lengths, ends

@@ -166,20 +166,6 @@ def write_str_utf8(items_at, n_items, layout, out_at, lengths):
 
 
 @njit(nogil=True, cache=True)
-def write_str_ranges(items_at, n_items, layout, out_at, start, starts, ends):
-    """``write_str_utf8`` at ``out_at``, ``start`` bytes into its buffer: ``starts[k]``,
-    ``ends[k]`` the range of item k in the buffer (the runs of many threads left apart:
-    no pass over every item after them on one thread)."""
-    refused = write_str_utf8(items_at, n_items, layout, out_at, ends)  # lengths first
-    at = start
-    for k in range(n_items):
-        starts[k] = at
-        at += ends[k]
-        ends[k] = at
-    return refused
-
-
-@njit(nogil=True, cache=True)
 def any_ends_with(data, lengths, tails, tail_ends):
     """Whether a document (``lengths[d]`` bytes each, end to end in ``data``) ends with one
     of the byte strings ``tails[tail_ends[k - 1]:tail_ends[k]]`` (a corpus file suffix:

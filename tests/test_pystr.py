@@ -43,29 +43,6 @@ def test_any_text_as_str_encode(texts):
     assert (data, lengths.tolist()) == _expected(texts)
 
 
-def _in_turn(function, calls):
-    return [function(*call) for call in calls]
-
-
-@given(st.lists(st.text(alphabet=st.characters(exclude_categories=["Cs"])), max_size=40),
-       st.integers(2, 5))
-def test_ranges_of_runs_left_apart_are_each_documents_utf8(texts, parts):
-    """``str_list_ranges``: each run stays where its thread wrote it (after the bound of
-    the runs before), and each document's range holds its UTF-8."""
-    data, starts, ends = _pystr.str_list_ranges(texts, _in_turn, parts)
-    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
-        [text.encode() for text in texts]
-    assert (starts[1:] >= ends[:-1]).all() and starts.dtype == ends.dtype == np.int64
-
-
-def test_ranges_leave_a_run_after_the_bound_of_the_one_before():
-    texts = ["Привет"] * 4 + ["plain"] * 4  # 2 bytes a character, bound at 3
-    data, starts, ends = _pystr.str_list_ranges(texts, _in_turn, 2)
-    assert starts[4] == 4 * 6 * 3 + 1 > ends[3] == 4 * 12
-    assert _pystr.str_list_ranges(texts[:3] + [b"bytes"], _in_turn, 2) is None
-    assert _pystr.str_list_ranges(texts[:3] + ["a\ud800"], _in_turn, 2) is None
-
-
 class _Text(str):
     pass
 
@@ -141,33 +118,32 @@ def test_layout_found_where_literals_keep_their_utf8():
 
 
 @pytest.mark.parametrize("parts", [2, 3, 7])
-def test_runs_on_threads_give_each_documents_range(parts):
-    """Runs encoded at once on the tokenizer's threads (``str_list_ranges``) give each
-    document's bytes; a refused item in any run refuses the list."""
+def test_runs_on_threads_as_one(parts):
+    """Runs encoded at once on the tokenizer's threads join into the same bytes; a refused
+    item in any run refuses the list."""
     from gpubpe.tokenizer import _run_all
 
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
-    data, starts, ends = _pystr.str_list_ranges(texts, _run_all, parts)
-    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
-        [text.encode() for text in texts]
-    assert _pystr.str_list_ranges(texts[:900] + ["a\ud800"] + texts[900:], _run_all,
-                                  parts) is None
-    data, starts, ends = _pystr.str_list_ranges(texts[:2], _run_all, parts)  # runs apart
-    assert [bytes(data[a:b]) for a, b in zip(starts.tolist(), ends.tolist())] == \
-        [text.encode() for text in texts[:2]] and starts[1] > ends[0]
+    data, lengths = _pystr.str_list_utf8(texts, _run_all, parts)
+    assert (data, lengths.tolist()) == _expected(texts)
+    assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], _run_all, parts) is None
+    assert _pystr.str_list_utf8(texts[:2], _run_all, parts)[0] == _expected(texts[:2])[0]
 
 
+@pytest.mark.parametrize("parts", [1, 3])
 @pytest.mark.parametrize("private", [True, False])
-def test_a_span_of_a_list_reads_those_items_alone(private):
+def test_a_span_of_a_list_reads_those_items_alone(parts, private):
     """``span`` names the items to read (a share of a chunk's list, read in place when the
     list is private, else from a copy of the span): the bytes and lengths of that slice;
     a refused item outside the span is not read."""
+    from gpubpe.tokenizer import _run_all
+
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
     texts[5] = b"bytes, not str"  # outside every span below
     for lo, hi in [(6, 1000), (300, 301), (10, 700), (999, 1000)]:
-        data, lengths = _pystr.str_list_utf8(texts, private, (lo, hi))
+        data, lengths = _pystr.str_list_utf8(texts, _run_all, parts, private, (lo, hi))
         assert (data, lengths.tolist()) == _expected(texts[lo:hi])
-    assert _pystr.str_list_utf8(texts, private, (0, 10)) is None
+    assert _pystr.str_list_utf8(texts, _run_all, parts, private, (0, 10)) is None
 
 
 def test_a_chunk_of_the_corpus_is_left_out_of_the_garbage_collector():
