@@ -931,6 +931,8 @@ class _WordCounting:
         """
         if self.threads < _READ_IN_SHARES_FROM:
             return map(self.batch_tasks, iter_batches(corpus, self.text_field))
+        if isinstance(corpus, str | os.PathLike):  # one file: no chunk of items to share
+            return self._read_tasks(_Items([Path(corpus)], 0, True))
         sizes = _ShareSizes(self.threads)
         return (_ChunkShares(len(shares)).tasks(self._counted_items, shares)
                 for shares in map(sizes.shares, _item_chunks(corpus, sizes.after)))
@@ -1018,7 +1020,8 @@ class _WordCounting:
         Issue 18: read here, a 40 MB file of lines took the calling thread ~30 ms (the
         reads into new pages, the line ends), 1/7 of a one-thread count: 16 threads could
         count such a file no more than ~7x as fast as one (bench/RESULTS.md)."""
-        if is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD:
+        if is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD or \
+                path.stat().st_size < _MIN_SHARE_BYTES:  # (a file too small to share)
             yield from read_file(path, self.text_field)
             return
         check_readable(path)
@@ -1205,6 +1208,8 @@ _MAX_SHARE_BYTES = _BATCH_BYTES // 2
 # first chunk (4,096 lines, ~200 KB) was cut into 16 shares of ~13 KB.
 _MIN_SHARE_BYTES = 128 << 10  # 16 threads: ~16 x 4 MB of UTF-8 and word arrays
 _SAMPLED_A_SHARE = 512  # str headers read a share to cut a chunk (every one below that)
+_MIN_SEGMENT_SHARE_BYTES = 32 << 10  # fewer threads' shares of a batch read beforehand
+_KNOWN_FROM_WORDS = 8192  # a tally copies its cells for the lookups once it has this many
 
 
 _NONE_FOUND = np.empty(0, np.int64)  # no word looked up (``_WordTally.add``)
@@ -1239,7 +1244,7 @@ class _WordTally:
             self._grow(int(length[self.cursor[2]]))
         if self.keep_words:
             self._keep_words_from(first_new)
-        if self.share_known and self.cursor[0] > self.n_known * 5 // 4:
+        if self.share_known and self.cursor[0] > max(self.n_known * 5 // 4, _KNOWN_FROM_WORDS):
             self.n_known = int(self.cursor[0])
             self.known = (self.cells.copy(), self.records, self.pool)
 
@@ -1290,11 +1295,14 @@ def _segment_shares(starts, ends, threads: int) -> list[tuple[np.ndarray, np.nda
     One task per batch left all but one thread idle on a corpus of a few batches
     (a list of lines is read in 8 MB batches); a batch's shares keep every thread
     busy. Counts are merged in order, so each word keeps its place of first
-    occurrence and the result is the same for every thread count.
+    occurrence and the result is the same for every thread count. No run is cut under
+    ``_MIN_SEGMENT_SHARE_BYTES`` (issue 18: 10 lines on 2 threads were counted in 4
+    shares, 3x the time of one thread).
     """
-    if starts.size < 2 * threads:
-        return [(starts, ends)]
     cumulative = np.cumsum(ends - starts)
+    threads = min(threads, int(cumulative[-1]) // _MIN_SEGMENT_SHARE_BYTES if starts.size else 1)
+    if starts.size < 2 * threads or threads <= 1:
+        return [(starts, ends)]
     cuts = np.searchsorted(cumulative, cumulative[-1] * np.arange(1, threads) / threads)
     cuts = np.unique(np.concatenate([[0], cuts + 1, [starts.size]]).clip(0, starts.size))
     return [(starts[a:b], ends[a:b]) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]

@@ -299,7 +299,7 @@ def test_the_tallys_dict_is_made_with_the_words_hashes(traced_memory):
     assert held > 16 * len(words) and left < 1024
 
 
-def test_words_looked_up_in_a_copy_of_the_tally_add_as_words_probed():
+def test_words_looked_up_in_a_copy_of_the_tally_add_as_words_probed(monkeypatch):
     """``known_words`` (a counting thread's lookup in ``_WordTally.known``) finds a word of
     the tally when its bytes are the word's (short words by key, long ones compared: a
     Thue-Morse string and its complement share a key, only one is found); adding with
@@ -322,6 +322,7 @@ def test_words_looked_up_in_a_copy_of_the_tally_add_as_words_probed():
                                     np.cumsum(length) - length, length)
         return packed, length, np.arange(1, len(words) + 1, dtype=np.int64), keys
 
+    monkeypatch.setattr(pretokenize, "_KNOWN_FROM_WORDS", 1000)  # (a copy from 8,192 words)
     probed, looked_up = pretokenize._WordTally(), pretokenize._WordTally(share_known=True)
     for tally in (probed, looked_up):
         tally.add(*share(first))

@@ -49,6 +49,7 @@ def _small_reads(monkeypatch) -> None:
     monkeypatch.setattr(pretokenize, "_FIRST_DOCUMENT_BATCH_BYTES", 100_000)
     monkeypatch.setattr(pretokenize, "_READ_CHUNK", 700)
     monkeypatch.setattr(pretokenize, "_MAX_SHARE_BYTES", 40_000)
+    monkeypatch.setattr(pretokenize, "_MIN_SEGMENT_SHARE_BYTES", 1)
 
 
 def _slow_shares(monkeypatch, seconds: float) -> list[int]:
@@ -297,13 +298,16 @@ def test_many_threads_name_a_bad_json_line_of_a_later_byte_range(lines, tmp_path
         pretokenize.count_words(path, num_threads=8)
 
 
-def test_segment_shares_cover_the_batch_in_order():
+def test_segment_shares_cover_the_batch_in_order(monkeypatch):
     starts = np.arange(0, 1000, 10, dtype=np.int64)
     ends = starts + np.arange(1, 101, dtype=np.int64) % 10
+    assert len(pretokenize._segment_shares(starts, ends, 3)) == 1  # 450 bytes: no shares
+    monkeypatch.setattr(pretokenize, "_MIN_SEGMENT_SHARE_BYTES", 100)
     shares = pretokenize._segment_shares(starts, ends, 3)
     assert len(shares) == 3
     assert np.array_equal(np.concatenate([s for s, _ in shares]), starts)
     assert np.array_equal(np.concatenate([e for _, e in shares]), ends)
+    assert len(pretokenize._segment_shares(starts, ends, 8)) == 4  # 4 of >= 100 bytes
 
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])
