@@ -376,6 +376,45 @@ def thread_sweep(megabytes: float, repeats: int) -> None:
           "takes shares of the rest), so its CPU time is not the serial part: the serial "
           "steps are named in bench/RESULTS.md.")
     machine_ceiling(thread_counts, repeats)
+    small_inputs(lines, tok, thread_counts, 4 * repeats)
+
+
+def small_inputs(lines: list[str], tok, thread_counts: list[int], repeats: int) -> None:
+    """Issue 18's "never slower with more threads" on inputs too small to share: 10, 300
+    and 3,000 lines (0.5, 16 and 160 KB) counted (a list, a file) and encoded (cold
+    cache) on each thread count; median ms per call, interleaved, and the slowest thread
+    count over one thread."""
+    import numpy as np
+
+    from gpubpe.pretokenize import count_words
+
+    print("\n### Small inputs: ms per call (median), the slowest thread count over one\n")
+    print(f"| input | operation | {' | '.join(f'{t} thread(s)' for t in thread_counts)} | "
+          "slowest / 1 thread |")
+    print(f"|---|---|{'---:|' * len(thread_counts)}---:|")
+    folder = Path(tempfile.mkdtemp())
+    for n_lines in (10, 300, 3000):
+        docs = lines[:n_lines]
+        path = folder / f"{n_lines}.txt"
+        path.write_bytes(b"".join(d.encode() for d in docs))
+        operations = {
+            "count_words, list": lambda t, docs=docs: count_words(docs, num_threads=t),
+            "count_words, file": lambda t, path=path: count_words(path, num_threads=t),
+            "encode_arrays": lambda t, docs=docs: (tok.clear_cache(),
+                                                   tok.encode_arrays(docs, num_threads=t))}
+        for name, run in operations.items():
+            walls = {t: [] for t in thread_counts}
+            for t in thread_counts:
+                run(t)
+            for _ in range(repeats):
+                for t in thread_counts:
+                    start = time.perf_counter()
+                    run(t)
+                    walls[t].append(time.perf_counter() - start)
+            ms = {t: np.median(walls[t]) * 1e3 for t in thread_counts}
+            print(f"| {n_lines} lines ({path.stat().st_size / 1e3:.1f} KB) | {name} | "
+                  f"{' | '.join(f'{ms[t]:.2f}' for t in thread_counts)} | "
+                  f"{max(ms.values()) / ms[1]:.2f}x |")
 
 
 def decode_rows(megabytes: float, repeats: int) -> None:
