@@ -297,6 +297,22 @@ def test_many_threads_count_a_file_in_byte_ranges(lines, tmp_path, monkeypatch, 
     assert files and not any(f() for f in files)
 
 
+@pytest.mark.parametrize("size", [1, 200_000, 5_000_000, 123_456_789])
+def test_byte_ranges_tile_a_file_in_growing_chunks(size):
+    """``_byte_ranges``: the ranges tile ``[0, size)`` in order; a chunk is a range a thread
+    (the last in two a thread), chunks double up to threads x ``_MAX_SHARE_BYTES``, and no
+    range is under ``_MIN_SHARE_BYTES`` unless its chunk is."""
+    chunks = list(pretokenize._byte_ranges(size, 8))
+    ranges = [r for chunk in chunks for r in chunk]
+    assert ranges[0][0] == 0 and ranges[-1][1] == size
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+    sizes = [chunk[-1][1] - chunk[0][0] for chunk in chunks]
+    assert all(b <= max(2 * a, 8 * pretokenize._MAX_SHARE_BYTES) for a, b in zip(sizes, sizes[1:]))
+    assert all(len(chunk) <= 8 for chunk in chunks[:-1]) and len(chunks[-1]) <= 16
+    assert all(b - a >= pretokenize._MIN_SHARE_BYTES or len(chunk) == 1
+               for chunk in chunks for a, b in chunk)
+
+
 def test_many_threads_name_a_bad_json_line_of_a_later_byte_range(lines, tmp_path,
                                                                   monkeypatch):
     import json
