@@ -856,9 +856,10 @@ def count_words(
     """Count pre-tokenized words over a corpus: ``{word_bytes: count}``.
 
     Special-token text is cut out and never counted. ``progress`` (a tqdm-like
-    object) is advanced by the number of bytes read: a file's own (so a bar whose total is
-    the files' sizes ends full, for JSON lines and ``.gz`` too), a document's UTF-8. ``backend="cuda"`` counts
-    the named patterns on the device (the same counts, in the same order).
+    object) is advanced by the number of bytes read: a file's own (so a bar whose total
+    is the files' sizes ends full, for JSON lines and ``.gz`` too), a document's UTF-8.
+    ``backend="cuda"`` counts the named patterns on the device (the same counts, in the
+    same order).
     """
     xp = _counting_device(backend, resolve_pattern(pattern))
     if xp is not None:
@@ -921,8 +922,9 @@ class _WordCounting:
         ms, 2 threads 52 ms of CPU), and a reading thread beside one counting thread
         overlaps less of that. With 16 threads forced on the VM (``bench/serial_steps.py``)
         what stays serial (the calling thread's own time, the tasks' GIL-held Python)
-        bounds 16 cores at 5-6x for 8.4 MB of lines and 13-14x for 64 MB; reading on the
-        calling thread, its reading and adds alone bounded them at ~3x: RESULTS.md.
+        bounds 16 cores at 6-7.5x for 8.4 MB of lines and 14-15x for 40 MB (session 14);
+        reading on the calling thread, its reading and adds alone bounded them at ~3x:
+        RESULTS.md.
 
         A file of lines or JSON lines is read the same way from that many threads: each
         task reads the lines that start in a byte range of it (``_path_tasks``). On 2
@@ -1023,15 +1025,15 @@ class _WordCounting:
         Issue 18: read here, a 40 MB file of lines took the calling thread ~30 ms (the
         reads into new pages, the line ends), 1/7 of a one-thread count: 16 threads could
         count such a file no more than ~7x as fast as one (bench/RESULTS.md)."""
-        if is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD or \
-                path.stat().st_size < _MIN_SHARE_BYTES:  # (a file too small to share)
-            yield from read_file(path, self.text_field)
-            return
-        check_readable(path)
-        file = _OpenFile(path)
-        for ranges in _byte_ranges(os.fstat(file.fd).st_size, self.threads):
-            yield _ChunkShares(len(ranges)).tasks(partial(self._counted_range, path, file),
-                                                  ranges)
+        if not (is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD):
+            check_readable(path)
+            if path.stat().st_size >= _MIN_SHARE_BYTES:  # (else too small to share)
+                file = _OpenFile(path)
+                for ranges in _byte_ranges(os.fstat(file.fd).st_size, self.threads):
+                    yield _ChunkShares(len(ranges)).tasks(
+                        partial(self._counted_range, path, file), ranges)
+                return
+        yield from read_file(path, self.text_field)
 
     def _counted_range(self, path: Path, file: _OpenFile, byte_range: tuple[int, int]) -> tuple:
         """The words of the documents of ``path`` (``file``) whose lines start in

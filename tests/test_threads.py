@@ -313,6 +313,24 @@ def test_byte_ranges_tile_a_file_in_growing_chunks(size):
                for chunk in chunks for a, b in chunk)
 
 
+@pytest.mark.parametrize("kind", ["missing", "directory", "binary"])
+def test_many_threads_name_a_bad_file_as_one_thread_does(tmp_path, monkeypatch, kind):
+    """A file the counting tasks would read in byte ranges is checked first, as the one
+    reader checks it: the same CorpusError on 1 and 8 threads."""
+    _threads_past_the_cores(monkeypatch)
+    path = tmp_path / "corpus.txt"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "binary":
+        path.write_bytes(b"\x00" * 300_000)
+    errors = []
+    for threads in (1, 8):
+        with pytest.raises(CorpusError) as caught:
+            pretokenize.count_words(path, num_threads=threads)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and str(path) in errors[0]
+
+
 def test_many_threads_name_a_bad_json_line_of_a_later_byte_range(lines, tmp_path,
                                                                   monkeypatch):
     import json
