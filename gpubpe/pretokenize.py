@@ -1147,7 +1147,7 @@ def _merged_runs(counted: list) -> list:
         if not is_share or len(run) == 1:
             merged += run
             continue
-        tally = _WordTally(keep_words=False)
+        tally = _WordTally(keep_words=False, words=1 << 15)
         for *words, _ in run:
             tally.add(*words)
         merged.append((*tally.as_share(), sum(n_bytes for *_, n_bytes in run)))
@@ -1223,13 +1223,15 @@ _NONE_FOUND = np.empty(0, np.int64)  # no word looked up (``_WordTally.add``)
 class _WordTally:
     """Word counts added share by share (``kernels.word_tally``), as one dict at the end."""
 
-    def __init__(self, keep_words: bool = True, share_known: bool = False):
+    def __init__(self, keep_words: bool = True, share_known: bool = False,
+                 words: int = 1 << 13):
         self.keep_words = keep_words  # make each new word's bytes object as it is added
-        # Small at first (a 1 MB table filled for each count was 30 of the 100 us of
-        # counting 10 lines), grown by doubling as the words come.
-        self.cells = np.full((1 << 14, 2), EMPTY_KEY, dtype=np.uint64)
-        self.records = np.empty((1 << 13, 3), dtype=np.int64)  # pool offset, length, count
-        self.pool = np.empty(1 << 18, dtype=np.uint8)
+        # Room for ``words`` words at first, grown by doubling as more come. A count's
+        # tally starts small (a 1 MB table filled for each count was 30 of the 100 us of
+        # counting 10 lines); a chunk's merge, in a task, at the size of a chunk's words
+        # (grown from small, its copies under the GIL added ~1.4 ms a count of 8.4 MB to
+        # the tasks' GIL-held time on 16 threads).
+        self._room_for(words)
         self.cursor = np.zeros(4, dtype=np.int64)  # words, pool bytes, next word, its offset
         self.words: list[bytes] = []  # word w's bytes, made as it is added
         self.hashes: list[np.ndarray] | None = []  # their hash(), made with them (or None)
@@ -1245,6 +1247,8 @@ class _WordTally:
         times each, in order; ``keys``: ``packed_words``' (exact for short words);
         ``found``: their indices among the ``known`` words (``known_words``), if looked up."""
         first_new = int(self.cursor[0])
+        if not first_new and length.size > self.records.shape[0]:  # sized once, not grown
+            self._room_for(1 << (2 * int(length.size) - 1).bit_length())
         self.cursor[2:] = 0
         while not add_words(self.cells, self.records, self.pool, self.cursor, packed, length,
                             counts, keys, found):
@@ -1254,6 +1258,12 @@ class _WordTally:
         if self.share_known and self.cursor[0] > max(self.n_known * 5 // 4, _KNOWN_FROM_WORDS):
             self.n_known = int(self.cursor[0])
             self.known = (self.cells.copy(), self.records, self.pool)
+
+    def _room_for(self, words: int) -> None:
+        """Empty arrays with room for ``words`` words (cells at most half full)."""
+        self.cells = np.full((2 * words, 2), EMPTY_KEY, dtype=np.uint64)
+        self.records = np.empty((words, 3), dtype=np.int64)  # pool offset, length, count
+        self.pool = np.empty(32 * words, dtype=np.uint8)
 
     def _keep_words_from(self, first: int) -> None:
         """The new words' bytes objects and their hashes, made now: the dict at the end
