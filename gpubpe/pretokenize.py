@@ -1236,7 +1236,8 @@ class _WordTally:
         self.words: list[bytes] = []  # word w's bytes, made as it is added
         self.hashes: list[np.ndarray] | None = []  # their hash(), made with them (or None)
         # Other threads look words up in ``known`` (``known_words``): a copy of the cells,
-        # with the records and pool of then, remade each time the words grew by a quarter.
+        # with the records and pool of then, made from ``_KNOWN_FROM_WORDS`` words and
+        # remade each time the words grew by a quarter.
         self.share_known = share_known
         self.known: tuple | None = None
         self.n_known = 0
