@@ -270,11 +270,9 @@ def count_str_share(items_at, n_items, layout, scanner, table, tails, tail_ends)
             or any_ends_with(data, lengths, tails, tail_ends):
         return False, data[:0], no_words, no_words, np.empty(0, np.uint64), 0
     ends = np.cumsum(lengths)
-    word_at, word_len, word_count, keys, collided = count_scanned_words(
-        data, ends - lengths, ends, scanner, table)
-    if collided:
-        return False, data[:0], no_words, no_words, np.empty(0, np.uint64), 0
-    return True, packed_bytes(data, word_at, word_len), word_len, word_count, keys, ends[-1]
+    done, packed, length, count, keys = _packed_counts(data, ends - lengths, ends, scanner,
+                                                       table)
+    return done, packed, length, count, keys, ends[-1] if done else 0
 
 
 @njit(nogil=True, cache=True)
@@ -289,6 +287,14 @@ def count_line_share(data, scanner, table):
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1]
+    return _packed_counts(data, starts, ends, scanner, table)
+
+
+@njit(cache=True)
+def _packed_counts(data, starts, ends, scanner, table):
+    """The words of ``data``'s segments counted (``pretok.count_scanned_words``) and
+    packed: ``(done, packed, length, count, keys)``, not ``done`` when two long words
+    share a key."""
     word_at, word_len, word_count, keys, collided = count_scanned_words(
         data, starts, ends, scanner, table)
     if collided:
