@@ -157,7 +157,7 @@ NOGIL_KERNELS = [(pretokenize, "count_scanned_words"), (pretokenize, "packed_wor
                  (pretokenize, "packed_bytes"), (pretokenize, "count_str_share"),
                  (pretokenize, "count_line_share"),
                  (pretokenize, "add_words"), (_pystr, "str_utf8_bound"),
-                 (pretokenize, "line_ends"), (pretokenize, "_whole_lines"),
+                 (pretokenize, "line_ends"),
                  (pretokenize, "_range_lines"),
                  (_pystr, "write_str_utf8")]
 
