@@ -721,7 +721,9 @@ def _add_doctor(commands) -> None:
                     "memory, compute capability, SMs), driver and runtime versions, library "
                     "versions, and the result of the probe that compiles and runs test "
                     "kernels. --ptx compiles every CUDA kernel to PTX for the given "
-                    "architectures without needing a GPU, and exits 1 if any fails.")
+                    "architectures without needing a GPU and, where CUDA's ptxas is "
+                    "installed, assembles it as the driver would (registers, stack and "
+                    "spills a thread); exits 1 if any fails.")
     p.add_argument("--ptx", metavar="ARCHS", help="e.g. sm_80,sm_90")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_run_doctor)
@@ -740,8 +742,8 @@ def _run_doctor(args) -> int:
         from .kernels.cuda_kernels import compile_all_ptx
 
         architectures = [_parse_arch(a) for a in args.ptx.split(",")]
-        report["ptx"] = [{"arch": arch, "kernel": name, "outcome": outcome}
-                         for arch, name, outcome in compile_all_ptx(architectures)]
+        report["ptx"] = [{"arch": arch, "kernel": name, "outcome": outcome, "per_thread": cost}
+                         for arch, name, outcome, cost in compile_all_ptx(architectures)]
         failures = sum(row["outcome"] != "ok" for row in report["ptx"])
     print(json.dumps(report, indent=1) if args.json else _doctor_text(report))
     return 1 if failures else 0
@@ -767,7 +769,10 @@ def _doctor_text(report: dict) -> str:
     if report["hint"]:
         lines.append(f"hint: {report['hint']}")
     lines += [f"ptx {row['arch']} {row['kernel']}: {row['outcome']}"
+              + (f" ({row['per_thread']})" if row["per_thread"] else "")
               for row in report.get("ptx", [])]
+    if report.get("ptx") and not any(row["per_thread"] for row in report["ptx"]):
+        lines.append("ptxas: not found (PATH, $CUDA_HOME/bin): the PTX was not assembled")
     return "\n".join(lines)
 
 

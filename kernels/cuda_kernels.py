@@ -2,13 +2,23 @@
 
 ``gpubpe doctor --ptx`` and the tests compile each of these to PTX for real
 architectures (sm_80, sm_90) without a device, which catches typing errors the
-simulator lets through. A new kernel must be listed here. Compile through
-:func:`compile_ptx`: a kernel that calls ``@njit`` helpers needs it without a device.
+simulator lets through, and, where CUDA's ``ptxas`` is installed, assemble that PTX to
+machine code as the driver would on a device (:func:`assembled`): a kernel that does not
+assemble would fail to load on a real GPU, and ``ptxas`` says what each thread costs
+(registers, stack, spills), which bounds how many blocks share a multiprocessor. A new
+kernel must be listed here. Compile through :func:`compile_ptx`: a kernel that calls
+``@njit`` helpers needs it without a device.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def all_cuda_kernels() -> list[tuple[object, str]]:
@@ -57,15 +67,53 @@ def compile_ptx(kernel, signature: str, arch) -> str:
     return ptx
 
 
-def compile_all_ptx(architectures=((8, 0), (9, 0))) -> list[tuple[str, str, str]]:
-    """Compile every kernel for each architecture: (arch, kernel name, 'ok' or the error)."""
+def compile_all_ptx(architectures=((8, 0), (9, 0))) -> list[tuple[str, str, str, str]]:
+    """Compile every kernel for each architecture, and assemble it where ``ptxas`` is
+    installed: (arch, kernel name, 'ok' or the error, what ``ptxas`` said it costs a
+    thread, or '' where it was not assembled)."""
     results = []
     for arch in architectures:
         for kernel, signature in all_cuda_kernels():
-            name = kernel.py_func.__name__
+            name, outcome, cost = kernel.py_func.__name__, "ok", ""
             try:
-                compile_ptx(kernel, signature, arch)
-                results.append((f"sm_{arch[0]}{arch[1]}", name, "ok"))
+                ptx = compile_ptx(kernel, signature, arch)
+                cost = assembled(ptx, arch) if ptxas_path() else ""
             except Exception as exc:  # report every failure, not just the first
-                results.append((f"sm_{arch[0]}{arch[1]}", name, f"{type(exc).__name__}: {exc}"))
+                outcome = f"{type(exc).__name__}: {exc}"
+            results.append((f"sm_{arch[0]}{arch[1]}", name, outcome, cost))
     return results
+
+
+def ptxas_path() -> str | None:
+    """CUDA's PTX assembler: on the PATH, or under ``$CUDA_HOME`` / ``$CUDA_PATH``."""
+    homes = [os.environ.get(name) for name in ("CUDA_HOME", "CUDA_PATH")]
+    found = [shutil.which("ptxas")] + [str(Path(home, "bin", "ptxas")) for home in homes if home]
+    return next((path for path in found if path and os.access(path, os.X_OK)), None)
+
+
+class AssemblyError(RuntimeError):
+    """``ptxas`` refused a kernel's PTX (its message says why)."""
+
+
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def assembled(ptx: str, arch) -> str:
+    """Assemble ``ptx`` for ``arch`` with ``ptxas`` as the driver's linker does (``-c``:
+    a device function NVVM left uninlined stays a call, and a cooperative kernel's grid
+    sync is linked from libcudadevrt at load) and say what a thread costs: the kernel's
+    registers, the largest stack frame and the spills of it and the functions it calls,
+    e.g. ``44 registers, 48 B stack, no spills``. Raises AssemblyError where it fails."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder, "kernel.ptx"), Path(folder, "kernel.o")
+        source.write_text(ptx)
+        done = subprocess.run([ptxas_path(), f"-arch=sm_{arch[0]}{arch[1]}", "-v", "-c",
+                               "-o", str(target), str(source)], capture_output=True, text=True)
+    if done.returncode:
+        raise AssemblyError(done.stderr.strip()[-2000:])
+    frames = [tuple(map(int, frame)) for frame in _FRAME.findall(done.stderr)]
+    stack, stored, loaded = (max(f[0] for f in frames), sum(f[1] for f in frames),
+                             sum(f[2] for f in frames))
+    spills = f"spills {stored} B stored, {loaded} B loaded" if stored or loaded else "no spills"
+    return f"{_REGISTERS.findall(done.stderr)[-1]} registers, {stack} B stack, {spills}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,25 +117,43 @@ def test_cuda_without_simulator_or_device_is_a_clear_error():
 
 
 PTX_SCRIPT = """
-import sys
-from gpubpe.kernels.cuda_kernels import all_cuda_kernels, compile_ptx
-for arch in [(8, 0), (9, 0)]:
-    for kernel, signature in all_cuda_kernels():
-        ptx = compile_ptx(kernel, signature, arch)
-        assert ".entry" in ptx
-        print(f"ok sm_{arch[0]}{arch[1]} {kernel.py_func.__name__}")
+from gpubpe.kernels.cuda_kernels import compile_all_ptx
+for arch, name, outcome, per_thread in compile_all_ptx([(8, 0), (9, 0)]):
+    print(arch, name, outcome, "|", per_thread)
 """
 
 
-def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90():
+def test_every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90():
+    """Every kernel builds to PTX for sm_80 and sm_90 and, where CUDA's ptxas is here (the
+    build VM and CI have it), assembles as the driver would load it on such a GPU, with
+    what a thread costs read back from ptxas."""
+    from gpubpe.kernels.cuda_kernels import all_cuda_kernels, ptxas_path
+
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    from gpubpe.kernels.cuda_kernels import all_cuda_kernels
-
+    rows = [line.split(" ", 3) for line in out.stdout.splitlines()]
     names = {kernel.py_func.__name__ for kernel, _ in all_cuda_kernels()}
-    assert out.stdout.count("ok sm_80") == len(names) == out.stdout.count("ok sm_90")
+    for arch in ("sm_80", "sm_90"):
+        assert {name for row_arch, name, *_ in rows if row_arch == arch} == names
+    failed = [row for row in rows if row[2] != "ok"]
+    assert not failed, failed
+    if ptxas_path():
+        costs = [row[3].removeprefix("| ") for row in rows]
+        assert all(re.fullmatch(r"\d+ registers, \d+ B stack, .*", cost) for cost in costs), costs
+
+
+def test_assembled_reports_registers_and_refuses_bad_ptx():
+    from gpubpe.kernels.cuda_kernels import AssemblyError, assembled, ptxas_path
+
+    if not ptxas_path():
+        pytest.skip("CUDA's ptxas is not installed here")
+    ptx = "\n".join([".version 7.0", ".target sm_80", ".address_size 64",
+                     ".visible .entry noop()", "{", "ret;", "}", ""])
+    assert re.fullmatch(r"\d+ registers, 0 B stack, no spills", assembled(ptx, (8, 0)))
+    with pytest.raises(AssemblyError, match="error"):
+        assembled(ptx.replace("ret;", "not_an_instruction;"), (8, 0))
 
 
 # Functions and attributes of the NumPy API that CuPy also provides; orchestration code
