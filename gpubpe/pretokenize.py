@@ -221,7 +221,6 @@ _CORPUS_SUFFIXES = (".txt", ".jsonl", ".gz", ".parquet")  # what _CORPUS_NAME ca
 # is read whole, from its start: it cannot be entered at a byte offset.
 COMPRESSED_SUFFIXES = (".gz",)
 _GZIP_ERRORS = (OSError, EOFError, zlib.error)  # gzip.BadGzipFile is an OSError
-CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
 @dataclass
@@ -675,6 +674,15 @@ class _OpenFile:
             os.close(self.fd)
 
 
+def _file_size(path: Path) -> int:
+    """``path``'s size in bytes, -1 where it cannot be asked (``read_file`` then says why).
+    Issue 18: a small file counted on 4+ threads was checked readable twice, ~25 us."""
+    try:
+        return os.stat(path).st_size
+    except (OSError, ValueError):
+        return -1
+
+
 def _line_ends(data: bytes) -> np.ndarray:
     """int64 ends of the lines of ``data`` (the last one may lack its "\\n")."""
     return line_ends(np.frombuffer(data, dtype=np.uint8))
@@ -1020,8 +1028,8 @@ class _WordCounting:
         reads into new pages, the line ends), 1/7 of a one-thread count: 16 threads could
         count such a file no more than ~7x as fast as one (bench/RESULTS.md)."""
         if not (is_compressed(path) or content_suffix(path) == ".parquet" or not _PREAD):
-            check_readable(path)
-            if path.stat().st_size >= _MIN_SHARE_BYTES:  # (else too small to share)
+            if _file_size(path) >= _MIN_SHARE_BYTES:  # (else too small to share: read_file)
+                check_readable(path)
                 file = _OpenFile(path)
                 for ranges in _byte_ranges(os.fstat(file.fd).st_size, self.threads):
                     yield _ChunkShares(len(ranges)).tasks(
