@@ -21,7 +21,7 @@ from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .errors import ConfigError, CorpusError, DeviceError
 from .kernels import train_device as dev
 from .kernels._cuda import to_host
-from .kernels.hashing import empty_table, hash_bytes, table_grown, table_put
+from .kernels.hashing import table_grown
 from .kernels.merge import merge_batch_cpu
 from .kernels.pairs import (
     HEAP_SIZE,
@@ -168,22 +168,12 @@ class _TrainState:
         # Sized by what the corpus can produce, never by the request: each merge
         # shortens some word, so merges <= sum(word_len - 1) (vocab_size=10**9 is fine).
         capacity = max(min(vocab_size, 256 + int(np.maximum(word_table[2] - 1, 0).sum())), 512)
-        pool = np.zeros(16 * capacity, np.uint8)
-        pool[:256] = np.arange(256)
-        token_start = np.zeros(capacity, np.int64)
-        token_start[:256] = np.arange(256)
-        token_len = np.zeros(capacity, np.int64)
-        token_len[:256] = 1
-        token_hash = np.zeros(capacity, np.uint64)
-        vocab_keys, vocab_values = empty_table(4 * capacity)
-        for byte in range(256):
-            token_hash[byte] = hash_bytes(pool, byte, 1)
-            table_put(vocab_keys, vocab_values, token_hash[byte], byte)
+        tables = dev.host_token_tables(capacity, 16 * capacity)
         self.sizes[N_TOKENS], self.sizes[POOL_USED], self.sizes[N_NORMAL] = 256, 256, 256
         token_freq = token_frequencies_cpu(*word_table, capacity)
-        self.arrays.update(pool=pool, token_start=token_start, token_len=token_len,
-                           token_hash=token_hash, vocab_keys=vocab_keys,
-                           vocab_values=vocab_values, token_freq=token_freq,
+        self.arrays.update(zip(("pool", "token_start", "token_len", "token_hash", "vocab_keys",
+                                "vocab_values"), tables),
+                           token_freq=token_freq,
                            scaffold=np.zeros(capacity, np.uint8))
 
     _STATE = ("table_keys", "table_values", "slot_key", "slot_count", "slot_order", "slot_head",
