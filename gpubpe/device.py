@@ -126,6 +126,7 @@ from .kernels.encode import (
     encode_word_list_cpu,
     encode_word_list_cuda,
     gather_token_bytes_cuda,
+    interleaved_word_lists,
     join_word_lists,
     pack_words_cpu,
 )
@@ -625,7 +626,7 @@ class DeviceCodec:
         parts = [(short, self._encode_on_device(data, word_at[short], word_len[short])),
                  (long, encode_word_list_cpu(data, word_at[long], word_len[long],
                                              self._host_rules))]
-        return _interleaved(parts, word_at.size)
+        return interleaved_word_lists(parts, word_at.size)
 
     def _encode_on_device(self, data, word_at, word_len):
         xp = self.backend.xp
@@ -916,18 +917,3 @@ def _first_bad_id(xp, ids, gaps):
     positions = xp.arange(ids.size, dtype=xp.int64)
     first = xp.where(bad, positions, ids.size).min() if ids.size else xp.zeros((), xp.int64)
     return safe, first.reshape(1)
-
-
-def _interleaved(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:
-    """Results for disjoint word subsets (boolean masks) put back in word order."""
-    lengths = np.zeros(n_words, dtype=np.int64)
-    for mask, (_, offsets) in parts:
-        lengths[mask] = np.diff(offsets)
-    offsets = np.zeros(n_words + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    ids = np.empty(offsets[-1], dtype=np.uint32)
-    for mask, (part_ids, part_offsets) in parts:
-        part_lengths = np.diff(part_offsets)
-        shift = np.repeat(offsets[:-1][mask] - part_offsets[:-1], part_lengths)
-        ids[np.arange(part_ids.size) + shift] = part_ids
-    return ids, offsets

@@ -66,6 +66,7 @@ from .kernels.encode import (
     first_bad_id,
     gather_token_bytes_cpu,
     global_word_slots,
+    interleaved_word_lists,
     join_word_lists,
     new_words_of_part,
     rule_table,
@@ -1238,7 +1239,7 @@ class _WordEncoder:
         rest = ~whole
         found = encode_word_list_cpu(array, word_at[whole], word_len[whole], self.rules)
         merged = self.device.encode_words(array, word_at[rest], word_len[rest])
-        return _interleaved_words([(whole, found), (rest, merged)], word_at.size)
+        return interleaved_word_lists([(whole, found), (rest, merged)], word_at.size)
 
 
 def _encode_pieces(array, pieces, words, cache, encoder: _WordEncoder, threads, admitting):
@@ -1444,21 +1445,6 @@ def _encode_pieces_serial(array, pieces, scanner: _Scanner, cache, rules):
     hit_rate = 1.0 - count.sum() / n_words if n_words else 1.0
     return ids, piece_offsets, _NewWords(word_at, word_len, word_key, count, new_ids, new_offsets,
                                          hit_rate)
-
-
-def _interleaved_words(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:
-    """Join (mask, (ids, offsets)) parts, each the encodings of the masked words, in word order."""
-    lengths = np.zeros(n_words, dtype=np.int64)
-    for mask, (_, offsets) in parts:
-        lengths[mask] = np.diff(offsets)
-    out_offsets = np.zeros(n_words + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out_offsets[1:])
-    out = np.empty(int(out_offsets[-1]), dtype=np.uint32)
-    for mask, (ids, offsets) in parts:
-        words = np.flatnonzero(mask)
-        where = np.repeat(out_offsets[words] - offsets[:-1], np.diff(offsets))
-        out[where + np.arange(ids.size)] = ids
-    return out, out_offsets
 
 
 def _encode_unique_words(array, word_at, word_len, rules, threads):

@@ -299,3 +299,19 @@ def join_word_lists(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndar
     shifts = np.cumsum([0] + [ids.size for ids, _ in parts[:-1]])
     offsets = np.concatenate([[0]] + [o[1:] + s for (_, o), s in zip(parts, shifts)])
     return np.concatenate([ids for ids, _ in parts]), offsets.astype(np.int64)
+
+
+def interleaved_word_lists(parts, n_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, (ids, offsets))`` parts, each the encodings of the words its boolean mask
+    selects (the masks disjoint), as one ``(ids, offsets)`` in word order."""
+    lengths = np.zeros(n_words, dtype=np.int64)
+    for mask, (_, offsets) in parts:
+        lengths[mask] = np.diff(offsets)
+    out_offsets = np.zeros(n_words + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint32)
+    for mask, (ids, offsets) in parts:
+        words = np.flatnonzero(mask)
+        where = np.repeat(out_offsets[words] - offsets[:-1], np.diff(offsets))
+        out[where + np.arange(ids.size)] = ids
+    return out, out_offsets
