@@ -40,8 +40,8 @@ out="${out:-bench/out/gpu-node-$(date -u +%Y%m%d-%H%M)}"
 mkdir -p "$out"
 python="${PYTHON:-python}"
 export NUMBA_ENABLE_CUDASIM=0   # the real device, not the simulator the test suite defaults to
-tests=(tests/test_cuda.py tests/test_cuda_encode.py tests/test_cuda_pretok.py tests/test_backends.py tests/test_bitlevel.py
-       tests/test_device_stats.py)
+tests=(tests/test_cuda.py tests/test_cuda_encode.py tests/test_cuda_pretok.py tests/test_cuda_train.py
+       tests/test_backends.py tests/test_bitlevel.py tests/test_device_stats.py)
 if [ "$simulator" -eq 1 ]; then
     export NUMBA_ENABLE_CUDASIM=1
     tests=(tests/test_device_stats.py)

@@ -5,7 +5,9 @@ grid-stride over two blocks, as ``launch`` gives the simulator) and the
 persistent cooperative kernel with one block (the simulator's ``grid.sync()``
 waits for its own block only). Rules, scaffold flags and the event log must
 equal the CPU loop's, and the rules and flags ``_reference.py``'s. Inputs are
-tiny: the simulator costs ~35 us per thread-iteration.
+tiny: the simulator costs ~35 us per thread-iteration. On a GPU node
+(``bench/gpu_node.sh``, ``NUMBA_ENABLE_CUDASIM=0``) the same tests run on the device, and
+one more: the persistent kernel over many blocks, whose grid syncs the simulator cannot run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -76,6 +79,10 @@ def test_device_training_equals_cpu_and_reference(launcher, word_counts, vocab_s
         assert device[0].tolist() == reference
 
 
+ON_SIMULATOR = numba.config.ENABLE_CUDASIM
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="the grid shapes asserted are the simulator's")
 def test_phased_launcher_runs_over_two_blocks_and_the_persistent_kernel_over_one():
     word_counts = {b"abcabcab": 3, b"bcabca": 2, b"cab": 5}
     cpu = train_from_counts(word_counts, 266, progress=False)
@@ -85,6 +92,29 @@ def test_phased_launcher_runs_over_two_blocks_and_the_persistent_kernel_over_one
         assert rules.tolist() == cpu.tolist()
         # Phase 1 records the grid it ran with: its block maxima are what phase 2 reads.
         assert to_host(state.state["control"], "test")[dev.REFRESH_BLOCKS] == blocks
+
+
+def random_words(n_words: int, seed: int) -> dict[bytes, int]:
+    rng = random.Random(seed)
+    word_counts = {}
+    while len(word_counts) < n_words:
+        word = bytes(rng.choice(b"abcdefghijklmnop") for _ in range(rng.randint(2, 12)))
+        word_counts[word] = rng.randint(1, 50)
+    return word_counts
+
+
+@pytest.mark.skipif(ON_SIMULATOR, reason="a grid of many blocks needs a device: the "
+                    "simulator's grid.sync() waits for its own block only")
+@pytest.mark.parametrize("scaffold", [False, True])
+def test_the_persistent_kernel_over_many_blocks_equals_cpu(scaffold):
+    """~150 K positions: the cooperative kernel runs on one block a multiprocessor or more,
+    each grid sync between its phases real; rules (and flags) equal the CPU loop's."""
+    word_counts = random_words(20000, seed=11)
+    cpu, device = train_both(word_counts, 1256, scaffold, launcher="cooperative", step=64)
+    assert_same(cpu, device, scaffold)
+    state = _DeviceTrainState(word_counts, 1256, 1, scaffold, CUDA.xp, 64, "cooperative")
+    state.run(64)
+    assert to_host(state.state["control"], "test")[dev.REFRESH_BLOCKS] > 1
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
