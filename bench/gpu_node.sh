@@ -3,6 +3,7 @@
 #
 #   bench/gpu_node.sh [--wheels DIR] [--extra cuda12|cuda13] [--out DIR]
 #                     [--corpus FILE] [--megabytes N] [--vocab-size N] [--simulator]
+#                     [--only-cpu-sweep]
 #
 # Run from the repository root after the README install (`pip install -e ".[cuda12,dev]"`
 # in a venv), or pass --wheels DIR to install offline from a folder of wheels first
@@ -14,13 +15,17 @@
 #   gpu_bench.json             encode/decode/bit-level codec, CPU vs GPU, launches and syncs per MB
 #   RESULTS.md                 one markdown section to paste into bench/RESULTS.md
 #   cpu_sweep.md / lscpu.txt   the CPU thread sweep on 1, 2 and every core, 8 and 64 MB (issue 18), the host
+# The CPU sweep runs right after doctor (it needs no GPU): a call cut short by its time limit
+# still has it. --only-cpu-sweep: doctor and the sweep, nothing else.
+# On a GPU node of this workplace (the `device` tool): bench/device_wheels.sh here, then
+# bench/device_call.sh there (it installs the carried wheels and calls this script).
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
 # --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
 # file; give a tiny --corpus, --megabytes 0.02 and --vocab-size 300: the simulator trains
 # 8,192 tokens for over 20 minutes): its numbers mean nothing.
 set -uo pipefail
 
-wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0
+wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0 only_sweep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) wheels="$2"; shift 2 ;;
@@ -30,7 +35,8 @@ while [ $# -gt 0 ]; do
         --megabytes) megabytes="$2"; shift 2 ;;
         --vocab-size) vocab_size="$2"; shift 2 ;;
         --simulator) simulator=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --only-cpu-sweep) only_sweep=1; shift ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -59,6 +65,17 @@ if grep -q '^str kernels: not in use' "$out/doctor.txt"; then
     echo "gpu_node.sh: warning: the str kernels do not run on this Python (doctor.txt says" \
          "why): the CPU sweep's list-of-str rows measure the str.encode fallback" >&2
 fi
+echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
+lscpu > "$out/lscpu.txt" 2>&1
+sweep_size=()
+[ "$simulator" -eq 1 ] && sweep_size=(--megabytes 0.05 --repeats 2)
+"$python" bench/encode_bench.py --sweep "${sweep_size[@]}" | tee "$out/cpu_sweep.md"
+if [ "$simulator" -eq 0 ]; then  # long lists: where the shares grow (issue 18)
+    "$python" bench/encode_bench.py --sweep --megabytes 64 --repeats 3 | tee -a "$out/cpu_sweep.md"
+fi
+
+[ "$only_sweep" -eq 1 ] && { echo "== wrote $out/cpu_sweep.md"; exit 0; }
+
 if [ "$simulator" -eq 0 ] && ! grep -q '^backend cuda: available$' "$out/doctor.txt"; then
     echo "gpu_node.sh: the CUDA backend is not usable here (see $out/doctor.txt); fix that first" >&2
     exit 2
@@ -81,15 +98,6 @@ corpus_option=()
 "$python" bench/gpu_bench.py "${corpus_option[@]}" --megabytes "$megabytes" \
     --vocab-size "$vocab_size" --doctor "$out/doctor.json" --bench "$out/bench.json" \
     --tests "$out/tests.txt" --json "$out/gpu_bench.json" --markdown "$out/RESULTS.md"
-
-echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
-lscpu > "$out/lscpu.txt" 2>&1
-sweep_size=()
-[ "$simulator" -eq 1 ] && sweep_size=(--megabytes 0.05 --repeats 2)
-"$python" bench/encode_bench.py --sweep "${sweep_size[@]}" | tee "$out/cpu_sweep.md"
-if [ "$simulator" -eq 0 ]; then  # long lists: where the shares grow (issue 18)
-    "$python" bench/encode_bench.py --sweep --megabytes 64 --repeats 3 | tee -a "$out/cpu_sweep.md"
-fi
 
 echo "== wrote $out/RESULTS.md and $out/cpu_sweep.md (paste them into bench/RESULTS.md)"
 [ "$tests_status" -eq 0 ] || exit 1
