@@ -113,7 +113,8 @@ def assembled(ptx: str, arch) -> str:
     if done.returncode:
         raise AssemblyError(done.stderr.strip()[-2000:])
     frames = [tuple(map(int, frame)) for frame in _FRAME.findall(done.stderr)]
-    stack, stored, loaded = (max(f[0] for f in frames), sum(f[1] for f in frames),
-                             sum(f[2] for f in frames))
+    stack = max((frame[0] for frame in frames), default=0)
+    stored, loaded = sum(frame[1] for frame in frames), sum(frame[2] for frame in frames)
     spills = f"spills {stored} B stored, {loaded} B loaded" if stored or loaded else "no spills"
-    return f"{_REGISTERS.findall(done.stderr)[-1]} registers, {stack} B stack, {spills}"
+    registers = (_REGISTERS.findall(done.stderr) or ["?"])[-1]  # (another ptxas's wording)
+    return f"{registers} registers, {stack} B stack, {spills}"
