@@ -697,13 +697,18 @@ def _read_jsonl(path: Path, text_field: str, batch_bytes: int, start: int = 0,
     names their errors). Issue 18, 8.8 MB of ~1.5 KB documents: json.loads on every line
     read 157 MB/s of text on the reading thread.
     """
-    key = np.frombuffer(text_field.encode("utf-8", "surrogatepass"), np.uint8)
+    key = _field_key(text_field)
     lines_before = 0
     for data, offset, consumed in _line_chunks(path, batch_bytes, start, end):
         line_end = _line_ends(data)
         place = _JsonlPlace(path, text_field, None if start else lines_before, offset)
         yield _jsonl_documents(data, line_end, key, place).as_batch(consumed)
         lines_before += line_end.size
+
+
+def _field_key(text_field: str) -> np.ndarray:
+    """The JSON key ``kernels.jsonl`` looks for, as bytes."""
+    return np.frombuffer(text_field.encode("utf-8", "surrogatepass"), np.uint8)
 
 
 @dataclass
@@ -1031,27 +1036,27 @@ class _WordCounting:
             if _file_size(path) >= _MIN_SHARE_BYTES:  # (else too small to share: read_file)
                 check_readable(path)
                 file = _OpenFile(path)
+                key = _field_key(self.text_field) if content_suffix(path) == ".jsonl" else None
                 for ranges in _byte_ranges(os.fstat(file.fd).st_size, self.threads):
                     yield _ChunkShares(len(ranges)).tasks(
-                        partial(self._counted_range, path, file), ranges)
+                        partial(self._counted_range, path, file, key), ranges)
                 return
         yield from read_file(path, self.text_field)
 
-    def _counted_range(self, path: Path, file: _OpenFile, byte_range: tuple[int, int]) -> tuple:
-        """The words of the documents of ``path`` (``file``) whose lines start in
-        ``byte_range``."""
+    def _counted_range(self, path: Path, file: _OpenFile, key: np.ndarray | None,
+                       byte_range: tuple[int, int]) -> tuple:
+        """The words of the documents of ``path`` (``file``; JSON lines whose field is
+        ``key``, or lines where None) whose lines start in ``byte_range``."""
         data, at = _range_lines(file.fd, *byte_range)
         if not data:
             no_words = np.empty(0, np.int64)
             return self._counted_share(b"", no_words, no_words, 0)
-        jsonl = content_suffix(path) == ".jsonl"
-        if self.one_kernel and not jsonl:
+        if self.one_kernel and key is None:
             done, *counted = count_line_share(np.frombuffer(data, np.uint8), *self.scanner)
             if done:
                 return (*counted, len(data))
         line_end = _line_ends(data)
-        if jsonl:
-            key = np.frombuffer(self.text_field.encode("utf-8", "surrogatepass"), np.uint8)
+        if key is not None:
             place = _JsonlPlace(path, self.text_field, None, at)
             batch = _jsonl_documents(data, line_end, key, place).as_batch(len(data))
         else:
