@@ -253,7 +253,7 @@ def count_str_share(items_at, n_items, layout, scanner, table, tails, tail_ends)
     """A share of a list of str (``n_items`` item pointers at ``items_at``) counted in one
     call without the GIL: its UTF-8 (``str_utf8.write_str_utf8``, into the str headers'
     bound + 1 bytes), a document a segment, split by ``scanner`` and counted
-    (``pretok.count_scanned_words``), the words packed and keyed (``packed_words``).
+    (``pretok.count_scanned_words``), the words packed with their keys (``_packed_counts``).
     Returns ``(done, packed, length, count, keys, n_bytes)``; not ``done`` when an item
     is refused, a document ends like a corpus file name (``any_ends_with`` of ``tails``)
     or two long words share a key: the caller then counts the share its slower way.
