@@ -719,7 +719,8 @@ class Tokenizer:
             return
         at = int(match_at[0])
         doc = int(np.searchsorted(doc_end, at, side="right"))
-        token = self._vocab.special_tokens[token_ids[match_token[0]] - self.vocab_size]
+        token_id = int(token_ids[match_token[0]])
+        token = next(name for name, i in self._special_ids.items() if i == token_id)
         where = len(array[doc_start[doc]:at].tobytes().decode("utf-8", "surrogateescape"))
         raise SpecialTokenError(
             f"document {doc} holds the special token {token!r} at character {where}; "

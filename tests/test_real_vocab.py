@@ -109,6 +109,18 @@ def test_cl100k_special_tokens(cl100k_tok, cl100k):
         cl100k_tok.decode([100261])  # between the specials: no token
 
 
+@pytest.mark.parametrize("token", sorted(CL100K_SPECIALS))
+def test_a_disallowed_special_is_named_as_the_text_holds_it(cl100k_tok, cl100k, token):
+    """cl100k's special ids have a gap and do not start at the vocabulary's end: the error
+    named '<|fim_prefix|>' for '<|endoftext|>' until it looked the id's name up."""
+    text = f"ab {token}"
+    with pytest.raises(ValueError, match="disallowed special token"):
+        cl100k.encode(text)  # tiktoken refuses it too
+    with pytest.raises(gpubpe.errors.SpecialTokenError) as refused:
+        cl100k_tok.encode(text)
+    assert f"the special token {token!r} at character 3" in str(refused.value)
+
+
 # Letters of the latest Unicode versions: Kawi (15.0), CJK Ext. I (15.1), Garay, Kirat Rai,
 # Tulu-Tigalari (16.0), CJK Ext. J, Sidetic, Tai Yo (17.0), U+3D000 (a letter to regex
 # 2026.9.29 on). Each before ":A", which cl100k cuts after a letter and not after anything
