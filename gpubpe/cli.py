@@ -22,7 +22,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .errors import DeviceError, GpubpeError
+from .errors import CorpusError, DeviceError, GpubpeError
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -371,7 +371,7 @@ def _run_train(args) -> int:
 def _run_encode(args) -> int:
     from .atomic import atomic_output, check_output
     from .encode_files import SUFFIXES, encode_files
-    from .pretokenize import check_num_threads, corpus_paths
+    from .pretokenize import check_num_threads
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)
@@ -379,7 +379,7 @@ def _run_encode(args) -> int:
         raise _usage("encode needs input files or --text")
     if args.text is not None and args.files:
         raise _usage("give input files or --text, not both")
-    files = corpus_paths(args.files) if args.files else []
+    files = _encode_inputs(args.files)
     allowed = _allowed_special(tok, args.allowed_special)
     if args.scheduler is not None:
         return _run_encode_on_dask(args, tok, files, allowed)
@@ -414,6 +414,20 @@ def _run_encode(args) -> int:
         for line in lines:
             out.write(line)
     return 0
+
+
+def _encode_inputs(names: list[Path]) -> list[Path]:
+    """The input files, checked readable; a missing one that reads like text (a space in
+    it, no suffix) is most likely a string meant for --text, so the error says so."""
+    from .pretokenize import corpus_paths
+
+    try:
+        return corpus_paths(names) if names else []
+    except CorpusError as exc:
+        missing = [str(n) for n in names if str(exc) == f"{n}: no such file"]
+        if missing and (" " in missing[0] or not Path(missing[0]).suffix):
+            raise _usage(f"{exc}; to encode a string, pass --text {missing[0]!r}") from None
+        raise
 
 
 def _run_encode_on_dask(args, tok, files, allowed) -> int:

@@ -51,6 +51,8 @@ def test_encode_files_one_line_per_document(tmp_path, corpus, capsys):
     (["train", "{corpus}", "-o", "x.json", "--vocab-size", "100", "--no-progress"], "below 256"),
     (["decode", "-t", "missing.json", "1"], "no such tokenizer file"),
     (["encode", "-t", "{tok}"], "needs input files"),
+    (["encode", "-t", "{tok}", "hello world"], "to encode a string, pass --text 'hello world'"),
+    (["encode", "-t", "{tok}", "missing.txt"], "missing.txt: no such file"),
     (["decode", "-t", "{tok}", "1", "x"], "integers"),
     (["decode", "-t", "{tok}", "123456"], "out of range"),
 ])
