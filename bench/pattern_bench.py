@@ -6,7 +6,8 @@ o200k file is not shipped). Documents are ~2 KB, made from
 real text shipped here (no network): English is ``gpubpe/data/demo.txt``
 (Python docs); code (Python stdlib modules), Chinese and Japanese are the
 parts of ``tests/data/multiscript.txt``. Each is timed apart, then all four
-mixed (equal document counts).
+mixed (equal document counts); "long words" is English run together into one ~2 KB
+word a document.
 
 For each row both tools get the same documents and the same thread count;
 tiktoken runs ``encode_ordinary_batch(docs, num_threads=T)``, gpubpe
@@ -84,12 +85,20 @@ def documents_of(lines: list[str]) -> list[str]:
     return documents
 
 
+def long_words(lines: list[str]) -> list[str]:
+    """Documents of one ~2 KB word each: the lines' letters run together (cl100k's and
+    o200k's patterns make a run of letters one piece). BPE of pieces over 255 bytes runs
+    through a heap, not the scan of shorter words: this row times it."""
+    letters = regex.sub(r"\P{L}+", "", "".join(lines))
+    return [letters[at:at + DOC_BYTES] for at in range(0, len(letters) - DOC_BYTES, DOC_BYTES)]
+
+
 def corpora() -> dict[str, list[str]]:
     parts = multiscript_parts()
     parts["english"] = DEMO.read_text(encoding="utf-8").splitlines(keepends=True)
     chosen = {name: documents_of(parts[name]) for name in ("english", "code", "zh", "ja")}
     mixed = [doc for group in zip(*chosen.values()) for doc in group]
-    return {**chosen, "all four": mixed}
+    return {**chosen, "all four": mixed, "long words": long_words(parts["english"])[:500]}
 
 
 def encodings():
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[2])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--corpora", nargs="+", default=None,
-                        help="english, code, zh, ja, 'all four' (default: every one)")
+                        help="english, code, zh, ja, 'all four', 'long words' (default: every one)")
     args = parser.parse_args(argv)
     docs_by_corpus = corpora()
     if args.corpora:

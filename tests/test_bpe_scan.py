@@ -3,8 +3,9 @@ pair lookup, against tiktoken on the real cl100k ranks (issue 14: long CJK words
 
 - every rule of the table is found through the pair signatures and cells, with its
   rank and result (a signature that dropped a rule would change ids silently);
-- words of CJK text, kana, random bytes and runs of one byte, at the lengths where
-  the scan ends and the heap starts, equal tiktoken's ``encode_single_piece``.
+- words of CJK text, kana, random bytes, letters and runs of one byte, at the lengths
+  where the scan ends and the heap starts and up to 70,000 bytes (positions past 2**16
+  in the heap's keys), equal tiktoken's ``encode_single_piece``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpubpe.kernels.encode.rules import NO_PAIR_VALUE, pair_value
 tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
 
 KANA_AND_HAN = "あいうえおかきくけこさしすせそアイウエオカキクケコーー漢字日本語中文東京大学"
+ENGLISH_LETTERS = "eeeeettttaaaoooiiinnnsssrrhhdlucmfwypvbgkjqxz"  # about as often as in English
 
 
 def test_every_rule_passes_the_signatures_with_its_rank_and_result(cl100k_tok):
@@ -44,12 +46,14 @@ def test_pairs_without_a_rule_answer_none(cl100k_tok):
 
 
 @pytest.mark.parametrize("length", [2, 3, 31, 32, 33, 64, SCAN_WORD - 1, SCAN_WORD,
-                                    SCAN_WORD + 1, SCAN_WORD + 2, 600])
+                                    SCAN_WORD + 1, SCAN_WORD + 2, 600, 4096, 70_000])
 def test_words_at_the_scan_and_heap_lengths_equal_tiktoken(cl100k_tok, cl100k, length):
     rng = np.random.default_rng(length)
     kana = "".join(rng.choice(list(KANA_AND_HAN), size=length)).encode()[:length]
+    letters = "".join(rng.choice(list(ENGLISH_LETTERS), size=length)).encode()
     words = [kana, rng.integers(0, 256, size=length, dtype=np.uint8).tobytes(),
-             b"a" * length, b" " * length, "\u3042".encode() * (length // 3 + 1)]
+             b"a" * length, b" " * length, "\u3042".encode() * (length // 3 + 1), letters,
+             (b"thequickbrownfox" * (length // 16 + 1))]
     words = [word[:length] for word in words]
     assert cl100k_tok.encode_words(words) == [cl100k._core_bpe.encode_single_piece(word)
                                               for word in words]

@@ -44,9 +44,10 @@ each live adjacent pair sits at its left position (linked list, no id moves),
 and each merge takes the branch-free SIMD minimum of (rank, position) over the
 word: the smallest rank wins, the leftmost at equal rank. Longer words use the
 priority-queue + linked-list algorithm of ``shared/seeds/002_*``
-(``bpe_heap_word``): a min-heap of (rank, position); a popped entry is stale
-when its left token died or the pair under it changed. O(n log n) per word, so
-a 1 MB word costs well under a second. Rules are looked up in hash tables keyed
+(``bpe_heap_word``): a min-heap of int64 keys rank << 32 | position, the rule of
+each live pair kept at its left position; a popped key is stale when its
+position died or the pair there changed rank. O(n log n) per word: a 64 KB word
+of letters ~5 ms, ~1.2x tiktoken's speed on such words. Rules are looked up in hash tables keyed
 by the pair: ``pair_cells`` (key, rank and result side by side) behind 64-bit
 per-id pair signatures on the CPU; keys -> rank and rank -> result on a GPU.
 
