@@ -546,7 +546,8 @@ def _add_export(commands) -> None:
                     "special tokens to give tiktoken.Encoding are printed).")
     _add_tokenizer_option(p)
     p.add_argument("-o", "--output", type=Path, required=True,
-                   help="a folder, a path ending in tokenizer.json, or one ending in .tiktoken")
+                   help="a folder (made if missing, as transformers' save_pretrained makes "
+                        "it), a path ending in tokenizer.json, or one ending in .tiktoken")
     for role in ROLES:
         p.add_argument(f"--{role}-token", metavar="TOKEN",
                        help=f"the {role} token (a special token of the tokenizer)")
@@ -565,10 +566,13 @@ def _run_export(args) -> int:
     tok = Tokenizer.load(args.tokenizer, backend="cpu")
     if args.output.suffix == ".tiktoken":
         return _export_tiktoken(tok, args)
-    target = args.output / "tokenizer.json" if args.output.is_dir() else args.output
+    folder = args.output.is_dir() or not (args.output.exists() or args.output.suffix)
+    target = args.output / "tokenizer.json" if folder else args.output
     if target.name != "tokenizer.json":
         raise _usage(f"-o {args.output}: name a folder or a file called tokenizer.json "
                      "(transformers looks for that name)")
+    if folder:  # made as transformers' save_pretrained makes it
+        args.output.mkdir(parents=True, exist_ok=True)
     config_path = target.with_name("tokenizer_config.json")
     check_output(target, [args.tokenizer])
     check_output(config_path, [args.tokenizer])

@@ -515,8 +515,7 @@ def test_first_compile_is_announced_on_a_terminal_only(capsys, monkeypatch):
 
 
 def test_export_writes_a_tokenizer_config_with_special_roles(tok_path, tmp_path, capsys):
-    out = tmp_path / "hf"
-    out.mkdir()
+    out = tmp_path / "hf" / "model"  # missing: made, as transformers' save_pretrained does
     assert main(["export", "-t", str(tok_path), "-o", str(out), "--eos-token", EOT,
                  "--pad-token", EOT]) == 0
     config = json.loads((out / "tokenizer_config.json").read_text())
