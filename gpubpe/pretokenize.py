@@ -6,7 +6,7 @@ through the ``str`` world with ``surrogateescape`` and come back unchanged.
 
 Corpora are read as batches of UTF-8 bytes cut into segments (a document, or
 the text between special tokens). Word counting for the named patterns (gpt2,
-cl100k, o200k) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
+cl100k, o200k, llama3) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
 threads (they release the GIL); a custom pattern uses ``regex``.
 
 Bytes that are not valid UTF-8 (input given as bytes) are split as ``regex``
@@ -61,6 +61,7 @@ from .kernels.pretok import (
     CL100K,
     GPT2,
     LETTER,
+    LLAMA3,
     NUMBER,
     O200K,
     SPACE,
@@ -92,7 +93,14 @@ O200K_PATTERN = "|".join(
         r"""\s+""",
     ]
 )
-NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN}
+# Llama 3's split pattern (Meta's llama3/tokenizer.py): cl100k's without the possessive
+# quantifiers and with o200k's whitespace alternatives (``kernels.pretok.cl100k_piece_end``).
+LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
+                  "llama3": LLAMA3_PATTERN}
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
@@ -101,7 +109,7 @@ _DEVICE_BATCH_BYTES = 64 << 20
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
-    """A pattern name ('gpt2', 'cl100k', 'o200k'), a custom regex, or None (no split)."""
+    """A pattern name ('gpt2', 'cl100k', 'o200k', 'llama3'), a custom regex, or None (no split)."""
     if pattern is None:
         return None
     if not isinstance(pattern, str):
@@ -169,7 +177,7 @@ def code_point_classes() -> np.ndarray:
 
 @lru_cache(maxsize=1)
 def code_point_flags() -> np.ndarray:
-    """``CHAR_*`` bit flags of every code point, as ``regex`` sees it (cl100k / o200k scanners).
+    """``CHAR_*`` bit flags of every code point, as ``regex`` sees it (cl100k, o200k, Llama 3 scanners).
 
     Each flag is the set of one class the patterns name, read from ``regex``
     itself (Python's ``unicodedata`` lags behind its Unicode version).
@@ -192,7 +200,8 @@ _FLAG_CLASSES = (
     (CHAR_W, r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"),
     (CHAR_CRLF, r"[\r\n]"),
 )
-_SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K}
+_SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K,
+             LLAMA3_PATTERN: LLAMA3}
 
 
 def scanner_for(regex_text: str | None) -> int | None:
@@ -201,7 +210,7 @@ def scanner_for(regex_text: str | None) -> int | None:
 
 
 def scanner_table(scanner: int) -> np.ndarray:
-    """The class table a scanner reads: classes for GPT-2, flags for cl100k and o200k."""
+    """The class table a scanner reads: classes for GPT-2, flags for the others."""
     return code_point_classes() if scanner == GPT2 else code_point_flags()
 
 

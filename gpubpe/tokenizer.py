@@ -2,7 +2,7 @@
 
 Encoding works on whole batches: the documents become one UTF-8 buffer,
 special tokens cut it into pieces, the pieces are split into words (the exact
-Numba scanner of the GPT-2, cl100k or o200k pattern, or ``regex`` for a custom
+Numba scanner of the GPT-2, cl100k, o200k or Llama 3 pattern, or ``regex`` for a custom
 pattern), every distinct word is
 encoded once (Numba, in threads without the GIL), and the ids are scattered
 into one ragged array (``RaggedBatch``: ids uint32, offsets int64). A bounded

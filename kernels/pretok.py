@@ -1,8 +1,8 @@
-"""Pre-tokenizers (GPT-2, cl100k, o200k) and word counter over UTF-8 bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3) and word counter over UTF-8 bytes, in Numba.
 
-Exact hand-written matchers of the three named split patterns, run on bytes:
-GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
-and tiktoken's cl100k and o200k patterns (``gpubpe.pretokenize``). The
+Exact hand-written matchers of the four named split patterns, run on bytes:
+GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``,
+tiktoken's cl100k and o200k patterns and Llama 3's (``gpubpe.pretokenize``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on
@@ -13,7 +13,7 @@ letter, number, mark or space class), as lone surrogates from
 
 Words never cross segments: the caller passes ``(segment_start, segment_end)``
 byte ranges (a document, or the text between special tokens). A scanner is
-picked by a small int (``GPT2``, ``CL100K``, ``O200K``) through ``piece_end``.
+picked by a small int (``GPT2``, ``CL100K``, ``O200K``, ``LLAMA3``) through ``piece_end``.
 
 Shape for a device: each pattern is a "piece end" function, ``end =
 *_piece_end(data, start, segment_end, table)``, built from scalar helpers that
@@ -58,7 +58,7 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, same_bytes, word_key
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-GPT2, CL100K, O200K = 0, 1, 2  # scanner ids (``piece_end``)
+GPT2, CL100K, O200K, LLAMA3 = 0, 1, 2, 3  # scanner ids (``piece_end``)
 CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32  # code_point_flags
 
 
@@ -174,7 +174,9 @@ def gpt2_word_end(data, i, end, classes):
 # character start). Classes: L letter, M mark, N number, S whitespace (``\s``),
 # CRLF "\r" "\n", Q anything else (punctuation, symbols, controls, marks for
 # cl100k, an invalid byte). Every rule below holds for every left context.
-# cl100k and o200k cut by the first five (``_tiktoken_cut``); GPT-2 by the last,
+# cl100k, o200k and Llama 3 cut by the first five (``_tiktoken_cut``; Llama 3 splits as
+# cl100k does but for its whitespace, o200k's, so each rule holds there as for those two);
+# GPT-2 by the last,
 # which holds every case of the first four there (``_gpt2_cut``).
 #
 # - L then not L, M or "'": in every pattern a letter lies only in a letter
@@ -193,10 +195,10 @@ def gpt2_word_end(data, i, end, classes):
 #   or mark, and no "'"), or could prefix a letter run / start a contraction,
 #   which needs a letter next. GPT-2's optional space only leads a piece.
 # - L or N then S: covered above (S is none of L, M, N, "'").
-# - cl100k and o200k only, CRLF then not S and not "/": b ends a run of
+# - cl100k, o200k and Llama 3 only, CRLF then not S and not "/": b ends a run of
 #   whitespace [r, p), possibly after a punctuation run's CR/LF tail (which
 #   stops at c). From r, ``\s*[\r\n]`` (cl100k; ``\s++$`` fails, c being
-#   no space) and ``\s*[\r\n]+`` (o200k) back off to the run's last CR/LF,
+#   no space) and ``\s*[\r\n]+`` (o200k, Llama 3) back off to the run's last CR/LF,
 #   which is b: [r, p). Split alone, the run reaches the end: cl100k's
 #   ``\s++$`` and o200k's same alternative give [r, p) again. No alternative
 #   earlier in the list starts at r inside a whitespace run followed by a
@@ -515,8 +517,17 @@ def _punctuation_end(data, i, end, flags, f, slash):
 
 
 @hot
-def cl100k_piece_end(data, i, end, flags):
-    """End of the cl100k piece starting at byte i (see the notes above)."""
+def cl100k_piece_end(data, i, end, flags, whole_at_end):
+    """End of the cl100k piece starting at byte i (see the notes above); with
+    ``whole_at_end`` False, of the Llama 3 piece.
+
+    Llama 3's pattern is cl100k's without the possessive quantifiers, which change
+    nothing there (no part of an alternative can give back what its possessive part
+    took and still match), and with o200k's whitespace alternatives,
+    ``\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`` for ``\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s``: they
+    differ only on a whitespace run that reaches the end and holds CR/LF before other
+    whitespace (cl100k: one piece; Llama 3: cut after its last CR/LF).
+    """
     n = contraction_length_ci(data, i, end)
     if n:
         return i + n
@@ -532,7 +543,7 @@ def cl100k_piece_end(data, i, end, flags):
     stop = _punctuation_end(data, i, end, flags, f, False)
     if stop >= 0:
         return stop
-    return whitespace_piece_end(data, i, end, flags, True)
+    return whitespace_piece_end(data, i, end, flags, whole_at_end)
 
 
 @hot
@@ -612,18 +623,18 @@ def o200k_piece_end(data, i, end, flags):
 
 
 @_inlined
-def cl100k_piece_end_fast(data, i, end, flags):
+def cl100k_piece_end_fast(data, i, end, flags, whole_at_end):
     """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline."""
     byte = data[i]
     if byte >= 0x80 or byte == 39:
-        return cl100k_piece_end(data, i, end, flags)
+        return cl100k_piece_end(data, i, end, flags, whole_at_end)
     f = flags[byte]
     if f & CHAR_L:
         return run_with(data, i + 1, end, flags, CHAR_L)
     if (f & _NOT_PREFIX == 0 and i + 1 < end and data[i + 1] < 0x80
             and flags[data[i + 1]] & CHAR_L):
         return run_with(data, i + 2, end, flags, CHAR_L)
-    return cl100k_piece_end(data, i, end, flags)
+    return cl100k_piece_end(data, i, end, flags, whole_at_end)
 
 
 @_inlined
@@ -662,9 +673,10 @@ def o200k_piece_end_fast(data, i, end, flags):
 
 @_inlined
 def piece_end(scanner, data, i, end, table):
-    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K`` or ``O200K``."""
-    if scanner == CL100K:
-        return cl100k_piece_end_fast(data, i, end, table)
+    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K`` or
+    ``LLAMA3``."""
+    if scanner == CL100K or scanner == LLAMA3:
+        return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K)
     if scanner == O200K:
         return o200k_piece_end_fast(data, i, end, table)
     return gpt2_word_end_fast(data, i, end, table)

@@ -269,10 +269,10 @@ DOCS = ["Hello world's 12345 tests!", "", "  two  spaces\n\nand lines  ", "x" + 
         "caf\u00e9 \u4e2d\u6587\u5b57 \U0001F600 ok", SPECIAL, "it's   done.\n"]
 
 
-@pytest.fixture(scope="module", params=["cl100k", "gpt2", "o200k"])
+@pytest.fixture(scope="module", params=["cl100k", "gpt2", "o200k", "llama3"])
 def tiktoken_pair(request, cl100k):
     """(tiktoken encoding, gpubpe tokenizer on the device) for the cl100k ranks under the
-    cl100k pattern, and under GPT-2's and o200k's patterns (GPT-2's and o200k's own files
+    cl100k pattern, and under GPT-2's, o200k's and Llama 3's patterns (their own files
     cannot load offline)."""
     import tiktoken
 

@@ -44,7 +44,7 @@ def text() -> str:
     return CORPUS.read_text(encoding="utf-8")
 
 
-@pytest.fixture(scope="module", params=["gpt2", "cl100k", "o200k", COVERING])
+@pytest.fixture(scope="module", params=["gpt2", "cl100k", "o200k", "llama3", COVERING])
 def trained(request, documents) -> gpubpe.Tokenizer:
     return gpubpe.train(documents[::4], 3000, pattern=request.param, special_tokens=SPECIALS,
                         progress=False)

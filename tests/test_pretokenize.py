@@ -56,7 +56,7 @@ def test_gpt2_counting_runs_the_numba_kernel():
 
 
 @given(st.lists(st.sampled_from(["a", " ", "\n", "\t", "b.", "/", "x'", "é", "1"]), max_size=40)
-       .map("".join), st.sampled_from(["gpt2", "cl100k", "o200k"]))
+       .map("".join), st.sampled_from(["gpt2", "cl100k", "o200k", "llama3"]))
 def test_file_lines_are_documents_for_every_named_pattern(tmp_path_factory, text, pattern):
     # Joining lines into one regex call must give the same words as one call per line.
     path = tmp_path_factory.mktemp("c") / "c.txt"

@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gpubpe
-from gpubpe import _reference, bytes_order, interop
-from gpubpe.pretokenize import NAMED_PATTERNS, split_words
+from gpubpe import _reference, bytes_order
+from gpubpe.pretokenize import LLAMA3_PATTERN, NAMED_PATTERNS, split_words
 
 tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
 tokenizers = pytest.importorskip("tokenizers", reason="real-vocabulary tests need the 'dev' extra")
@@ -191,7 +191,7 @@ def test_cl100k_save_load_and_export_keep_ids(cl100k_tok, cl100k, tmp_path):
 
 @pytest.mark.parametrize("name", ["o200k", "llama3"])
 def test_cl100k_ranks_under_other_patterns(cl100k, name):
-    pattern = interop.TIKTOKEN_PATTERNS[name]
+    pattern = NAMED_PATTERNS[name]
     encoding = encoding_over(cl100k, f"{name}-over-cl100k", pattern)
     tok = gpubpe.Tokenizer.from_tiktoken(encoding)
     documents = two_kb_documents(CORPUS, 120)
@@ -207,7 +207,7 @@ def test_llama3_style_tokens_reachable_only_whole(cl100k):
              if not any(c[:k] in ranks and c[k:] in ranks for k in range(1, len(c)))]
     assert len(whole) >= 3
     ranks.update({piece: 100300 + i for i, piece in enumerate(whole)})
-    encoding = encoding_over(cl100k, "llama3-like", interop.LLAMA3_PATTERN, ranks)
+    encoding = encoding_over(cl100k, "llama3-like", LLAMA3_PATTERN, ranks)
     tok = gpubpe.Tokenizer.from_tiktoken(encoding)
     text = "a qzxv 中文qzx xqzjw Wqzxqz qzxvqzxv xqzjwx"
     assert tok.encode(text) == encoding.encode_ordinary(text)
@@ -303,7 +303,7 @@ def test_hf_file_options(hf_documents, change):
         data["normalizer"] = {"type": "NFC"}
     else:  # Qwen2-style: a Split with the cl100k-like regex, then ByteLevel without its own
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": interop.LLAMA3_PATTERN},
+            {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN},
              "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
              "use_regex": False}]}

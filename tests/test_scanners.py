@@ -33,6 +33,7 @@ from gpubpe.kernels.pretok import (
     CHAR_W,
     CL100K,
     GPT2,
+    LLAMA3,
     O200K,
     count_scanned_words,
     split_ends,
@@ -41,7 +42,7 @@ from gpubpe.pretokenize import NAMED_PATTERNS, count_words, word_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_FILES = [ROOT / "tests" / "data" / "multiscript.txt", ROOT / "gpubpe" / "data" / "demo.txt"]
-SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K}
+SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K, "llama3": LLAMA3}
 NAMES = list(SCANNERS)
 # Every general category; Cs (surrogates) has no UTF-8 form: invalid bytes stand for it.
 CATEGORIES = ("Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "
@@ -185,7 +186,13 @@ def test_hand_worked_splits():
         [b"ABC\xe4\xb8\xad", b"DE", b" .\n/", b"x", b" \n", b"  "]
     # An invalid byte is one "other" char (as surrogateescape makes it): one can
     # prefix letters, two form a punctuation run first.
-    for name in ("cl100k", "o200k"):
+    # Llama 3: cl100k's split but for a whitespace run that reaches the end and has
+    # other whitespace after its last CR/LF (cl100k's \s++$ keeps it whole).
+    assert scanned(b"..a x.a 1234567 \n  ", "llama3") == \
+        [b"..", b"a", b" x", b".a", b" ", b"123", b"456", b"7", b" \n", b"  "]
+    assert scanned(b"a \n\n b", "llama3") == scanned(b"a \n\n b", "cl100k") == \
+        [b"a", b" \n\n", b" b"]
+    for name in ("cl100k", "o200k", "llama3"):
         assert scanned(b"\xffabc", name) == [b"\xffabc"]
         assert scanned(b"\xe4\xb8abc", name) == [b"\xe4\xb8", b"abc"]
 
@@ -220,7 +227,7 @@ def test_real_multilingual_files(path):
 # ---------------------------------------------------------------- wiring
 
 
-@given(st.lists(byte_documents, max_size=4), st.sampled_from(["cl100k", "o200k"]))
+@given(st.lists(byte_documents, max_size=4), st.sampled_from(["cl100k", "o200k", "llama3"]))
 def test_counting_uses_the_scanner_and_equals_regex(documents, name):
     expected = Counter()
     for document in documents:
@@ -246,7 +253,7 @@ def multiscript_documents():
     return documents
 
 
-@pytest.fixture(scope="module", params=["cl100k", "o200k"])
+@pytest.fixture(scope="module", params=["cl100k", "o200k", "llama3"])
 def trained(request, multiscript_documents):
     return gpubpe.train(multiscript_documents[::4], 1200, pattern=request.param, progress=False)
 

@@ -275,8 +275,8 @@ def word_start_flags_cuda(data, seg_start, seg_end, scanner, table, xp):
     """uint8 device array of len(data): 1 where a piece (word) starts inside a segment, else 0.
 
     ``data`` uint8, ``seg_start``/``seg_end`` int64 device arrays (segments must
-    not overlap); ``scanner`` is ``pretok.GPT2``, ``CL100K`` or ``O200K`` and
-    ``table`` its class table on the device (``gpubpe.pretokenize.scanner_table``).
+    not overlap); ``scanner`` is ``pretok.GPT2``, ``CL100K``, ``O200K`` or ``LLAMA3``
+    and ``table`` its class table on the device (``gpubpe.pretokenize.scanner_table``).
     Equal to ``pretok.split_ends`` on every segment. No sync.
     """
     marks = piece_marks_cuda(data, seg_start, seg_end, scanner, table, xp)
