@@ -96,3 +96,30 @@ def test_hf_export_gives_metas_ids(meta, tmp_path):
     again = gpubpe.Tokenizer.from_hf(tmp_path / "tokenizer.json")  # the Split read back by name
     assert again.vocabulary.pattern == tok.vocabulary.pattern and again._scanner is not None
     assert again.encode_arrays(docs).tolist() == expected
+
+
+def test_transformers_conversion_of_metas_file_gives_metas_ids(tmp_path):
+    """transformers' own TikTokenConverter (how the HF Llama 3 tokenizer.json is made) turns
+    Meta's file into a tokenizer.json: gpubpe imports it with the Llama 3 scanner."""
+    import inspect
+
+    converter = pytest.importorskip("transformers.convert_slow_tokenizer",
+                                    reason="the converter needs the 'dev' extra")
+    from llama_models.llama3 import tokenizer as llama3
+
+    meta = llama3.Tokenizer.get_instance()
+    specials = list(meta.special_tokens)
+    accepts = inspect.signature(converter.TikTokenConverter.__init__).parameters
+    keyword = "extra_special_tokens" if "extra_special_tokens" in accepts else \
+        "additional_special_tokens"
+    converted = converter.TikTokenConverter(
+        vocab_file=str(Path(llama3.__file__).parent / "tokenizer.model"), pattern=meta.pat_str,
+        **{keyword: specials}).converted()
+    converted.save(str(tmp_path / "tokenizer.json"))
+    tok = gpubpe.Tokenizer.from_hf(tmp_path / "tokenizer.json")
+    assert tok.vocabulary.pattern == "llama3" and tok._scanner is not None
+    docs = documents()[:200] + WHITESPACE_ENDS
+    assert tok.encode_arrays(docs).tolist() == meta.model.encode_ordinary_batch(docs)
+    text = "<|begin_of_text|>hi<|eot_id|>"
+    assert tok.encode(text, allowed_special="all") == \
+        meta.model.encode(text, allowed_special="all") == [128000, 6151, 128009]
