@@ -3,11 +3,12 @@ ships their ``tokenizer.model`` files and builds tiktoken Encodings from them).
 
 - Llama 3: 128,000 ranks, 256 special tokens, its own split pattern (cl100k's without
   possessive quantifiers, with o200k's whitespace alternatives), run by gpubpe's Numba
-  scanner (until session 16 it went through ``regex``: 0.5-0.7x tiktoken);
+  scanner (until session 16 it went through ``regex``: 0.5-1.0x tiktoken);
 - Llama 4: 200,000 ranks, 2,048 special tokens, o200k's pattern;
 
 against Meta's Encodings: ids on real multilingual documents and generated text, special
-tokens, decoding, and the HF export of the import against HF ``tokenizers``.
+tokens, decoding, the HF export of the import against HF ``tokenizers``, and the
+tokenizer.json that transformers' TikTokenConverter makes of Meta's Llama 3 file.
 """
 
 from __future__ import annotations
