@@ -23,6 +23,7 @@ seconds of the whole process (all threads) instead of wall time: on a shared,
 loaded machine it is the steadier measure of work done.
 
     python bench/pattern_bench.py [--threads 1 2] [--repeats 7] [--corpora zh ja]
+    python bench/pattern_bench.py --short     # encode() of one short text a call
 """
 
 from __future__ import annotations
@@ -175,10 +176,42 @@ def row(name, corpus, documents, threads, match, times) -> str:
             f"| {rate['warm']:.1f} | {ratio('tiktoken', 'warm'):.2f}x | {match} |")
 
 
+SHORT_TEXTS = {"11 B": "hello world", "64 B": 64, "256 B": 256, "1 KB": 1024, "2 KB": 2048}
+
+
+def short_text_rows(tools, repeats: int) -> list[str]:
+    """One ``encode(text)`` call per text, per call time: gpubpe against tiktoken's ``encode``
+    (both check for special tokens), on English of a few sizes; a ratio per round, median."""
+    demo = DEMO.read_text(encoding="utf-8")
+    rows = []
+    for name, encoding, tok in tools:
+        for label, size in SHORT_TEXTS.items():
+            text = size if isinstance(size, str) else demo[20_000:20_000 + size]
+            if tok.encode(text) != encoding.encode(text):
+                raise SystemExit(f"{name} {label}: ids differ from tiktoken's")
+            calls = max(200, 200_000 // len(text))
+            ratios, ours, theirs = [], [], []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                for _ in range(calls):
+                    encoding.encode(text)
+                theirs.append((time.perf_counter() - started) / calls)
+                started = time.perf_counter()
+                for _ in range(calls):
+                    tok.encode(text)
+                ours.append((time.perf_counter() - started) / calls)
+                ratios.append(theirs[-1] / ours[-1])
+            rows.append(f"| {name} | {label} | {1e6 * np.median(theirs):.2f} "
+                        f"| {1e6 * np.median(ours):.2f} | **{np.median(ratios):.2f}x** |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[2])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--short", action="store_true",
+                        help="time encode() of one short text per call instead (11 B to 2 KB)")
     parser.add_argument("--corpora", nargs="+", default=None,
                         help="english, code, zh, ja, 'all four', 'long words' (default: every one)")
     args = parser.parse_args(argv)
@@ -196,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
           f" medians of {args.repeats} rounds")
     print(f"# cl100k import (Tokenizer.from_tiktoken): {import_s:.2f} s;"
           f" set-up incl. JIT load {time.perf_counter() - started:.1f} s")
+    if args.short:
+        print("| pattern | text | tiktoken encode, us a call | gpubpe encode, us a call | ratio |")
+        print("|---|---|---:|---:|---:|")
+        print("\n".join(short_text_rows(tools, args.repeats)))
+        return 0
     print("| pattern | corpus | docs | MB | threads | tiktoken MB/s | gpubpe cold MB/s "
           "| cold ratio | cold CPU ratio | gpubpe warm MB/s | warm ratio | ids |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")

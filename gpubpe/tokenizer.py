@@ -61,6 +61,7 @@ from .kernels.encode import (
     count_piece_tokens_cpu,
     empty_word_cache,
     encode_pieces_serial_cpu,
+    encode_short_text_cpu,
     encode_word_list_cpu,
     find_specials_cpu,
     first_bad_id,
@@ -116,6 +117,10 @@ _MIN_CUT_BYTES = 1 << 16
 # With backend="auto", the device takes a step only with this much work (bytes of new
 # words, or ids to decode): below it a kernel launch and the copies cost more than the CPU.
 _AUTO_DEVICE_MIN_WORK = 1 << 20
+# encode() of a text of up to this many bytes runs one kernel without the word cache
+# (``_quick_ids``). Per call, cl100k, one thread (bench/RESULTS.md, session 16): 64 B of
+# English 20.9 -> 4.2 us, 1 KB 27.0 -> 22.2; past ~1.2 KB the cached path is faster.
+_QUICK_MAX_BYTES = 1024
 
 Specials = Literal["all"] | Collection[str]
 # Id types ``encode_arrays(dtype=...)`` writes.
@@ -239,6 +244,9 @@ class Tokenizer:
         self._cache = None
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
+        self._quick = self._quick_scanner()
+        self._special_start_sets: tuple[tuple, tuple] | None = None
+        self._all_specials: frozenset[str] | None = None
 
     # ------------------------------------------------------------ introspection
     @property
@@ -379,11 +387,62 @@ class Tokenizer:
         Special-token text raises SpecialTokenError unless it is in
         ``allowed_special`` (then it becomes its special id) or excluded from
         ``disallowed_special`` (then it is encoded as ordinary text).
+
+        A text of up to 1 KB is split and merged in one kernel call (a few
+        microseconds), without the word cache that batches and longer texts use;
+        the ids are the same either way.
         """
+        quick = self._quick_ids(text, allowed_special, disallowed_special)
+        if quick is not None:
+            return quick
         data = _single_document(text)
         batch = self._encode_documents(data, [0], [len(data)], allowed_special,
                                        disallowed_special, 1)
         return batch.ids.tolist()
+
+    def _quick_scanner(self) -> _Scanner | None:
+        """The scanner ``_quick_ids`` splits with, or None where a short text needs the
+        general path: a custom pattern (``regex``), text to normalise or to prefix with
+        a space first, a device asked to take every batch."""
+        layout = self._vocab.layout
+        if self._scanner is None or (layout is not None and (layout.prefix_space
+                                                             or layout.normalizer)):
+            return None
+        if self._device is not None and self._device_min_work <= _QUICK_MAX_BYTES:
+            return None
+        return self._scan_args()
+
+    def _quick_ids(self, text, allowed_special, disallowed_special) -> list[int] | None:
+        """``encode``'s ids of a short str or bytes in one kernel call, or None when the
+        general path must run: a long text, one that holds the start of a special token
+        (which may begin one), special-token names to check, a lone surrogate (the
+        general path names it)."""
+        if (self._quick is None or type(text) not in (str, bytes) or len(text) > _QUICK_MAX_BYTES
+                or not _names_no_token(allowed_special)
+                or not _names_no_token(disallowed_special)):
+            return None
+        if self._special_ids and any(start in text for start in self._special_starts(text)):
+            return None
+        try:
+            data = text.encode("utf-8") if type(text) is str else text
+        except UnicodeEncodeError:
+            return None
+        if len(data) > _QUICK_MAX_BYTES:
+            return None
+        return encode_short_text_cpu(np.frombuffer(data, np.uint8), *self._quick,
+                                     self._rules).tolist()
+
+    def _special_starts(self, text) -> tuple:
+        """The first two characters (for a str) or bytes (for bytes) of the special tokens:
+        a text holds a token only if it holds its start ("<|" for tiktoken's and Llama's;
+        one character would send every text with a "<" to the general path)."""
+        starts = self._special_start_sets
+        if starts is None:
+            tokens = list(self._special_ids)
+            starts = self._special_start_sets = (
+                tuple({token[:2] for token in tokens}),
+                tuple({token.encode("utf-8")[:2] for token in tokens}))
+        return starts[0] if type(text) is str else starts[1]
 
     def encode_ordinary(self, text: str | bytes) -> list[int]:
         """Encode text, treating special-token text as ordinary text."""
@@ -480,7 +539,9 @@ class Tokenizer:
                           num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
         out_dtype = self._output_placement(device, dtype)
         allowed = self._special_set(allowed_special)
-        disallowed = self._special_set(disallowed_special) - allowed
+        disallowed = self._special_set(disallowed_special)
+        if allowed:
+            disallowed = disallowed - allowed
         if is_device_array(data):
             found = self._encode_device_text(data, doc_start, doc_end, allowed, disallowed,
                                              out_dtype, device)
@@ -540,8 +601,8 @@ class Tokenizer:
             return RaggedBatch(self._device.upload(ids), self._device.upload(offsets))
         return RaggedBatch(ids, offsets)
 
-    def _encode_device_text(self, data, doc_start, doc_end, allowed: set[str],
-                            disallowed: set[str], dtype, device: bool) -> RaggedBatch | None:
+    def _encode_device_text(self, data, doc_start, doc_end, allowed: frozenset[str],
+                            disallowed: frozenset[str], dtype, device: bool) -> RaggedBatch | None:
         """Text already on the device, encoded there; None when the host must see it (a custom
         pattern, NFC, a prefix space, HF special-token flags, a disallowed special token
         found: the host path raises, or a hash collision)."""
@@ -561,7 +622,7 @@ class Tokenizer:
                                            dtype, device)
         return None if found is None else RaggedBatch(*found)
 
-    def _device_text_pieces(self, data, doc_start, doc_end, allowed: set[str]):
+    def _device_text_pieces(self, data, doc_start, doc_end, allowed: frozenset[str]):
         """Host pieces of device text: the documents cut at allowed special tokens found
         on the device (``DeviceCodec.find_specials``)."""
         no_special = np.full(doc_start.size, -1, dtype=np.int64)
@@ -582,7 +643,7 @@ class Tokenizer:
     def _word_encoder(self, threads: int) -> _WordEncoder:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
-    def _pieces(self, array, doc_start, doc_end, allowed: set[str], threads: int):
+    def _pieces(self, array, doc_start, doc_end, allowed: frozenset[str], threads: int):
         """Cut documents at allowed special tokens (and long scanned text near thread shares)."""
         match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
         if allowed:
@@ -680,23 +741,30 @@ class Tokenizer:
             self._admit_after(array, new, admission.all_fit)
 
     # ------------------------------------------------------------ special tokens
-    def _special_set(self, value) -> set[str]:
+    def _special_set(self, value) -> frozenset[str]:
+        """The special tokens ``value`` names. "all" is one frozenset kept for every call
+        (its hash kept too), and a set of names is checked against it by its own size:
+        with Llama 4's 2,048 tokens, sets of all of them made at each call took ~70 us
+        of a 2 KB ``encode()`` (cl100k's call: 35 us in all)."""
+        if self._all_specials is None:
+            self._all_specials = frozenset(self._special_ids)
         if value == "all":
-            return set(self._special_ids)
+            return self._all_specials
         if isinstance(value, str):
             raise InputTypeError(f"special tokens must be 'all' or a collection of str, not "
                                  f"{value!r}; write {{{value!r}}} for one token")
-        unknown = set(value) - set(self._special_ids)
+        names = frozenset(value)
+        unknown = names - self._all_specials
         if unknown:
             raise SpecialTokenError(
                 f"{sorted(unknown)} are not special tokens of this tokenizer; "
                 f"it has {sorted(self._special_ids)}"
             )
-        return set(value)
+        return names
 
-    def _special_table(self, tokens: set[str]):
+    def _special_table(self, tokens: frozenset[str]):
         """(bytes, offsets, first-byte mask, ids) of tokens, longest first; cached per set."""
-        key = frozenset(tokens)
+        key = tokens
         if key not in self._special_tables:
             ordered = sorted(tokens, key=lambda t: (-len(t.encode("utf-8")), t))
             encoded = [t.encode("utf-8") for t in ordered]
@@ -709,7 +777,7 @@ class Tokenizer:
                                          offsets, first_byte, ids)
         return self._special_tables[key]
 
-    def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: set[str]) -> None:
+    def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: frozenset[str]) -> None:
         if not disallowed:
             return
         token_bytes, token_offsets, first_byte, token_ids = self._special_table(disallowed)
@@ -1068,6 +1136,14 @@ def _utf8_strings(data: np.ndarray, bounds: np.ndarray, errors: str) -> list[str
     view, decode = memoryview(data), codecs.utf_8_decode
     bounds = bounds.tolist()
     return [decode(view[a:b], errors, True)[0] for a, b in zip(bounds, bounds[1:])]
+
+
+def _names_no_token(value) -> bool:
+    """Whether an ``allowed_special`` / ``disallowed_special`` value is "all" or empty, so
+    nothing needs checking for a text that can hold no special token."""
+    if type(value) is str:
+        return value == "all"
+    return type(value) in (tuple, list, set, frozenset) and not value
 
 
 def _single_document(text) -> bytes:
@@ -1535,6 +1611,9 @@ class BitLevelTokenizer(Tokenizer):
                              "): it stands for bits of a character, not bytes; decode a "
                              "sequence instead")
         return super().token_bytes(token_id)
+
+    def _quick_scanner(self) -> None:
+        return None  # every id passes through the codec: the general path
 
     def _encode_documents(self, *args, dtype=np.uint32, **kwargs) -> RaggedBatch:
         batch = super()._encode_documents(*args, dtype=np.uint32, **kwargs)

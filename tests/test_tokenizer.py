@@ -142,3 +142,59 @@ def test_decode_batch_equals_per_document_decoding_of_any_ids(tok, form, errors)
              "int64 batch": RaggedBatch(ids.astype(np.int64), offsets),
              "lists": [d.tolist() for d in documents]}[form]
     assert tok.decode_batch(batch, errors=errors) == expected
+
+
+# ---------------------------------------------------------------- encode()'s short texts
+
+
+@pytest.fixture
+def quick_calls(monkeypatch):
+    """The calls encode() made to the one-kernel path of short texts."""
+    from gpubpe import tokenizer as module
+
+    calls = []
+    kernel = module.encode_short_text_cpu
+    monkeypatch.setattr(module, "encode_short_text_cpu",
+                        lambda *args: calls.append(args[0].size) or kernel(*args))
+    return calls
+
+
+SHORT_TEXTS = ["", "a", "hello world", "  spaces  around  ", "中文 😀 e\u0301", "x" * 1024,
+               "line\r\n\tend\n", "<| not a token", b"\xff\xfe raw bytes", b"aaaa"]
+
+
+def test_short_texts_take_one_kernel_and_equal_the_batch_path(tok, quick_calls):
+    for text in SHORT_TEXTS:
+        assert tok.encode(text, allowed_special="all") == tok.encode_batch([text])[0]
+        assert tok.encode_ordinary(text) == tok.encode_batch([text])[0]
+    assert len(quick_calls) == 2 * len(SHORT_TEXTS) - 2  # "<| not a token" holds a start
+
+
+@pytest.mark.parametrize("text, args", [
+    ("x" * 1025, {}),  # over 1 KB
+    ("é" * 600, {}),  # 600 characters, 1,200 bytes
+    ("a <|endoftext|>", {"disallowed_special": ()}),  # holds a special token
+    ("a <|end", {}),  # the start of one: the general path finds none
+    ("hi", {"allowed_special": {"<|endoftext|>"}}),  # names to check
+    ("hi", {"disallowed_special": ["<|endoftext|>"]}),
+])
+def test_the_general_path_takes_the_rest(tok, quick_calls, text, args):
+    assert tok.encode(text, **args) == tok.encode_batch([text], **args)[0]
+    assert quick_calls == []
+
+
+def test_short_texts_keep_their_errors(tok, quick_calls):
+    with pytest.raises(SpecialTokenError, match="endoftext"):
+        tok.encode("hi<|endoftext|>")
+    with pytest.raises(gpubpe.errors.CorpusError, match="lone surrogate"):
+        tok.encode("a\ud800")
+    with pytest.raises(SpecialTokenError, match="not special tokens"):
+        tok.encode("hi", allowed_special={"<|nope|>"})
+    assert quick_calls == []
+
+
+def test_bit_level_and_custom_patterns_keep_the_general_path(tok):
+    assert tok._quick is not None
+    assert tok.with_bitlevel()._quick is None  # its ids pass through the codec
+    custom = gpubpe.train(["ab ab abc"] * 5, 258, pattern=r"\S+|\s+", progress=False)
+    assert custom._quick is None  # regex splits it

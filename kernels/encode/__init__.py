@@ -32,7 +32,8 @@ ids never depend on how many shards there are or where they start.
    room (the caller decides eviction); on many threads, when all fit,
    ``admission_slots`` then ``cache_admit_part`` in parts, among step 4's writes.
 
-``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches.
+``encode_pieces_serial_cpu`` runs steps 1-4 in one call for small batches, and
+``encode_short_text_cpu`` splits and merges one short text without the cache.
 
 On a GPU (``backend="cuda"``), steps 1-5 run on the device for the whole batch
 (``batch_cuda``; step 3 as ``encode_word_list_cuda``, a thread per word, the same
@@ -198,6 +199,7 @@ from .rules import (
 from .scatter import (
     count_piece_tokens_cpu,
     encode_pieces_serial_cpu,
+    encode_short_text_cpu,
     write_piece_tokens_cpu,
 )
 from .words import (
@@ -209,4 +211,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["ADMIT_IN_PARTS_FROM", "DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["ADMIT_IN_PARTS_FROM", "DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_short_text_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

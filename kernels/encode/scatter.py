@@ -7,6 +7,7 @@ from numba import njit
 
 from .._jit import hot_nogil
 from ._shared import inlined
+from ..pretok import split_ends
 from .bpe import encode_word_list_cpu
 from .words import word_refs_scan_cpu
 
@@ -91,3 +92,25 @@ def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanne
     write_piece_tokens_cpu(refs, piece_ref_end, piece_special, 0, n_pieces, local_to_global,
                            cache, new_ids, new_offsets, piece_offsets, ids, 0)
     return ids, piece_offsets, refs.size, new_ids, new_offsets, new_at, new_len, new_count, new_key
+
+
+@njit(cache=True, nogil=True)
+def encode_short_text_cpu(data, scanner, table, rules):
+    """The ids (uint32) of one short text holding no special token: its words split by a
+    named pattern's ``scanner`` and each encoded (``encode_word_list_cpu``), no word cache.
+
+    What ``Tokenizer.encode`` runs on a text of up to ~1 KB: one kernel call, no cache
+    lock, nothing to admit. The general path (``encode_pieces_serial_cpu`` with the word
+    cache, admission, the checks of a batch) took ~20 us a call for "hello world"
+    against tiktoken's 0.6; this takes ~3. Without the cache every word is merged, so
+    from ~1 KB of English the general path is faster again.
+    """
+    if data.size == 0:
+        return np.zeros(0, np.uint32)
+    word_end = split_ends(data, np.zeros(1, np.int64), np.full(1, data.size, np.int64),
+                          scanner, table)
+    word_at = np.empty_like(word_end)
+    word_at[0] = 0
+    word_at[1:] = word_end[:-1]
+    ids, _ = encode_word_list_cpu(data, word_at, word_end - word_at, rules)
+    return ids
