@@ -23,6 +23,7 @@ new words (or ids to decode), else ``cpu``. Every backend gives the same ids.
 
 from __future__ import annotations
 
+import array as py_array
 import codecs
 import dataclasses
 import gc
@@ -225,6 +226,9 @@ class Tokenizer:
 
     def __init__(self, vocab: Vocabulary, backend: str = "auto"):
         self._vocab = vocab
+        # Counted once: an imported layout's counts read its 100 K+ output ids (decode()
+        # checks every id against n_vocab: 7 of its 11 us a call for "hello world").
+        self._vocab_size, self._n_vocab = vocab.vocab_size, vocab.n_ids
         self._pattern = resolve_pattern(vocab.pattern)
         self._scanner = scanner_for(self._pattern)  # None: a custom pattern, split by regex
         self._special_ids = vocab.special_ids()
@@ -252,7 +256,7 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         """Normal tokens (256 bytes included, special tokens excluded)."""
-        return self._vocab.vocab_size
+        return self._vocab_size
 
     @property
     def backend(self) -> str:
@@ -270,7 +274,7 @@ class Tokenizer:
     @property
     def n_vocab(self) -> int:
         """One more than the largest id (normal or special); imported layouts may leave gaps."""
-        return self._vocab.n_ids
+        return self._n_vocab
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -964,7 +968,7 @@ class Tokenizer:
             return ids
         if not isinstance(ids, np.ndarray):
             ids = list(ids)
-        array = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        array = ids if isinstance(ids, np.ndarray) else _uint32_ids(ids)
         if array.size == 0:
             return np.zeros(0, dtype=np.uint32)
         of_doc = "" if document is None else f" of document {document}"
@@ -1136,6 +1140,19 @@ def _utf8_strings(data: np.ndarray, bounds: np.ndarray, errors: str) -> list[str
     view, decode = memoryview(data), codecs.utf_8_decode
     bounds = bounds.tolist()
     return [decode(view[a:b], errors, True)[0] for a, b in zip(bounds, bounds[1:])]
+
+
+def _uint32_ids(ids: list) -> np.ndarray:
+    """A list of ids as an array: uint32 through ``array.array`` when every item is an
+    int in range (2.6 us for 496 ids, ``np.asarray`` 7.5; tiktoken's whole decode of
+    them takes 5.7), else ``np.asarray``, whose dtype ``_id_array`` then reads to name
+    the bad item (a float, a negative or huge int, a list of bools)."""
+    if ids and type(ids[0]) is not bool:
+        try:
+            return np.frombuffer(py_array.array("I", ids), dtype=np.uint32)
+        except (TypeError, OverflowError):
+            pass
+    return np.asarray(ids)
 
 
 def _names_no_token(value) -> bool:

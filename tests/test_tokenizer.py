@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -198,3 +200,14 @@ def test_bit_level_and_custom_patterns_keep_the_general_path(tok):
     assert tok.with_bitlevel()._quick is None  # its ids pass through the codec
     custom = gpubpe.train(["ab ab abc"] * 5, 258, pattern=r"\S+|\s+", progress=False)
     assert custom._quick is None  # regex splits it
+
+
+def test_decode_takes_any_sequence_of_ints_and_names_a_bad_item(tok):
+    ids = tok.encode("hello world")
+    for form in (ids, tuple(ids), iter(ids), [np.int64(i) for i in ids], np.array(ids)):
+        assert tok.decode(form) == "hello world"
+    for bad, message in (([True, False], "position 0 is True"), ([1, 2.0], "position 1 is 2.0"),
+                         ([1, -1], "id -1 at position 1 is out of range"),
+                         ([2**40], "out of range"), ([1, "a"], "position 1 is 'a'")):
+        with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+            tok.decode(bad)
