@@ -208,13 +208,14 @@ def _extend_by_encoding(vocab, counts: WordCounts, add: int, min_frequency: int,
     metadata = _metadata(vocab, counts, {"seconds_applying_base": applied - started,
                                          "seconds_merging": time.perf_counter() - applied})
     n_new = len(rule.id_of) - len(vocab.token_bytes)
-    token_bytes = vocab.token_bytes + [rule.piece_of[vocab.n_ids + k] for k in range(n_new)]
+    first_new = vocab.n_ids  # a pass over the layout's output ids: read once, not per token
+    token_bytes = vocab.token_bytes + [rule.piece_of[first_new + k] for k in range(n_new)]
     if vocab.layout.rank_by_token:
         rules = _splits_with_new_tokens(vocab.rules, token_bytes, len(vocab.token_bytes))
         return Vocabulary.from_tokens(token_bytes, rules, _layout_with_new_ids(vocab, n_new),
                                       vocab.special_tokens, vocab.pattern, metadata)
     internal = {int(o): i for i, o in enumerate(vocab.layout.output_ids.tolist())}
-    internal.update({vocab.n_ids + k: len(vocab.token_bytes) + k for k in range(n_new)})
+    internal.update({first_new + k: len(vocab.token_bytes) + k for k in range(n_new)})
     added = np.array([[internal[token] for token in new_rule] for new_rule in new_rules],
                      dtype=np.int64).reshape(-1, 3)
     rules = np.concatenate([vocab.rules, added])
