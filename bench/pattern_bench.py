@@ -180,30 +180,34 @@ SHORT_TEXTS = {"11 B": "hello world", "64 B": 64, "256 B": 256, "1 KB": 1024, "2
 
 
 def short_text_rows(tools, repeats: int) -> list[str]:
-    """One ``encode(text)`` call per text, per call time: gpubpe against tiktoken's ``encode``
-    (both check for special tokens), on English of a few sizes; a ratio per round, median."""
+    """One call per text, us a call: gpubpe's ``encode(text)`` against tiktoken's ``encode``
+    (both check for special tokens), then ``decode(ids)`` against tiktoken's ``decode``, on
+    English of a few sizes; a ratio (tiktoken time / gpubpe time) per round, median."""
     demo = DEMO.read_text(encoding="utf-8")
     rows = []
     for name, encoding, tok in tools:
         for label, size in SHORT_TEXTS.items():
             text = size if isinstance(size, str) else demo[20_000:20_000 + size]
-            if tok.encode(text) != encoding.encode(text):
-                raise SystemExit(f"{name} {label}: ids differ from tiktoken's")
+            ids = encoding.encode(text)
+            if tok.encode(text) != ids or tok.decode(ids) != encoding.decode(ids):
+                raise SystemExit(f"{name} {label}: ids or text differ from tiktoken's")
             calls = max(200, 200_000 // len(text))
-            ratios, ours, theirs = [], [], []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                for _ in range(calls):
-                    encoding.encode(text)
-                theirs.append((time.perf_counter() - started) / calls)
-                started = time.perf_counter()
-                for _ in range(calls):
-                    tok.encode(text)
-                ours.append((time.perf_counter() - started) / calls)
-                ratios.append(theirs[-1] / ours[-1])
-            rows.append(f"| {name} | {label} | {1e6 * np.median(theirs):.2f} "
-                        f"| {1e6 * np.median(ours):.2f} | **{np.median(ratios):.2f}x** |")
+            cells = []
+            for calls_of, arg in (((encoding.encode, tok.encode), text),
+                                  ((encoding.decode, tok.decode), ids)):
+                times = np.array([[_per_call(call, arg, calls) for call in calls_of]
+                                  for _ in range(repeats)])
+                cells += [f"{1e6 * np.median(times[:, 0]):.2f}", f"{1e6 * np.median(times[:, 1]):.2f}",
+                          f"**{np.median(times[:, 0] / times[:, 1]):.2f}x**"]
+            rows.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _per_call(call, arg, calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        call(arg)
+    return (time.perf_counter() - started) / calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# cl100k import (Tokenizer.from_tiktoken): {import_s:.2f} s;"
           f" set-up incl. JIT load {time.perf_counter() - started:.1f} s")
     if args.short:
-        print("| pattern | text | tiktoken encode, us a call | gpubpe encode, us a call | ratio |")
-        print("|---|---|---:|---:|---:|")
+        print("| pattern | text | tiktoken encode, us a call | gpubpe encode | ratio "
+              "| tiktoken decode | gpubpe decode | ratio |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         print("\n".join(short_text_rows(tools, args.repeats)))
         return 0
     print("| pattern | corpus | docs | MB | threads | tiktoken MB/s | gpubpe cold MB/s "

@@ -211,3 +211,9 @@ def test_decode_takes_any_sequence_of_ints_and_names_a_bad_item(tok):
                          ([2**40], "out of range"), ([1, "a"], "position 1 is 'a'")):
         with pytest.raises((TypeError, ValueError), match=re.escape(message)):
             tok.decode(bad)
+
+
+@given(st.lists(st.integers(0, 320), max_size=130))
+def test_short_id_lists_decode_as_the_gather_does(tok, ids):
+    # up to 64 ids in a list are joined in Python; arrays and longer lists take the kernel
+    assert tok.decode_bytes(ids) == tok.decode_bytes(np.array(ids, dtype=np.int64))
