@@ -810,7 +810,9 @@ class Tokenizer:
         quick = self._quick_bytes(ids)
         if quick is not None:
             return quick
-        flat = self._id_array(ids)
+        flat = _uint32_ids(ids) if type(ids) is list else None
+        if flat is None or flat.dtype != np.uint32:  # the CPU gather checks uint32 ids itself
+            flat = self._id_array(ids)
         out, _ = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))
         return out.tobytes()
 
