@@ -899,8 +899,8 @@ class Tokenizer:
                 texts[d] = text
         return texts
 
-    def _gathers_on_device(self, flat: np.ndarray) -> bool:
-        return self._device is not None and flat.size >= max(self._device_min_work, 1)
+    def _gathers_on_device(self, flat) -> bool:
+        return self._device is not None and len(flat) >= max(self._device_min_work, 1)
 
     def _gather_bytes(self, flat: np.ndarray, doc_offsets) -> tuple[np.ndarray, np.ndarray]:
         """The bytes of a 1-D integer array of ids and each document's byte offsets, on the
@@ -938,7 +938,7 @@ class Tokenizer:
         a gap or no int: the general path names it). One token at a time, as a streaming
         decoder asks: 3.2 -> ~0.5 us a call (tiktoken 0.29; RESULTS, session 16)."""
         if type(ids) is not list or not ids or len(ids) > _QUICK_MAX_IDS \
-                or type(ids[0]) is bool:
+                or type(ids[0]) is bool or self._gathers_on_device(ids):
             return None
         pieces = self._id_pieces
         if pieces is None:
