@@ -6,8 +6,8 @@ import numpy as np
 from numba import njit
 
 from .._jit import hot_nogil
-from ._shared import inlined
 from ..pretok import split_ends
+from ._shared import inlined
 from .bpe import encode_word_list_cpu
 from .words import word_refs_scan_cpu
 
