@@ -305,6 +305,9 @@ class Tokenizer:
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one id (special tokens: their UTF-8 text)."""
+        quick = self._quick_bytes([token_id])
+        if quick is not None:
+            return quick
         self._check_ids([token_id])
         table_bytes, table_offsets = self._byte_table()
         return table_bytes[table_offsets[token_id]:table_offsets[token_id + 1]].tobytes()
