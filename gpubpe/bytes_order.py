@@ -33,9 +33,19 @@ def _byte_to_char() -> tuple[str, ...]:
 # BYTE_TO_CHAR[b]: GPT-2's character for byte b; CHAR_TO_BYTE its inverse.
 BYTE_TO_CHAR: tuple[str, ...] = _byte_to_char()
 CHAR_TO_BYTE: dict[str, int] = {char: byte for byte, char in enumerate(BYTE_TO_CHAR)}
+# str.translate's table for ``chars_to_bytes``: each of GPT-2's characters (all below
+# U+0144) to its byte's code point, any other below U+0200 to U+FFFF (past latin-1).
+_TO_LATIN1 = {cp: CHAR_TO_BYTE.get(chr(cp), 0xFFFF) for cp in range(0x200)}
 # HF_BYTE_RANK[b]: byte b's id in a HF ByteLevel BpeTrainer alphabet (code point order).
 HF_BYTE_RANK: tuple[int, ...] = tuple(
     sorted(range(256), key=lambda b: ord(BYTE_TO_CHAR[b])).index(b) for b in range(256))
+
+
+def chars_to_bytes(text: str) -> bytes:
+    """The bytes a string of GPT-2's characters stands for; UnicodeEncodeError (its
+    ``start`` the offending character) for any other. One ``str.translate`` and one
+    latin-1 encode: loading cl100k's 100 K tokens char by char took ~0.1 s."""
+    return text.translate(_TO_LATIN1).encode("latin-1")
 
 
 def gpt2_byte_to_unicode() -> dict[int, str]:

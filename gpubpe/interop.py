@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from .bytes_order import BYTE_TO_CHAR, CHAR_TO_BYTE
+from .bytes_order import BYTE_TO_CHAR, chars_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .model import IdLayout, Vocabulary, write_text_atomically
 from .pretokenize import (
@@ -105,10 +105,10 @@ def token_to_hf(piece: bytes) -> str:
 def hf_to_token(text: str) -> bytes:
     """Inverse of :func:`token_to_hf`; ModelFormatError for a non-byte-level string."""
     try:
-        return bytes(CHAR_TO_BYTE[char] for char in text)
-    except KeyError as exc:
+        return chars_to_bytes(text)
+    except UnicodeEncodeError as exc:
         raise ModelFormatError(
-            f"token {text!r} holds {exc.args[0]!r}, which is not a GPT-2 byte-level "
+            f"token {text!r} holds {text[exc.start]!r}, which is not a GPT-2 byte-level "
             "character: the file is not a byte-level BPE vocabulary"
         ) from None
 

@@ -268,11 +268,12 @@ class Vocabulary:
         if len(set(specials)) != len(specials):
             raise ModelFormatError(f"{where}: special_tokens must be distinct non-empty strings")
         scaffold, demolish = _scaffold_fields(data, len(rules), where)
+        if "layout" in data:  # read here: their errors name the file once
+            tokens, layout = _tokens_field(data, where), _layout_field(data, where)
         try:
             if "layout" in data:
-                vocab = cls.from_tokens(_tokens_field(data, where), rules,
-                                        _layout_field(data, where), specials,
-                                        data.get("pattern"), data["metadata"])
+                vocab = cls.from_tokens(tokens, rules, layout, specials, data.get("pattern"),
+                                        data["metadata"])
             else:
                 vocab = cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
                                        scaffold, demolish)
@@ -288,13 +289,12 @@ class Vocabulary:
 
 
 def _tokens_field(data: dict, where: str) -> list[bytes]:
-    from .bytes_order import CHAR_TO_BYTE
+    from .bytes_order import chars_to_bytes
 
     tokens = data.get("tokens")
     try:
-        return [bytes([b]) for b in range(256)] + [
-            bytes(CHAR_TO_BYTE[c] for c in text) for text in tokens]
-    except (TypeError, KeyError):
+        return [bytes([b]) for b in range(256)] + [chars_to_bytes(text) for text in tokens]
+    except (TypeError, AttributeError, UnicodeEncodeError):
         raise ModelFormatError(f"{where}: 'tokens' must list byte-level strings (GPT-2's "
                                "alphabet), one per token after the 256 bytes") from None
 
@@ -316,14 +316,20 @@ def _check_tokens(token_bytes: list[bytes], rules: np.ndarray) -> None:
     """ValueError unless ids 0-255 are the bytes and each rule's parts spell its result."""
     if len(token_bytes) < 256 or any(token_bytes[b] != bytes([b]) for b in range(256)):
         raise ValueError("internal ids 0-255 must be the 256 byte tokens, in byte order")
+    from .kernels.encode.rules import first_misspelt_rule
+
     n = len(token_bytes)
     if rules.size and (rules.min() < 0 or rules.max() >= n):
         raise ValueError(f"a rule names an id outside the {n} tokens")
-    for rank, (left, right, result) in enumerate(rules.tolist()):
-        if token_bytes[left] + token_bytes[right] != token_bytes[result]:
-            raise ValueError(f"rule {rank} ({left}, {right}) -> {result}: "
-                             f"{token_bytes[left] + token_bytes[right]!r} is not "
-                             f"{token_bytes[result]!r}")
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, token_bytes), np.int64, n), out=offsets[1:])
+    pool = np.frombuffer(b"".join(token_bytes), dtype=np.uint8)
+    rank = first_misspelt_rule(pool, offsets, np.ascontiguousarray(rules))
+    if rank >= 0:
+        left, right, result = rules[rank].tolist()
+        raise ValueError(f"rule {rank} ({left}, {right}) -> {result}: "
+                         f"{token_bytes[left] + token_bytes[right]!r} is not "
+                         f"{token_bytes[result]!r}")
 
 
 def _check_layout(layout: IdLayout, n_tokens: int, n_specials: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -441,3 +442,14 @@ def test_random_text_same_ids_in_all_three(three_encoders, sample):
     ids = ours.encode(sample)
     assert hf.encode(sample).ids == ids == encoding.encode_ordinary(sample)
     assert ours.decode(ids) == hf.decode(ids) == sample
+
+
+def test_hf_token_strings_map_to_bytes_and_foreign_characters_are_named():
+    from gpubpe.bytes_order import BYTE_TO_CHAR
+    from gpubpe.interop import hf_to_token
+
+    assert hf_to_token("".join(BYTE_TO_CHAR)) == bytes(range(256))
+    assert hf_to_token("Ġthe") == b" the"
+    for text, bad in (("Ġthe\u20ac", "\u20ac"), ("a\x00", "\x00"), ("x\u0144", "\u0144")):
+        with pytest.raises(ModelFormatError, match=re.escape(f"holds {bad!r}")):
+            hf_to_token(text)

@@ -186,6 +186,26 @@ def test_cl100k_save_load_and_export_keep_ids(cl100k_tok, cl100k, tmp_path):
     assert exported.encode_ordinary_batch(documents) == expected
 
 
+def test_a_damaged_cl100k_file_is_refused_naming_what(cl100k_tok, tmp_path):
+    """Loading checks every rule spells its result (a kernel since session 16) and every
+    token string is GPT-2's alphabet; each error names the file once."""
+    cl100k_tok.save(tmp_path / "cl100k.json")
+    data = json.loads((tmp_path / "cl100k.json").read_text())
+    left, right, _ = data["merges"][5000]
+    damaged = dict(data, merges=data["merges"][:5000] + [[left, right, 300]]
+                   + data["merges"][5001:])
+    (tmp_path / "rule.json").write_text(json.dumps(damaged))
+    with pytest.raises(gpubpe.errors.ModelFormatError, match=r"rule 5000 \(") as refused:
+        gpubpe.Tokenizer.load(tmp_path / "rule.json")
+    assert str(refused.value).count("rule.json") == 1
+    damaged = dict(data, tokens=data["tokens"][:7] + [data["tokens"][7] + "\u20ac"]
+                   + data["tokens"][8:])
+    (tmp_path / "token.json").write_text(json.dumps(damaged))
+    with pytest.raises(gpubpe.errors.ModelFormatError, match="GPT-2's alphabet") as refused:
+        gpubpe.Tokenizer.load(tmp_path / "token.json")
+    assert str(refused.value).count("token.json") == 1
+
+
 # ---------------------------------------------------------------- other patterns and layouts
 
 

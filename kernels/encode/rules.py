@@ -144,6 +144,29 @@ def _fill_rule_table(keys, values, left, right, priority):
             table_put(keys, values, key, priority[rank])
 
 
+@njit(cache=True, nogil=True)
+def first_misspelt_rule(pool, offsets, rules):
+    """The first rank whose left and right tokens' bytes (``pool[offsets[t]:offsets[t+1]]``)
+    do not spell its result's, or -1. Ids must lie below ``offsets.size - 1``.
+
+    What loading an imported vocabulary checks; Python's bytes joins took 0.37 s of
+    cl100k's 0.52 s ``Tokenizer.load``."""
+    for rank in range(rules.shape[0]):
+        left, right, result = rules[rank, 0], rules[rank, 1], rules[rank, 2]
+        left_at, left_len = offsets[left], offsets[left + 1] - offsets[left]
+        right_at, right_len = offsets[right], offsets[right + 1] - offsets[right]
+        at = offsets[result]
+        if offsets[result + 1] - at != left_len + right_len:
+            return rank
+        for k in range(left_len):
+            if pool[left_at + k] != pool[at + k]:
+                return rank
+        for k in range(right_len):
+            if pool[right_at + k] != pool[at + left_len + k]:
+                return rank
+    return -1
+
+
 def _whole_token_table(token_bytes: list[bytes] | None) -> tuple[np.ndarray, ...]:
     """(cells, pool, offsets, shapes) of the whole-token lookup; empty arrays when off."""
     if token_bytes is None:
