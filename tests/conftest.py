@@ -86,6 +86,7 @@ def traced_memory():
     sees CPython's object allocator: for kernels that make str or bytes objects into a
     list of None. What is left is counted from gpubpe's own frames only: under xdist
     the worker's message thread allocates too, and once left ~4 KB traced in the window."""
+    import gc
     import sys
     import tracemalloc
     from pathlib import Path
@@ -99,6 +100,10 @@ def traced_memory():
     def measure(make, warm: int = 1):
         for _ in range(warm):
             make()
+        # Earlier tests' garbage first: a collection in the window once gave back 1,969
+        # references to None that were not the call's (CI, session 16); the call's own
+        # garbage is collected before the end is counted.
+        gc.collect()
         nones = sys.getrefcount(None)
         tracemalloc.start()
         try:
@@ -107,10 +112,12 @@ def traced_memory():
             held = make()
             made, _ = tracemalloc.get_traced_memory()
             del held
+            gc.collect()
             end = tracemalloc.take_snapshot().filter_traces(ours)
         finally:
             tracemalloc.stop()
+            nones = sys.getrefcount(None) - nones
         left = sum(stat.size_diff for stat in end.compare_to(start, "filename"))
-        return made - before, left, sys.getrefcount(None) - nones
+        return made - before, left, nones
 
     return measure
