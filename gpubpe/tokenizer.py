@@ -120,7 +120,7 @@ _MIN_CUT_BYTES = 1 << 16
 _AUTO_DEVICE_MIN_WORK = 1 << 20
 # encode() of a text of up to this many bytes runs one kernel without the word cache
 # (``_quick_ids``). Per call, cl100k, one thread (bench/RESULTS.md, session 16): 64 B of
-# English 20.9 -> 4.2 us, 1 KB 27.0 -> 22.2; past ~1.2 KB the cached path is faster.
+# English 21.2 -> 4.1 us, 1 KB 27.7 -> 23.7; past ~1 KB the cached path is faster.
 _QUICK_MAX_BYTES = 1024
 # decode() of a list of up to this many ids joins their bytes in Python (``_quick_bytes``):
 # past ~64 the kernel's gather, with its fixed ~3 us, is faster.
@@ -253,6 +253,7 @@ class Tokenizer:
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
         self._quick = self._quick_scanner()
+        self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
         self._special_start_sets: tuple[tuple, tuple] | None = None
         self._all_specials: frozenset[str] | None = None
 
@@ -440,8 +441,12 @@ class Tokenizer:
             return None
         if len(data) > _QUICK_MAX_BYTES:
             return None
-        return encode_short_text_cpu(np.frombuffer(data, np.uint8), *self._quick,
-                                     self._rules).tolist()
+        args = (np.frombuffer(data, np.uint8), *self._quick, self._rules)
+        if self._quick_kernel is None:  # the first call compiles or loads the kernel
+            ids = encode_short_text_cpu(*args)
+            self._quick_kernel = _compiled_entry(encode_short_text_cpu, args)
+            return ids.tolist()
+        return self._quick_kernel(*args).tolist()
 
     def _special_starts(self, text) -> tuple:
         """The first two characters (for a str) or bytes (for bytes) of the special tokens:
@@ -1172,6 +1177,18 @@ def _utf8_strings(data: np.ndarray, bounds: np.ndarray, errors: str) -> list[str
     view, decode = memoryview(data), codecs.utf_8_decode
     bounds = bounds.tolist()
     return [decode(view[a:b], errors, True)[0] for a, b in zip(bounds, bounds[1:])]
+
+
+def _compiled_entry(dispatcher, args: tuple):
+    """The compiled entry point of ``dispatcher`` for the types of ``args``: called with
+    arguments of those same types, it skips the dispatcher's matching of argument types
+    (1.3 of the 3.2 us of an ``encode_short_text_cpu`` call on "hello world", where all
+    but the text are the same objects every call and the text is always a read-only
+    uint8 array). The dispatcher itself where Numba keeps no such entry."""
+    try:
+        return dispatcher.overloads[tuple(map(dispatcher.typeof_pyval, args))].entry_point
+    except (AttributeError, KeyError, TypeError):
+        return dispatcher
 
 
 def _uint32_ids(ids: list) -> np.ndarray:

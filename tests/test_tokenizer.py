@@ -150,15 +150,31 @@ def test_decode_batch_equals_per_document_decoding_of_any_ids(tok, form, errors)
 
 
 @pytest.fixture
-def quick_calls(monkeypatch):
-    """The calls encode() made to the one-kernel path of short texts."""
+def quick_calls(tok, monkeypatch):
+    """The calls ``tok.encode()`` made to the one-kernel path of short texts (the kernel
+    through its dispatcher, not the compiled entry ``_compiled_entry`` finds)."""
     from gpubpe import tokenizer as module
 
     calls = []
     kernel = module.encode_short_text_cpu
     monkeypatch.setattr(module, "encode_short_text_cpu",
                         lambda *args: calls.append(args[0].size) or kernel(*args))
+    monkeypatch.setattr(module, "_compiled_entry", lambda dispatcher, args: dispatcher)
+    monkeypatch.setattr(tok, "_quick_kernel", None)
     return calls
+
+
+def test_the_compiled_entry_gives_the_dispatchers_ids(tok):
+    from gpubpe import tokenizer as module
+
+    args = (np.frombuffer(b"hello world", np.uint8), *tok._quick, tok._rules)
+    expected = module.encode_short_text_cpu(*args).tolist()
+    entry = module._compiled_entry(module.encode_short_text_cpu, args)
+    assert entry is not module.encode_short_text_cpu  # Numba keeps one: the fast call
+    assert entry(*args).tolist() == expected == tok.encode("hello world")
+    float_text = (np.zeros(3), *args[1:])  # no overload for these types: the dispatcher
+    assert module._compiled_entry(module.encode_short_text_cpu, float_text) is \
+        module.encode_short_text_cpu
 
 
 SHORT_TEXTS = ["", "a", "hello world", "  spaces  around  ", "中文 😀 e\u0301", "x" * 1024,
