@@ -162,10 +162,15 @@ def test_the_strs_made_for_the_fill_are_freed_with_their_list(cl100k, cl100k_tok
     CPython's object allocator)."""
 
     id_lists = [cl100k.encode(doc) for doc in _documents()] * 20
+    assert len(id_lists) >= 1000
     made, left, nones = traced_memory(lambda: cl100k_tok.decode_batch(id_lists), warm=5)
-    assert abs(nones) <= 2
-    assert made > sum(map(len, _documents())) * 20  # the strs were traced ...
-    assert left < 4096  # ... and freed
+    measured = f"made {made} B, left {left} B, None's references {nones:+d}"
+    # A None not given back (or given back twice) moves the count by one a document, here
+    # 1,000+; the rest of the interpreter moved it by up to 6 in a full run with fresh
+    # Numba caches (session 16: -6, and -1,969 before ``traced_memory`` collected first).
+    assert abs(nones) <= 16, measured
+    assert made > sum(map(len, _documents())) * 20, measured  # the strs were traced ...
+    assert left < 4096, measured  # ... and freed
 
 
 def test_no_memory_for_a_str_leaves_none_and_no_error_set(monkeypatch):
