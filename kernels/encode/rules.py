@@ -18,6 +18,7 @@ from .words import (
     _next_cell,
     _put_cell,
     empty_cells,
+    equal_bytes,
     interleaved_find,
     word_key,
 )
@@ -156,14 +157,10 @@ def first_misspelt_rule(pool, offsets, rules):
         left_at, left_len = offsets[left], offsets[left + 1] - offsets[left]
         right_at, right_len = offsets[right], offsets[right + 1] - offsets[right]
         at = offsets[result]
-        if offsets[result + 1] - at != left_len + right_len:
+        if (offsets[result + 1] - at != left_len + right_len
+                or not equal_bytes(pool, left_at, pool, at, left_len)
+                or not equal_bytes(pool, right_at, pool, at + left_len, right_len)):
             return rank
-        for k in range(left_len):
-            if pool[left_at + k] != pool[at + k]:
-                return rank
-        for k in range(right_len):
-            if pool[right_at + k] != pool[at + left_len + k]:
-                return rank
     return -1
 
 
