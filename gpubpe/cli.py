@@ -22,7 +22,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .errors import CorpusError, DeviceError, GpubpeError
+from .errors import DeviceError, GpubpeError
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -421,13 +421,10 @@ def _encode_inputs(names: list[Path]) -> list[Path]:
     it, no suffix) is most likely a string meant for --text, so the error says so."""
     from .pretokenize import corpus_paths
 
-    try:
-        return corpus_paths(names) if names else []
-    except CorpusError as exc:
-        missing = [str(n) for n in names if str(exc) == f"{n}: no such file"]
-        if missing and (" " in missing[0] or not Path(missing[0]).suffix):
-            raise _usage(f"{exc}; to encode a string, pass --text {missing[0]!r}") from None
-        raise
+    for name in map(str, names):
+        if (" " in name or not Path(name).suffix) and not os.path.lexists(name):
+            raise _usage(f"{name}: no such file; to encode a string, pass --text {name!r}")
+    return corpus_paths(names) if names else []
 
 
 def _run_encode_on_dask(args, tok, files, allowed) -> int:
