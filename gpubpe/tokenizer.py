@@ -254,8 +254,13 @@ class Tokenizer:
         self._cache_readers = 0
         self._quick = self._quick_scanner()
         self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
-        self._special_start_sets: tuple[tuple, tuple] | None = None
-        self._all_specials: frozenset[str] | None = None
+        self._all_specials = frozenset(self._special_ids)
+        # The special tokens' first two characters, and bytes: a text holds a token only
+        # if it holds its start ("<|" for tiktoken's and Llama's; one character would send
+        # every text with a "<" to the general path). What ``_quick_ids`` looks for.
+        self._special_starts = {str: tuple({token[:2] for token in self._special_ids}),
+                                bytes: tuple({token.encode("utf-8")[:2]
+                                              for token in self._special_ids})}
 
     # ------------------------------------------------------------ introspection
     @property
@@ -433,7 +438,7 @@ class Tokenizer:
                 or not _names_no_token(allowed_special)
                 or not _names_no_token(disallowed_special)):
             return None
-        if self._special_ids and any(start in text for start in self._special_starts(text)):
+        if any(start in text for start in self._special_starts[type(text)]):
             return None
         try:
             data = text.encode("utf-8") if type(text) is str else text
@@ -447,18 +452,6 @@ class Tokenizer:
             self._quick_kernel = _compiled_entry(encode_short_text_cpu, args)
             return ids.tolist()
         return self._quick_kernel(*args).tolist()
-
-    def _special_starts(self, text) -> tuple:
-        """The first two characters (for a str) or bytes (for bytes) of the special tokens:
-        a text holds a token only if it holds its start ("<|" for tiktoken's and Llama's;
-        one character would send every text with a "<" to the general path)."""
-        starts = self._special_start_sets
-        if starts is None:
-            tokens = list(self._special_ids)
-            starts = self._special_start_sets = (
-                tuple({token[:2] for token in tokens}),
-                tuple({token.encode("utf-8")[:2] for token in tokens}))
-        return starts[0] if type(text) is str else starts[1]
 
     def encode_ordinary(self, text: str | bytes) -> list[int]:
         """Encode text, treating special-token text as ordinary text."""
@@ -762,8 +755,6 @@ class Tokenizer:
         (its hash kept too), and a set of names is checked against it by its own size:
         with Llama 4's 2,048 tokens, sets of all of them made at each call took ~70 us
         of a 2 KB ``encode()`` (cl100k's call: 35 us in all)."""
-        if self._all_specials is None:
-            self._all_specials = frozenset(self._special_ids)
         if value == "all":
             return self._all_specials
         if isinstance(value, str):
@@ -818,9 +809,7 @@ class Tokenizer:
         quick = self._quick_bytes(ids)
         if quick is not None:
             return quick
-        flat = _uint32_ids(ids) if type(ids) is list else None
-        if flat is None or flat.dtype != np.uint32:  # the CPU gather checks uint32 ids itself
-            flat = self._id_array(ids)
+        flat = self._id_array(ids, check=False)  # the gather checks them
         out, _ = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))
         return out.tobytes()
 
@@ -998,14 +987,13 @@ class Tokenizer:
         gather runs 1.3x faster on uint32 ids than on int64 (bench/RESULTS.md). The range
         and gap check is one kernel pass (``first_bad_id``, ~0.3 ns an id; numpy's
         comparisons and fancy-indexed gap lookup took ~4.5 ns an id, as long as the gather).
-        ``check=False``: a 1-D integer array comes back as it is, unchecked (for the CPU
-        gather, which checks as it goes)."""
-        if not check and isinstance(ids, np.ndarray) and ids.ndim == 1 \
-                and ids.dtype.kind in "iu" and ids.dtype.isnative:
-            return ids
-        if not isinstance(ids, np.ndarray):
+        ``check=False``: a 1-D integer array, or the array a list of ints packs into,
+        comes back as it is, unchecked (for the CPU gather, which checks as it goes)."""
+        if not isinstance(ids, np.ndarray | list):
             ids = list(ids)
         array = ids if isinstance(ids, np.ndarray) else _uint32_ids(ids)
+        if not check and array.ndim == 1 and array.dtype.kind in "iu" and array.dtype.isnative:
+            return array
         if array.size == 0:
             return np.zeros(0, dtype=np.uint32)
         of_doc = "" if document is None else f" of document {document}"
