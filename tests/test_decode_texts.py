@@ -163,11 +163,15 @@ def test_the_strs_made_for_the_fill_are_freed_with_their_list(cl100k, cl100k_tok
 
     id_lists = [cl100k.encode(doc) for doc in _documents()] * 20
     assert len(id_lists) >= 1000
-    made, left, nones = traced_memory(lambda: cl100k_tok.decode_batch(id_lists), warm=5)
-    measured = f"made {made} B, left {left} B, None's references {nones:+d}"
+    runs = [traced_memory(lambda: cl100k_tok.decode_batch(id_lists), warm=5 if i == 0 else 0)
+            for i in range(3)]
+    made, left, _ = runs[0]
+    nones = min((run[2] for run in runs), key=abs)
+    measured = f"made {made} B, left {left} B, None's references {[run[2] for run in runs]}"
     # A None not given back (or given back twice) moves the count by one a document, here
-    # 1,000+; the rest of the interpreter moved it by up to 6 in a full run with fresh
-    # Numba caches (session 16: -6, and -1,969 before ``traced_memory`` collected first).
+    # 1,000+, at every call. Full CI runs with fresh Numba caches saw single windows move
+    # it by -6, -186 and -1,969 (session 16): references the pool's threads were still
+    # dropping after the call before; so the calm one of three windows is the count.
     assert abs(nones) <= 16, measured
     assert made > sum(map(len, _documents())) * 20, measured  # the strs were traced ...
     assert left < 4096, measured  # ... and freed
