@@ -73,7 +73,8 @@ def _add_tokenizer_option(p) -> None:
 
 def _add_pattern_option(p) -> None:
     p.add_argument("--pattern", default="gpt2",
-                   help="split pattern: gpt2 (default), cl100k, o200k, llama3, a regex, or 'none'")
+                   help="split pattern: gpt2 (default), cl100k, o200k, llama3, qwen2, tekken, a "
+                        "regex, or 'none'")
 
 
 def _pattern_of(args) -> str | None:
@@ -886,7 +887,7 @@ def _add_count(commands) -> None:
     _add_text_field_option(p)
     p.add_argument("--threads", type=int, default=None, help="threads (default: all cores)")
     p.add_argument("--backend", default="cpu", choices=["auto", "cpu", "cuda"],
-                   help="cpu (default), or cuda: count gpt2/cl100k/o200k/llama3 words on the GPU "
+                   help="cpu (default), or cuda: count the words of a named pattern on the GPU "
                         "(the same counts)")
     _add_progress_option(p, "the progress bar")
     _add_scheduler_options(p)

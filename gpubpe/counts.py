@@ -221,7 +221,7 @@ def count_words(corpus, *, pattern: str | None = "gpt2", special_tokens: Iterabl
 
     ``corpus`` is what :func:`gpubpe.train` takes (paths or documents). Special
     token text is cut out and never counted; the progress bar counts bytes read.
-    ``backend="cuda"`` counts on the device (gpt2, cl100k, o200k, llama3): the same counts.
+    ``backend="cuda"`` counts on the device (any named pattern): the same counts.
     """
     from tqdm.auto import tqdm
 

@@ -641,13 +641,14 @@ def from_tiktoken(encoding, pattern: str | None = None,
     are a token merges at that token's rank, lowest first, leftmost on ties.
     So every split ``(a, b)`` of a token into two tokens becomes a rule at the
     token's rank, and tokens reachable only whole (Llama 3 has some) work.
-    ``pattern``: for a file, a name ('gpt2', 'cl100k', 'o200k', 'llama3') or a
+    ``pattern``: for a file, a name ('gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2') or a
     regex; ``special_tokens``: ``{text: id}`` for a file (an Encoding has its own).
     """
     if isinstance(encoding, str | os.PathLike):
         if pattern is None:
             raise ConfigError("a .tiktoken rank file holds no split pattern: pass pattern= "
-                              "('gpt2', 'cl100k', 'o200k', 'llama3' or a regex)")
+                              "('gpt2', 'cl100k', 'o200k', 'llama3', 'qwen2', 'tekken' or a "
+                              "regex)")
         ranks, name = read_tiktoken_ranks(Path(encoding)), Path(encoding).name
         pat_str, specials = _tiktoken_pattern(pattern), dict(special_tokens or {})
     else:

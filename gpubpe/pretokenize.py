@@ -6,7 +6,7 @@ through the ``str`` world with ``surrogateescape`` and come back unchanged.
 
 Corpora are read as batches of UTF-8 bytes cut into segments (a document, or
 the text between special tokens). Word counting for the named patterns (gpt2,
-cl100k, o200k, llama3) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
+cl100k, o200k, llama3, qwen2, tekken) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
 threads (they release the GIL); a custom pattern uses ``regex``.
 
 Bytes that are not valid UTF-8 (input given as bytes) are split as ``regex``
@@ -64,7 +64,9 @@ from .kernels.pretok import (
     LLAMA3,
     NUMBER,
     O200K,
+    QWEN2,
     SPACE,
+    TEKKEN,
     count_scanned_words,
 )
 from .kernels.str_utf8 import any_ends_with
@@ -99,8 +101,27 @@ LLAMA3_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+# Qwen's (Qwen 1 to 3: the Qwen tiktoken file, transformers' Qwen2Tokenizer): Llama 3's
+# with single digits.
+QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# Mistral's Tekken (its tekken.json files: Nemo, Pixtral, Small 3...): o200k's without
+# the contractions after a word, with single digits.
+TEKKEN_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*""",
+        r"""\p{N}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
-                  "llama3": LLAMA3_PATTERN}
+                  "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "tekken": TEKKEN_PATTERN}
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
@@ -109,7 +130,7 @@ _DEVICE_BATCH_BYTES = 64 << 20
 
 
 def resolve_pattern(pattern: str | None) -> str | None:
-    """A pattern name ('gpt2', 'cl100k', 'o200k', 'llama3'), a custom regex, or None (no split)."""
+    """A pattern name (``NAMED_PATTERNS``), a custom regex, or None (no split)."""
     if pattern is None:
         return None
     if not isinstance(pattern, str):
@@ -201,7 +222,7 @@ _FLAG_CLASSES = (
     (CHAR_CRLF, r"[\r\n]"),
 )
 _SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K,
-             LLAMA3_PATTERN: LLAMA3}
+             LLAMA3_PATTERN: LLAMA3, QWEN2_PATTERN: QWEN2, TEKKEN_PATTERN: TEKKEN}
 
 
 def scanner_for(regex_text: str | None) -> int | None:

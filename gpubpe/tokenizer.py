@@ -369,7 +369,7 @@ class Tokenizer:
     def from_tiktoken(cls, encoding, pattern: str | None = None,
                       special_tokens: dict[str, int] | None = None) -> Tokenizer:
         """Import a ``tiktoken.Encoding``, or a ``.tiktoken`` rank file with its ``pattern``
-        ('gpt2', 'cl100k', 'o200k', 'llama3' or a regex): the same ids as tiktoken."""
+        (a name of ``NAMED_PATTERNS`` or a regex): the same ids as tiktoken."""
         return cls(interop.from_tiktoken(encoding, pattern=pattern,
                                          special_tokens=special_tokens))
 

@@ -1,8 +1,10 @@
-"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3) and word counter over UTF-8 bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen, Tekken) and word counter over UTF-8
+bytes, in Numba.
 
-Exact hand-written matchers of the four named split patterns, run on bytes:
+Exact hand-written matchers of the six named split patterns, run on bytes:
 GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``,
-tiktoken's cl100k and o200k patterns and Llama 3's (``gpubpe.pretokenize``). The
+tiktoken's cl100k and o200k patterns, Llama 3's and Qwen's (cl100k's scanner with
+two switches) and Mistral's Tekken (o200k's with one) (``gpubpe.pretokenize``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on
@@ -13,7 +15,8 @@ letter, number, mark or space class), as lone surrogates from
 
 Words never cross segments: the caller passes ``(segment_start, segment_end)``
 byte ranges (a document, or the text between special tokens). A scanner is
-picked by a small int (``GPT2``, ``CL100K``, ``O200K``, ``LLAMA3``) through ``piece_end``.
+picked by a small int (``GPT2``, ``CL100K``, ``O200K``, ``LLAMA3``, ``QWEN2``, ``TEKKEN``)
+through ``piece_end``.
 
 Shape for a device: each pattern is a "piece end" function, ``end =
 *_piece_end(data, start, segment_end, table)``, built from scalar helpers that
@@ -58,7 +61,7 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, same_bytes, word_key
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-GPT2, CL100K, O200K, LLAMA3 = 0, 1, 2, 3  # scanner ids (``piece_end``)
+GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN = 0, 1, 2, 3, 4, 5  # scanner ids (``piece_end``)
 CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32  # code_point_flags
 
 
@@ -486,11 +489,11 @@ def whitespace_piece_end(data, i, end, flags, whole_at_end):
 
 
 @hot
-def _digits_end(data, i, end, flags):
-    """``\\p{N}{1,3}`` at i (a number char is there)."""
+def _digits_end(data, i, end, flags, most):
+    """``\\p{N}{1,most}`` at i (a number char is there); ``most`` is 3 or 1."""
     _, length = char_flags(data, i, end, flags)
     j = i + length
-    for _ in range(2):
+    for _ in range(most - 1):
         if j >= end:
             break
         f, length = char_flags(data, j, end, flags)
@@ -517,9 +520,10 @@ def _punctuation_end(data, i, end, flags, f, slash):
 
 
 @hot
-def cl100k_piece_end(data, i, end, flags, whole_at_end):
+def cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits):
     """End of the cl100k piece starting at byte i (see the notes above); with
-    ``whole_at_end`` False, of the Llama 3 piece.
+    ``whole_at_end`` False, of the Llama 3 piece, and with ``most_digits`` 1 too, of the
+    Qwen piece (Qwen's pattern is Llama 3's with ``\\p{N}`` for ``\\p{N}{1,3}``).
 
     Llama 3's pattern is cl100k's without the possessive quantifiers, which change
     nothing there (no part of an alternative can give back what its possessive part
@@ -539,7 +543,7 @@ def cl100k_piece_end(data, i, end, flags, whole_at_end):
         if f2 & CHAR_L:
             return run_with(data, i + length + length2, end, flags, CHAR_L)
     if f & CHAR_N:
-        return _digits_end(data, i, end, flags)
+        return _digits_end(data, i, end, flags, most_digits)
     stop = _punctuation_end(data, i, end, flags, f, False)
     if stop >= 0:
         return stop
@@ -606,16 +610,18 @@ def _o200k_letters_end(data, i, end, flags, f, length):
 
 
 @hot
-def o200k_piece_end(data, i, end, flags):
-    """End of the o200k piece starting at byte i (see the notes above)."""
+def o200k_piece_end(data, i, end, flags, is_o200k):
+    """End of the o200k piece starting at byte i (see the notes above); with ``is_o200k``
+    False, of the Tekken piece (Mistral's pattern is o200k's without the contractions after
+    a word and with ``\\p{N}`` for ``\\p{N}{1,3}``)."""
     f, length = char_flags(data, i, end, flags)
     stop = _o200k_letters_end(data, i, end, flags, f, length)
     if stop >= 0:
-        if stop < end:
+        if stop < end and is_o200k:
             stop += contraction_length_ci(data, stop, end)
         return stop
     if f & CHAR_N:
-        return _digits_end(data, i, end, flags)
+        return _digits_end(data, i, end, flags, 3 if is_o200k else 1)
     stop = _punctuation_end(data, i, end, flags, f, True)
     if stop >= 0:
         return stop
@@ -623,22 +629,22 @@ def o200k_piece_end(data, i, end, flags):
 
 
 @_inlined
-def cl100k_piece_end_fast(data, i, end, flags, whole_at_end):
+def cl100k_piece_end_fast(data, i, end, flags, whole_at_end, most_digits):
     """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline."""
     byte = data[i]
     if byte >= 0x80 or byte == 39:
-        return cl100k_piece_end(data, i, end, flags, whole_at_end)
+        return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits)
     f = flags[byte]
     if f & CHAR_L:
         return run_with(data, i + 1, end, flags, CHAR_L)
     if (f & _NOT_PREFIX == 0 and i + 1 < end and data[i + 1] < 0x80
             and flags[data[i + 1]] & CHAR_L):
         return run_with(data, i + 2, end, flags, CHAR_L)
-    return cl100k_piece_end(data, i, end, flags, whole_at_end)
+    return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits)
 
 
 @_inlined
-def o200k_piece_end_fast(data, i, end, flags):
+def o200k_piece_end_fast(data, i, end, flags, is_o200k):
     """``o200k_piece_end`` with ASCII words (``Word``, `` word``, ``WORD``...) inline.
 
     On ASCII, U is upper case and W lower case, and no char is both, so the
@@ -647,23 +653,23 @@ def o200k_piece_end_fast(data, i, end, flags):
     """
     byte = data[i]
     if byte >= 0x80:
-        return o200k_piece_end(data, i, end, flags)
+        return o200k_piece_end(data, i, end, flags, is_o200k)
     f = flags[byte]
     j = i
     if f & _NOT_PREFIX == 0:
         j = i + 1
     elif f & CHAR_L == 0:
-        return o200k_piece_end(data, i, end, flags)
+        return o200k_piece_end(data, i, end, flags, is_o200k)
     k = j
     while k < end and data[k] < 0x80 and flags[data[k]] & CHAR_U:
         k += 1
     if k < end and data[k] >= 0x80:
-        return o200k_piece_end(data, i, end, flags)
+        return o200k_piece_end(data, i, end, flags, is_o200k)
     if k < end and flags[data[k]] & CHAR_W:
         k = run_with(data, k + 1, end, flags, CHAR_W)
     elif k == j:
-        return o200k_piece_end(data, i, end, flags)
-    if k < end:
+        return o200k_piece_end(data, i, end, flags, is_o200k)
+    if k < end and is_o200k:
         k += contraction_length_ci(data, k, end)
     return k
 
@@ -673,13 +679,14 @@ def o200k_piece_end_fast(data, i, end, flags):
 
 @_inlined
 def piece_end(scanner, data, i, end, table):
-    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K`` or
-    ``LLAMA3``."""
-    if scanner == CL100K or scanner == LLAMA3:
-        return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K)
-    if scanner == O200K:
-        return o200k_piece_end_fast(data, i, end, table)
-    return gpt2_word_end_fast(data, i, end, table)
+    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K``,
+    ``LLAMA3``, ``QWEN2`` or ``TEKKEN``."""
+    if scanner == GPT2:
+        return gpt2_word_end_fast(data, i, end, table)
+    if scanner == O200K or scanner == TEKKEN:
+        return o200k_piece_end_fast(data, i, end, table, scanner == O200K)
+    return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K,
+                                 1 if scanner == QWEN2 else 3)
 
 
 @njit(cache=True)

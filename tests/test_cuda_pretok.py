@@ -28,7 +28,6 @@ from gpubpe.kernels.encode.pretok_cuda import count_words_cuda, word_start_flags
 from gpubpe.kernels.pretok import (
     CL100K,
     GPT2,
-    LLAMA3,
     O200K,
     count_scanned_words,
     is_safe_cut,
@@ -36,7 +35,7 @@ from gpubpe.kernels.pretok import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K, "llama3": LLAMA3}
+SCANNERS = {name: pretokenize.scanner_for(regex) for name, regex in pretokenize.NAMED_PATTERNS.items()}
 CATEGORIES = ("Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "
               "Zs Zl Zp Cc Cf Co Cn").split()
 INVALID = [b"\xff", b"\x80", b"\xe4\xb8", b"\xed\xa0\x80", b"\xc0\x80", b"\xf4\x90\x80\x80",

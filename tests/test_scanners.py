@@ -31,18 +31,14 @@ from gpubpe.kernels.pretok import (
     CHAR_S,
     CHAR_U,
     CHAR_W,
-    CL100K,
-    GPT2,
-    LLAMA3,
-    O200K,
     count_scanned_words,
     split_ends,
 )
-from gpubpe.pretokenize import NAMED_PATTERNS, count_words, word_bytes
+from gpubpe.pretokenize import NAMED_PATTERNS, count_words, scanner_for, word_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_FILES = [ROOT / "tests" / "data" / "multiscript.txt", ROOT / "gpubpe" / "data" / "demo.txt"]
-SCANNERS = {"gpt2": GPT2, "cl100k": CL100K, "o200k": O200K, "llama3": LLAMA3}
+SCANNERS = {name: scanner_for(regex) for name, regex in NAMED_PATTERNS.items()}
 NAMES = list(SCANNERS)
 # Every general category; Cs (surrogates) has no UTF-8 form: invalid bytes stand for it.
 CATEGORIES = ("Lu Ll Lt Lm Lo Mn Mc Me Nd Nl No Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So "

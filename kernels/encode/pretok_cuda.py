@@ -275,7 +275,7 @@ def word_start_flags_cuda(data, seg_start, seg_end, scanner, table, xp):
     """uint8 device array of len(data): 1 where a piece (word) starts inside a segment, else 0.
 
     ``data`` uint8, ``seg_start``/``seg_end`` int64 device arrays (segments must
-    not overlap); ``scanner`` is ``pretok.GPT2``, ``CL100K``, ``O200K`` or ``LLAMA3``
+    not overlap); ``scanner`` is a ``pretok`` scanner id (``piece_end``)
     and ``table`` its class table on the device (``gpubpe.pretokenize.scanner_table``).
     Equal to ``pretok.split_ends`` on every segment. No sync.
     """

@@ -215,7 +215,7 @@ def word_refs_scan_cpu(data, piece_start, piece_end, piece_special, piece_lo, pi
                        table, cache, piece_ref_end):
     """Step 1 for a named pattern on pieces [piece_lo, piece_hi) (one shard, one thread).
 
-    ``scanner`` is ``pretok.GPT2``, ``CL100K``, ``O200K`` or ``LLAMA3``, ``table`` its class table.
+    ``scanner`` is a ``pretok`` scanner id (``piece_end``), ``table`` its class table.
 
     Writes ``piece_ref_end[p]`` (refs made up to the end of piece p, counted from
     the shard's first piece) and returns ``(refs, new_at, new_len, new_count,
