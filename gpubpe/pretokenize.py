@@ -183,22 +183,35 @@ def word_bytes(word: str) -> bytes:
     return word.encode("utf-8", "surrogateescape")
 
 
-@lru_cache(maxsize=1)
-def code_point_classes() -> np.ndarray:
-    """Class of every code point (other/letter/number/space) as ``regex`` sees it."""
-    code_points = np.arange(0x110000, dtype=np.int64)
-    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
-    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
-    classes = np.zeros(0x110000, dtype=np.uint8)
-    for cls, pattern in ((LETTER, r"\p{L}+"), (NUMBER, r"\p{N}+"), (SPACE, r"\s+")):
-        for match in regex.finditer(pattern, text):
-            classes[code_points[match.start():match.end()]] = cls
-    return classes
+# The scanners' character classes are Unicode 16.0's, as tiktoken 0.14 (its Rust regex) and
+# HF tokenizers' ByteLevel have them, whatever ``regex`` is installed: a table read from
+# ``regex`` itself moved to Unicode 17 with regex 2025.10.22 (CJK Ext. J letters: ids
+# unlike tiktoken's), and pinning ``regex`` below that made pip downgrade it under
+# transformers >= 5.24, which then refused to import. The table was made with
+# ``bench/make_unicode_table.py`` (``flags_from_regex`` under regex 2025.9.18); the 'dev'
+# extra pins that Unicode so the tests compare it with ``regex``. Loading both tables takes
+# ~7 ms where building them from ``regex`` took ~80 ms.
+UNICODE_TABLE = Path(__file__).parent / "data" / "unicode16_flags.zlib"
 
 
 @lru_cache(maxsize=1)
 def code_point_flags() -> np.ndarray:
-    """``CHAR_*`` bit flags of every code point, as ``regex`` sees it (cl100k, o200k, Llama 3 scanners).
+    """``CHAR_*`` bit flags of every code point, Unicode 16.0 (the scanners but GPT-2's)."""
+    return np.frombuffer(bytearray(zlib.decompress(UNICODE_TABLE.read_bytes())), dtype=np.uint8)
+
+
+@lru_cache(maxsize=1)
+def code_point_classes() -> np.ndarray:
+    """Class of every code point (other/letter/number/space), Unicode 16.0 (GPT-2's scanner)."""
+    flags = code_point_flags()
+    classes = np.zeros(flags.size, dtype=np.uint8)
+    for cls, flag in ((LETTER, CHAR_L), (NUMBER, CHAR_N), (SPACE, CHAR_S)):  # disjoint
+        classes[flags & flag != 0] = cls
+    return classes
+
+
+def flags_from_regex() -> np.ndarray:
+    """``code_point_flags`` as the installed ``regex`` reads its Unicode (to make the table).
 
     Each flag is the set of one class the patterns name, read from ``regex``
     itself (Python's ``unicodedata`` lags behind its Unicode version).

@@ -130,9 +130,10 @@ NEWEST_LETTERS = [0x11F04, 0x2EBF0, 0x10D4A, 0x16D43, 0x11380, 0x323B0, 0x10940,
 
 
 def test_the_newest_letters_are_classed_as_tiktoken_classes_them(cl100k_tok, cl100k):
-    """The scanners' classes come from ``regex`` (pinned in pyproject.toml), tiktoken's from
-    its Rust regex; each moves to a new Unicode on its own. regex 2026.11.19 made
-    '\U0003d000:A' a letter and ':A' where tiktoken 0.14 gives '\U0003d000:' and 'A'."""
+    """The scanners' classes are Unicode 16.0's (``gpubpe/data/unicode16_flags.zlib``), as
+    tiktoken 0.14's Rust regex has them, whatever ``regex`` is installed. Read from regex
+    2026.11.19, '\U0003d000:A' was a letter and ':A' where tiktoken gives '\U0003d000:' and
+    'A'."""
     import regex
 
     for cp in NEWEST_LETTERS:

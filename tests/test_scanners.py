@@ -31,6 +31,10 @@ from gpubpe.kernels.pretok import (
     CHAR_S,
     CHAR_U,
     CHAR_W,
+    LETTER,
+    NUMBER,
+    OTHER,
+    SPACE,
     count_scanned_words,
     split_ends,
 )
@@ -99,6 +103,19 @@ def test_flag_table_follows_the_general_category_of_every_code_point():
                                   for m in regex.finditer(r"\p{gc=" + category + "}+", text)])
         got = np.unique(flags[members] & (L | N | U | W))
         assert got.tolist() == [expected.get(category, 0)], category
+
+
+def test_the_shipped_unicode_table_is_regexs_unicode_16():
+    """The table the scanners read (``gpubpe/data``, made by ``bench/make_unicode_table.py``)
+    is what ``regex`` reads under the 'dev' extra's pin (Unicode 16.0); a newer regex (17.0
+    from 2025.10.22) reads more letters, and this fails: the table is right, not the pin."""
+    from importlib.metadata import version
+
+    shipped, read = pretokenize.code_point_flags(), pretokenize.flags_from_regex()
+    differ = np.flatnonzero(shipped != read)
+    assert differ.size == 0, (version("regex"), [hex(c) for c in differ[:5]], differ.size)
+    assert pretokenize.code_point_classes()[[ord("a"), ord("7"), ord(" "), ord("!")]].tolist() \
+        == [LETTER, NUMBER, SPACE, OTHER]
 
 
 def test_whitespace_and_crlf_flags():
@@ -275,7 +292,7 @@ def test_long_documents_cut_for_threads_give_the_same_ids(trained, multiscript_d
 
 
 def test_the_newest_letters_split_as_hf_bytelevel_splits_them():
-    """The GPT-2 scanner's letters are Unicode 16.0's (``regex``, pinned in pyproject.toml),
+    """The GPT-2 scanner's letters are Unicode 16.0's (``gpubpe/data/unicode16_flags.zlib``),
     as HF tokenizers' ByteLevel pre-tokenizer (its own regex engine) has them: letters of
     Unicode 15.0-16.0 join the "A" after them, those of 17 and later do not."""
     tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
