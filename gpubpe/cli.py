@@ -585,13 +585,13 @@ def _run_export(args) -> int:
 def _export_tiktoken(tok, args) -> int:
     """A .tiktoken rank file; the pattern and special tokens, which it cannot hold, printed."""
     from .atomic import check_output
-    from .interop import save_tiktoken_ranks
-    from .pretokenize import resolve_pattern
+    from .interop import save_tiktoken_ranks, tiktoken_pattern
 
     check_output(args.output, [args.tokenizer])
+    pat_str = tiktoken_pattern(tok.vocabulary)
     save_tiktoken_ranks(tok.vocabulary, args.output)
     print(f"wrote {args.output}; give tiktoken.Encoding pat_str="
-          f"{resolve_pattern(tok.vocabulary.pattern)!r} and special_tokens="
+          f"{pat_str!r} and special_tokens="
           f"{tok.special_tokens!r}", file=sys.stderr)
     return 0
 

@@ -164,21 +164,27 @@ def _byte_level(use_regex: bool, trim_offsets: bool = True) -> dict:
             "use_regex": use_regex}
 
 
-def _hf_pre_tokenizer(pattern: str | None) -> dict:
+def _hf_pre_tokenizer(pattern) -> dict:
     text = resolve_pattern(pattern)
     if text is None:
         return _byte_level(use_regex=False)
     if text == GPT2_PATTERN:
         return _byte_level(use_regex=True)
+    steps = text if isinstance(text, tuple) else (text,)
+    return {"type": "Sequence",
+            "pretokenizers": [*map(_hf_split, steps), _byte_level(use_regex=False)]}
+
+
+def _hf_split(text: str) -> dict:
+    """HF's Split step of one regex: Isolated for a named pattern, else its matches kept."""
     named = text in NAMED_PATTERNS.values()
     if not named and _POSSESSIVE_COUNT.search(text):
         raise ConfigError(
-            f"pattern {pattern!r} has a possessive counted repeat ('{{n,m}}+'), which HF's regex "
+            f"pattern {text!r} has a possessive counted repeat ('{{n,m}}+'), which HF's regex "
             "engine reads as a repeated group; write it without the '+' (or as an atomic group)"
         )
-    split = {"type": "Split", "pattern": {"Regex": HF_SPELLING.get(text, text)},
-             "behavior": "Isolated" if named else "Removed", "invert": not named}
-    return {"type": "Sequence", "pretokenizers": [split, _byte_level(use_regex=False)]}
+    return {"type": "Split", "pattern": {"Regex": HF_SPELLING.get(text, text)},
+            "behavior": "Isolated" if named else "Removed", "invert": not named}
 
 
 def _hf_added_tokens(vocab: Vocabulary) -> list[dict]:
@@ -483,8 +489,8 @@ def _strict_issue(message: str, where: str, strict: bool, notes: list[str]) -> N
 
 
 def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
-    """(gpubpe's pattern, add_prefix_space) of a ByteLevel or Split + ByteLevel(use_regex=False)
-    pre-tokenizer."""
+    """(gpubpe's pattern, add_prefix_space) of a ByteLevel pre-tokenizer, alone or after one or
+    more Splits (several: a tuple of patterns, run in sequence as HF runs them)."""
     steps = _pre_tokenizer_steps(pre_tokenizer, where)
     *splits, byte_level = steps
     if byte_level.get("type") != "ByteLevel":
@@ -498,17 +504,16 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
         _strict_issue("ByteLevel.add_prefix_space is true after a Split: HF adds a space before "
                       "every word, gpubpe only before each text piece (ByteLevel alone)",
                       where, strict, notes)
-    uses_regex = byte_level.get("use_regex", True)
-    if len(splits) + uses_regex > 1 or any(s.get("type") != "Split" for s in splits):
+    if any(split.get("type") != "Split" for split in splits):
         kinds = [step.get("type") for step in steps]
         raise ModelFormatError(
-            f"{where}: pre-tokenizer {kinds} (ByteLevel use_regex={uses_regex}) splits in more "
-            "than one stage; gpubpe supports ByteLevel alone or one Split then "
-            "ByteLevel(use_regex=false)"
+            f"{where}: pre-tokenizer is {kinds}; gpubpe reads Split steps and a ByteLevel "
+            "(GPT-2's regex when its use_regex is true)"
         )
-    if uses_regex:
-        return "gpt2", prefix_space
-    return (_pattern_of_split(splits[0], where) if splits else None), prefix_space
+    patterns = [_pattern_of_split(split, where) for split in splits]
+    patterns += ["gpt2"] if byte_level.get("use_regex", True) else []
+    pattern = None if not patterns else patterns[0] if len(patterns) == 1 else tuple(patterns)
+    return pattern, prefix_space
 
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,
@@ -625,11 +630,20 @@ def to_tiktoken(vocab: Vocabulary, name: str = "gpubpe"):
     contiguous = vocab.n_ids == len(ranks) + len(specials)
     return tiktoken.Encoding(
         name,
-        pat_str=resolve_pattern(vocab.pattern) or WHOLE_TEXT_PATTERN,
+        pat_str=tiktoken_pattern(vocab),
         mergeable_ranks=ranks,
         special_tokens=specials,
         explicit_n_vocab=vocab.n_ids if contiguous else None,
     )
+
+
+def tiktoken_pattern(vocab: Vocabulary) -> str:
+    """The ``pat_str`` tiktoken needs for ``vocab``: it splits with one regex."""
+    text = resolve_pattern(vocab.pattern)
+    if isinstance(text, tuple):
+        raise ConfigError(f"tiktoken splits text with one regex; this vocabulary runs {len(text)} "
+                          "in sequence (a HF Sequence of Splits): export it to HF instead")
+    return text or WHOLE_TEXT_PATTERN
 
 
 def from_tiktoken(encoding, pattern: str | None = None,

