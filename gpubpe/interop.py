@@ -70,6 +70,7 @@ from .pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     NAMED_PATTERNS,
+    isolated,
     resolve_pattern,
     split_words,
 )
@@ -513,7 +514,8 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
     patterns = [_pattern_of_split(split, where) for split in splits]
     patterns += ["gpt2"] if byte_level.get("use_regex", True) else []
     pattern = None if not patterns else patterns[0] if len(patterns) == 1 else tuple(patterns)
-    return pattern, prefix_space
+    named = [name for name, value in NAMED_PATTERNS.items() if value == pattern]
+    return (named[0] if named else pattern), prefix_space
 
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,
@@ -563,8 +565,7 @@ def _pattern_of_split(split: dict, where: str) -> str:
     for name, value in NAMED_PATTERNS.items():
         if text in (value, HF_SPELLING.get(value)):
             return name
-    # Isolated keeps the text between matches as words too: match it explicitly.
-    return f"(?:{text})|(?:(?!(?:{text}))[\\s\\S])+"
+    return isolated(text)  # the text between matches is kept as words too
 
 
 def _special_from_hf(added_tokens, where: str, notes: list[str]):

@@ -6,7 +6,7 @@ through the ``str`` world with ``surrogateescape`` and come back unchanged.
 
 Corpora are read as batches of UTF-8 bytes cut into segments (a document, or
 the text between special tokens). Word counting for the named patterns (gpt2,
-cl100k, o200k, llama3, qwen2, tekken) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
+cl100k, o200k, llama3, qwen2, tekken, deepseek) runs the exact Numba scanners of ``gpubpe.kernels.pretok`` in
 threads (they release the GIL); a custom pattern uses ``regex``.
 
 Bytes that are not valid UTF-8 (input given as bytes) are split as ``regex``
@@ -54,11 +54,14 @@ from .kernels.jsonl import jsonl_texts, line_ends
 from .kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
+    CHAR_M,
     CHAR_N,
+    CHAR_PS,
     CHAR_S,
     CHAR_U,
     CHAR_W,
     CL100K,
+    DEEPSEEK,
     GPT2,
     LETTER,
     LLAMA3,
@@ -120,8 +123,25 @@ TEKKEN_PATTERN = "|".join(
         r"""\s+""",
     ]
 )
+
+
+def isolated(text: str) -> str:
+    """The findall pattern of HF's Split(text, behavior="Isolated"): its matches and the
+    text between them."""
+    return f"(?:{text})|(?:(?!(?:{text}))[\\s\\S])+"
+
+
+# DeepSeek's (V3, R1...: its tokenizer.json): three Splits, each Isolated, each run on the
+# words of the one before (``split_words``; ``kernels.pretok.deepseek_piece_end``).
+DEEPSEEK_PATTERN = tuple(map(isolated, (
+    r"""\p{N}{1,3}""",
+    r"""[一-龥぀-ゟ゠-ヿ]+""",
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+    r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""".replace(r"\r\n", "\r\n"),
+)))  # the file holds CR and LF themselves in the third, not escapes
 NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
-                  "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "tekken": TEKKEN_PATTERN}
+                  "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "tekken": TEKKEN_PATTERN,
+                  "deepseek": DEEPSEEK_PATTERN}
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
@@ -145,6 +165,8 @@ def resolve_pattern(pattern):
         raise ConfigError(f"pattern must be a name, a regex string, a list of them or None, not "
                           f"{type(pattern).__name__}")
     text = NAMED_PATTERNS.get(pattern, pattern)
+    if isinstance(text, tuple):  # a named sequence
+        return text
     try:
         regex.compile(text)
     except regex.error as exc:
@@ -223,7 +245,10 @@ UNICODE_TABLE = Path(__file__).parent / "data" / "unicode16_flags.zlib"
 
 @lru_cache(maxsize=1)
 def code_point_flags() -> np.ndarray:
-    """``CHAR_*`` bit flags of every code point, Unicode 16.0 (the scanners but GPT-2's)."""
+    """``CHAR_*`` bit flags of every code point, Unicode 16.0 (the scanners but GPT-2's).
+
+    The table holds eight flags: ``\\p{L}``, ``\\p{N}``, ``\\s``, o200k's upper and lower
+    classes, CR/LF, ``\\p{M}``, ``\\p{P}`` or ``\\p{S}`` (``_FLAG_CLASSES``)."""
     return np.frombuffer(bytearray(zlib.decompress(UNICODE_TABLE.read_bytes())), dtype=np.uint8)
 
 
@@ -260,9 +285,12 @@ _FLAG_CLASSES = (
     (CHAR_U, r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"),
     (CHAR_W, r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"),
     (CHAR_CRLF, r"[\r\n]"),
+    (CHAR_M, r"\p{M}"),
+    (CHAR_PS, r"[\p{P}\p{S}]"),
 )
 _SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K,
-             LLAMA3_PATTERN: LLAMA3, QWEN2_PATTERN: QWEN2, TEKKEN_PATTERN: TEKKEN}
+             LLAMA3_PATTERN: LLAMA3, QWEN2_PATTERN: QWEN2, TEKKEN_PATTERN: TEKKEN,
+             DEEPSEEK_PATTERN: DEEPSEEK}
 
 
 def scanner_for(regex_text: str | None) -> int | None:

@@ -1,10 +1,11 @@
-"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen, Tekken) and word counter over UTF-8
-bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen, Tekken, DeepSeek) and word counter
+over UTF-8 bytes, in Numba.
 
-Exact hand-written matchers of the six named split patterns, run on bytes:
+Exact hand-written matchers of the seven named split patterns, run on bytes:
 GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``,
 tiktoken's cl100k and o200k patterns, Llama 3's and Qwen's (cl100k's scanner with
-two switches) and Mistral's Tekken (o200k's with one) (``gpubpe.pretokenize``). The
+two switches), Mistral's Tekken (o200k's with one) and DeepSeek's three regexes run in
+sequence (``deepseek_piece_end``) (``gpubpe.pretokenize``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on
@@ -15,8 +16,8 @@ letter, number, mark or space class), as lone surrogates from
 
 Words never cross segments: the caller passes ``(segment_start, segment_end)``
 byte ranges (a document, or the text between special tokens). A scanner is
-picked by a small int (``GPT2``, ``CL100K``, ``O200K``, ``LLAMA3``, ``QWEN2``, ``TEKKEN``)
-through ``piece_end``.
+picked by a small int (``GPT2``, ``CL100K``, ``O200K``, ``LLAMA3``, ``QWEN2``, ``TEKKEN``,
+``DEEPSEEK``) through ``piece_end``.
 
 Shape for a device: each pattern is a "piece end" function, ``end =
 *_piece_end(data, start, segment_end, table)``, built from scalar helpers that
@@ -61,8 +62,10 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, same_bytes, word_key
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN = 0, 1, 2, 3, 4, 5  # scanner ids (``piece_end``)
-CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF = 1, 2, 4, 8, 16, 32  # code_point_flags
+GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK = 0, 1, 2, 3, 4, 5, 6  # ``piece_end``
+# code_point_flags: \p{L}, \p{N}, \s, o200k's upper and lower classes, [\r\n], \p{M},
+# \p{P} or \p{S}
+CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF, CHAR_M, CHAR_PS = 1, 2, 4, 8, 16, 32, 64, 128
 
 
 @hot
@@ -280,6 +283,8 @@ def is_safe_cut(data, p, first, end, scanner, table):
     at, _ = decode_utf8(data, p, end)
     if scanner == GPT2:
         return _gpt2_cut(before, _class_of(before, table), _class_of(at, table))
+    if scanner == DEEPSEEK:
+        return _deepseek_cut(before, at, _class_of(before, table), _class_of(at, table))
     return _tiktoken_cut(before, at, _class_of(before, table), _class_of(at, table))
 
 
@@ -674,15 +679,168 @@ def o200k_piece_end_fast(data, i, end, flags, is_o200k):
     return k
 
 
+# ---------------------------------------------------------------- DeepSeek's three steps
+#
+# DeepSeek's pre-tokenizer (its tokenizer.json) is a sequence of three HF Splits, each
+# Isolated (the text between matches is kept as words too) and each run on every word of
+# the one before: digits ``\p{N}{1,3}`` (in threes from the start of a run), then CJK runs
+# ``[一-龥぀-ゟ゠-ヿ]+`` (U+4E00-U+9FA5, U+3040-U+30FF), then, inside each remaining piece,
+#   A1 ``[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+``  (ASCII P/S, ASCII letters)
+#   A2 ``[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+``
+#   A3 `` ?[\p{P}\p{S}]+[\r\n]*``
+#   A4-A6 ``\s*[\r\n]+|\s+(?!\S)|\s+``
+# and what none of them matches (numbers, controls, unassigned...) up to where one does.
+# So the text is first cut into segments of one kind (a digit chunk, a CJK run, other
+# text); the third step runs inside a segment as on a text of its own: a char of another
+# kind ends every run and counts as the end of the text for ``(?!\S)``. A digit chunk
+# holds no letter or mark, so the third step keeps it whole. Chars that are both (none:
+# no number is in the CJK ranges) would need more care; the tests compare every general
+# category against ``regex`` running the three steps.
+
+_DS_LM = CHAR_L | CHAR_M
+_DS_OTHER_KIND = 1 << 8  # a char of another segment: in no class mask
+
+
+@hot
+def _is_deepseek_cjk(code_point):
+    return 0x4E00 <= code_point <= 0x9FA5 or 0x3040 <= code_point <= 0x30FF
+
+
+@hot
+def _ds_char(data, k, end, flags, cjk):
+    """(flags, byte length) of the char at k in a CJK (``cjk``) or other-text segment;
+    ``_DS_OTHER_KIND`` alone for a char of another segment (a number, or CJK against other)."""
+    if data[k] < 0x80:
+        f = np.int64(flags[data[k]])
+        if cjk or f & CHAR_N:
+            return np.int64(_DS_OTHER_KIND), np.int64(1)
+        return f, np.int64(1)
+    code_point, length = decode_multibyte(data, k, end)
+    if code_point < 0:
+        return (np.int64(_DS_OTHER_KIND) if cjk else np.int64(0)), length
+    f = np.int64(flags[code_point])
+    if f & CHAR_N or _is_deepseek_cjk(code_point) != cjk:
+        return np.int64(_DS_OTHER_KIND), length
+    return f, length
+
+
+@hot
+def _ds_run(data, k, end, flags, cjk, mask):
+    """End of the run of the segment's chars having a flag of ``mask``, from k."""
+    while k < end:
+        f, length = _ds_char(data, k, end, flags, cjk)
+        if f & mask == 0:
+            return k
+        k += length
+    return k
+
+
+@hot
+def _is_ascii_alpha(byte):
+    return 65 <= byte <= 90 or 97 <= byte <= 122
+
+
+@hot
+def _ds_whitespace_end(data, i, end, flags):
+    """A4-A6 at i (whitespace is other text): ``(?!\\S)`` holds at a segment's end."""
+    j = i
+    last = i
+    after_crlf = np.int64(-1)
+    while j < end:
+        f, length = _ds_char(data, j, end, flags, False)
+        if f & CHAR_S == 0:
+            break
+        last = j
+        j += length
+        if f & CHAR_CRLF:
+            after_crlf = j
+    if after_crlf >= 0:
+        return after_crlf
+    if j < end and last > i:
+        f, _ = _ds_char(data, j, end, flags, False)
+        if f != _DS_OTHER_KIND:
+            return last
+    return j
+
+
+@hot
+def _deepseek_third_step_end(data, i, end, flags, cjk):
+    """End of the third step's word at i, in a segment of CJK (``cjk``) or other text."""
+    f, length = _ds_char(data, i, end, flags, cjk)
+    if data[i] < 0x80 and f & CHAR_PS and i + 1 < end and _is_ascii_alpha(data[i + 1]):
+        k = i + 2  # A1 (not in a CJK segment: no ASCII char is in one)
+        while k < end and _is_ascii_alpha(data[k]):
+            k += 1
+        return k
+    if f & _DS_LM:  # A2 without its prefix char (a mark taken as the prefix ends the same)
+        return _ds_run(data, i + length, end, flags, cjk, _DS_LM)
+    if f & (CHAR_CRLF | CHAR_L | CHAR_PS) == 0 and i + length < end:
+        f2, length2 = _ds_char(data, i + length, end, flags, cjk)
+        if f2 & _DS_LM:  # A2 with its prefix char
+            return _ds_run(data, i + length + length2, end, flags, cjk, _DS_LM)
+    if data[i] == 32 and i + 1 < end:
+        f2, length2 = _ds_char(data, i + 1, end, flags, cjk)
+        if f2 & CHAR_PS:  # A3 with its space
+            return _crlf_run_end(data, _ds_run(data, i + 1 + length2, end, flags, cjk, CHAR_PS),
+                                 end, False)
+    if f & CHAR_PS:  # A3 (CR and LF are not in a CJK segment)
+        k = _ds_run(data, i + length, end, flags, cjk, CHAR_PS)
+        return k if cjk else _crlf_run_end(data, k, end, False)
+    if f & CHAR_S:
+        return _ds_whitespace_end(data, i, end, flags)
+    k = i + length  # no match at i: the words between matches, up to where one starts
+    while k < end:
+        f, length = _ds_char(data, k, end, flags, cjk)
+        if f & (_DS_LM | CHAR_PS | CHAR_S | _DS_OTHER_KIND):
+            return k
+        if k + length < end:
+            f2, _ = _ds_char(data, k + length, end, flags, cjk)
+            if f2 & _DS_LM:
+                return k  # a prefix char of A2
+        k += length
+    return k
+
+
+@hot
+def deepseek_piece_end(data, i, end, flags):
+    """End of the DeepSeek piece starting at byte i (see the notes above)."""
+    if data[i] < 0x80:
+        if flags[data[i]] & CHAR_N:
+            return _digits_end(data, i, end, flags, 3)
+        return _deepseek_third_step_end(data, i, end, flags, False)
+    code_point, _ = decode_multibyte(data, i, end)
+    if code_point >= 0 and flags[code_point] & CHAR_N:
+        return _digits_end(data, i, end, flags, 3)
+    return _deepseek_third_step_end(data, i, end, flags,
+                                    code_point >= 0 and _is_deepseek_cjk(code_point))
+
+
+@hot
+def _deepseek_cut(before, at, flags_before, flags_at):
+    """A DeepSeek piece boundary whatever came before: where the segment kind changes (digit,
+    CJK, other), or after a letter or mark when no letter or mark follows (A1 and A2 end
+    at the end of their letters; no other word holds a letter)."""
+    before_digit, at_digit = flags_before & CHAR_N != 0, flags_at & CHAR_N != 0
+    if before_digit != at_digit:
+        return True
+    if before_digit:
+        return False  # digits go in threes from the start of their run
+    if (before >= 0 and _is_deepseek_cjk(before)) != (at >= 0 and _is_deepseek_cjk(at)):
+        return True
+    return flags_before & _DS_LM != 0 and flags_at & _DS_LM == 0
+
+
 # ---------------------------------------------------------------- any named pattern
 
 
 @_inlined
 def piece_end(scanner, data, i, end, table):
     """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K``,
-    ``LLAMA3``, ``QWEN2`` or ``TEKKEN``."""
+    ``LLAMA3``, ``QWEN2``, ``TEKKEN`` or ``DEEPSEEK``."""
     if scanner == GPT2:
         return gpt2_word_end_fast(data, i, end, table)
+    if scanner == DEEPSEEK:
+        return deepseek_piece_end(data, i, end, table)
     if scanner == O200K or scanner == TEKKEN:
         return o200k_piece_end_fast(data, i, end, table, scanner == O200K)
     return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K,

