@@ -16,6 +16,15 @@ This is the public API; everything else is internal::
 
 __version__ = "0.1.0"
 
+import os as _os
+
+# A source checkout keeps the kernels beside this folder (pyproject's package-dir makes them
+# gpubpe.kernels when installed). Python started in the checkout imports this folder, not
+# the installed package, and then found no gpubpe.kernels: look beside it too.
+if not _os.path.isdir(_os.path.join(__path__[0], "kernels")) and _os.path.isfile(
+        _os.path.join(_os.path.dirname(__path__[0]), "kernels", "__init__.py")):
+    __path__.append(_os.path.dirname(__path__[0]))
+
 from . import metrics
 from .backend import available_backends
 from .bitlevel import BitLevelCodec

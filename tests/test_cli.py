@@ -76,3 +76,19 @@ def test_demo_runs_and_round_trips():
     assert result.returncode == 0, result.stderr
     assert "trained 1024 tokens" in result.stdout
     assert "round trip decode(encode(corpus)) == corpus: ok" in result.stdout
+
+
+def test_python_started_in_the_checkout_finds_the_kernels():
+    """``pip install .`` then ``python`` in the checkout imports its gpubpe/ folder, which
+    holds no kernels/ (they sit beside it). The editable finder, which maps them, is taken
+    away first: the import must find them on its own."""
+    from pathlib import Path
+
+    root = Path(gpubpe.__file__).resolve().parent.parent
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+            "if 'editable' not in repr(f).lower()]; import gpubpe; "
+            "print(gpubpe.Tokenizer.__name__, gpubpe.kernels.pretok.__file__)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["Tokenizer", str(root / "kernels" / "pretok.py")]
