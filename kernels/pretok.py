@@ -743,24 +743,10 @@ def _is_ascii_alpha(byte):
 @hot
 def _ds_whitespace_end(data, i, end, flags):
     """A4-A6 at i (whitespace is other text): ``(?!\\S)`` holds at a segment's end."""
-    j = i
-    last = i
-    after_crlf = np.int64(-1)
-    while j < end:
-        f, length = _ds_char(data, j, end, flags, False)
-        if f & CHAR_S == 0:
-            break
-        last = j
-        j += length
-        if f & CHAR_CRLF:
-            after_crlf = j
-    if after_crlf >= 0:
-        return after_crlf
-    if j < end and last > i:
-        f, _ = _ds_char(data, j, end, flags, False)
-        if f != _DS_OTHER_KIND:
-            return last
-    return j
+    run_end = run_with(data, i, end, flags, CHAR_S)
+    if run_end < end and _ds_char(data, run_end, end, flags, False)[0] == _DS_OTHER_KIND:
+        end = run_end  # another segment starts there: the third step's text ends
+    return whitespace_piece_end(data, i, end, flags, False)
 
 
 @hot

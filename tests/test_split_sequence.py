@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_real_vocab import two_kb_documents as documents  # ~2 KB documents of a file
 
 import gpubpe
 from gpubpe.errors import ConfigError
@@ -31,19 +32,6 @@ DEMO = ROOT / "gpubpe" / "data" / "demo.txt"
 # marks (U+30FB, U+309B), whitespace before digits (its lookahead sees the piece's end).
 EDGES = ["abc中文123,4567 x", "カタ・カナ゛ア", "x  \n 12 \n\n3", "a1b22c333d4444", "  1", "1  ",
          "é́1中", "'s1't", "中\u3040文", "(x)12.5%", "東京2024年、ok!\r\n"]
-
-
-def documents(path: Path, limit: int) -> list[str]:
-    """The file's lines joined into documents of about 2 KB."""
-    found, current = [], ""
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        current += line
-        if len(current.encode()) >= 2048:
-            found.append(current)
-            current = ""
-        if len(found) == limit:
-            break
-    return found
 
 
 @pytest.fixture(scope="module")
