@@ -491,7 +491,8 @@ def _strict_issue(message: str, where: str, strict: bool, notes: list[str]) -> N
 
 def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
     """(gpubpe's pattern, add_prefix_space) of a ByteLevel pre-tokenizer, alone or after one or
-    more Splits (several: a tuple of patterns, run in sequence as HF runs them)."""
+    more Split or Digits steps (several: a tuple of patterns, run in sequence as HF runs them).
+    """
     steps = _pre_tokenizer_steps(pre_tokenizer, where)
     *splits, byte_level = steps
     if byte_level.get("type") != "ByteLevel":
@@ -505,17 +506,25 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
         _strict_issue("ByteLevel.add_prefix_space is true after a Split: HF adds a space before "
                       "every word, gpubpe only before each text piece (ByteLevel alone)",
                       where, strict, notes)
-    if any(split.get("type") != "Split" for split in splits):
+    if any(split.get("type") not in ("Split", "Digits") for split in splits):
         kinds = [step.get("type") for step in steps]
         raise ModelFormatError(
-            f"{where}: pre-tokenizer is {kinds}; gpubpe reads Split steps and a ByteLevel "
-            "(GPT-2's regex when its use_regex is true)"
+            f"{where}: pre-tokenizer is {kinds}; gpubpe reads Split and Digits steps and a "
+            "ByteLevel (GPT-2's regex when its use_regex is true)"
         )
-    patterns = [_pattern_of_split(split, where) for split in splits]
+    patterns = [_pattern_of_step(split, where) for split in splits]
     patterns += ["gpt2"] if byte_level.get("use_regex", True) else []
     pattern = None if not patterns else patterns[0] if len(patterns) == 1 else tuple(patterns)
     named = [name for name, value in NAMED_PATTERNS.items() if value == pattern]
     return (named[0] if named else pattern), prefix_space
+
+
+def _pattern_of_step(step: dict, where: str) -> str:
+    """A Split's pattern, or a Digits step's: HF splits at ``char::is_numeric`` (``\\p{N}``),
+    each digit apart (``individual_digits``) or runs of them, keeping the text between."""
+    if step.get("type") == "Digits":
+        return isolated(r"\p{N}" if step.get("individual_digits") else r"\p{N}+")
+    return _pattern_of_split(step, where)
 
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,

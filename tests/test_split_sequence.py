@@ -4,7 +4,8 @@
   threes, then CJK runs, then its main regex, each Split run on the pieces of the one
   before (the named pattern "deepseek", a Numba scanner); its ids against HF ``tokenizers``
   on real and edge-case text, and training under it against HF's trainer;
-- HF-trained files with several Splits, and Splits before a ByteLevel that splits too;
+- HF-trained files with several Splits, Splits before a ByteLevel that splits too, and
+  StarCoder's Digits before one;
 - the pattern tuple through save / load, HF export, counting, and the refusals.
 """
 
@@ -31,7 +32,8 @@ DEMO = ROOT / "gpubpe" / "data" / "demo.txt"
 # Text where the steps meet: digits beside letters and CJK, CJK runs holding punctuation and
 # marks (U+30FB, U+309B), whitespace before digits (its lookahead sees the piece's end).
 EDGES = ["abc中文123,4567 x", "カタ・カナ゛ア", "x  \n 12 \n\n3", "a1b22c333d4444", "  1", "1  ",
-         "é́1中", "'s1't", "中\u3040文", "(x)12.5%", "東京2024年、ok!\r\n"]
+         "é́1中", "'s1't", "中\u3040文", "(x)12.5%", "東京2024年、ok!\r\n",
+         "½①٣Ⅷ 12x"]  # numbers of other categories (No, Nd, Nl)
 
 
 @pytest.fixture(scope="module")
@@ -125,18 +127,21 @@ def hf_trained_with(pre_tokenizer, texts) -> HfTokenizer:
     return hf
 
 
-@pytest.mark.parametrize("final", ["split", "byte-level regex"])
-def test_hf_trained_files_with_several_splits(final):
+@pytest.mark.parametrize("kind", ["splits", "byte-level regex", "digits", "digit runs"])
+def test_hf_trained_files_with_several_steps(kind):
     from tokenizers import Regex
-    from tokenizers.pre_tokenizers import ByteLevel, Sequence, Split
+    from tokenizers.pre_tokenizers import ByteLevel, Digits, Sequence, Split
 
     steps = [Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
              Split(Regex(r"[\u4e00-\u9fa5]+"), behavior="isolated")]
-    if final == "split":
+    if kind == "splits":
         steps += [Split(Regex(r" ?\p{L}+|\s+(?!\S)|\s+"), behavior="isolated"),
                   ByteLevel(add_prefix_space=False, use_regex=False)]
-    else:
+    elif kind == "byte-level regex":
         steps += [ByteLevel(add_prefix_space=False, use_regex=True)]
+    else:  # StarCoder's: Digits, then a ByteLevel that splits
+        steps = [Digits(individual_digits=kind == "digits"),
+                 ByteLevel(add_prefix_space=False, use_regex=True)]
     texts = documents(CORPUS, 60)
     hf = hf_trained_with(Sequence(steps), texts)
     tok = gpubpe.Tokenizer.from_hf(hf.to_str())
