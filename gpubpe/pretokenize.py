@@ -159,7 +159,9 @@ def resolve_pattern(pattern):
         if not pattern or not all(isinstance(step, str) for step in pattern):
             raise ConfigError(f"a pattern sequence must hold one or more names or regex strings, "
                               f"got {pattern!r}")
-        steps = tuple(map(resolve_pattern, pattern))
+        steps = [resolve_pattern(step) for step in pattern]  # a named sequence joins whole
+        steps = tuple(text for step in steps
+                      for text in (step if isinstance(step, tuple) else (step,)))
         return steps if len(steps) > 1 else steps[0]
     if not isinstance(pattern, str):
         raise ConfigError(f"pattern must be a name, a regex string, a list of them or None, not "

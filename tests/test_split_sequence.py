@@ -158,6 +158,8 @@ def test_a_sequence_splits_each_piece_of_the_step_before():
     assert split_words("a  1", steps[1]) == ["a", " ", " ", "1"]
     assert split_words("1234 5", steps) == ["123", "4", " ", "5"]
     assert resolve_pattern(["gpt2"]) == resolve_pattern("gpt2")  # one step: that pattern
+    assert resolve_pattern(["deepseek", "gpt2"]) == (*resolve_pattern("deepseek"),
+                                                     resolve_pattern("gpt2"))
 
 
 def test_counting_follows_the_sequence():
