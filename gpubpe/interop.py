@@ -373,9 +373,9 @@ def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json"):
     if not isinstance(hf_vocab, dict):
         raise ModelFormatError(f"{where}: model.vocab is missing or not an object")
     special_ids = {token_id for _, token_id, _ in specials}
-    token_bytes, output_ids = _tokens_from_hf_vocab(hf_vocab, special_ids, where, notes)
-    pairs = _byte_pairs(_last_pairs(_merge_pairs(model.get("merges", []), where)))
-    rules = _rules_of_pairs(pairs, token_bytes, where)
+    token_bytes, output_ids, internal = _tokens_from_hf_vocab(hf_vocab, special_ids, where, notes)
+    rules = _rules_of_merges(_last_pairs(_merge_pairs(model.get("merges", []), where)),
+                             internal, where)
     layout = IdLayout(output_ids, [token_id for _, token_id, _ in specials],
                       whole_tokens=bool(model.get("ignore_merges")), prefix_space=prefix_space,
                       normalizer=normalizer,
@@ -397,46 +397,50 @@ def _vocabulary_of(token_bytes, rules, layout, specials, pattern, metadata, wher
 
 
 def _tokens_from_hf_vocab(hf_vocab: dict, special_ids: set[int], where: str, notes: list[str]):
-    """(token bytes by internal id, output id by internal id) of a HF BPE vocab.
+    """(token bytes by internal id, output id by internal id, {token string: internal id})
+    of a HF BPE vocab.
 
     Bytes are internal ids 0-255 (output -1 when the vocab lacks one: HF drops
     such a byte), other tokens follow in HF id order. Entries that are added
     tokens, or not byte-level strings, are no BPE token: HF never emits them.
     """
     output_ids = [-1] * 256
-    others: list[tuple[int, bytes]] = []
-    skipped = []
+    others: list[tuple[int, bytes, str]] = []
     for text, hf_id in hf_vocab.items():
         if not isinstance(hf_id, int) or hf_id < 0:
             raise ModelFormatError(f"{where}: vocab entry {text!r} has id {hf_id!r}")
         piece = _maybe_token(text)
-        if hf_id in special_ids or piece is None or not piece:
-            skipped.append(text)
-        elif len(piece) == 1:
+        if hf_id in special_ids or not piece:
+            continue
+        if len(piece) == 1:
             output_ids[piece[0]] = hf_id
         else:
-            others.append((hf_id, piece))
+            others.append((hf_id, piece, text))
     others.sort()
     missing = [b for b in range(256) if output_ids[b] < 0]
     if missing:
         notes.append(f"{len(missing)} byte(s) have no token (e.g. {bytes([missing[0]])!r}): "
                      "they encode to nothing, as in HF")
-    token_bytes = [bytes([b]) for b in range(256)] + [piece for _, piece in others]
-    output = np.array(output_ids + [hf_id for hf_id, _ in others], dtype=np.int64)
-    return token_bytes, output
+    token_bytes = [bytes([b]) for b in range(256)] + [piece for _, piece, _ in others]
+    output = np.array(output_ids + [hf_id for hf_id, _, _ in others], dtype=np.int64)
+    internal = {BYTE_TO_CHAR[b]: b for b in range(256)}
+    internal.update((text, 256 + i) for i, (_, _, text) in enumerate(others))
+    return token_bytes, output, internal
 
 
-def _rules_of_pairs(pairs: list[tuple[bytes, bytes]], token_bytes: list[bytes], where: str):
-    """Rules (n x 3, internal ids) of byte-string merges in rank order."""
-    internal = {piece: i for i, piece in enumerate(token_bytes)}
+def _rules_of_merges(pairs: list[tuple[str, str]], internal: dict[str, int], where: str):
+    """Rules (n x 3, internal ids) of merges of token strings in rank order.
+
+    A merge's result is the concatenation of its two strings (GPT-2's characters stand for
+    one byte each), so the strings are looked up as they are, never turned into bytes:
+    DeepSeek's file loaded in 0.5-0.66 s, HF's own ``from_file`` 0.21-0.24 s."""
     rules = np.zeros((len(pairs), 3), dtype=np.int64)
     for rank, (left, right) in enumerate(pairs):
-        for part in (left, right, left + right):
-            if part not in internal:
-                raise ModelFormatError(
-                    f"{where}: merge {rank} ({token_to_hf(left)!r}, {token_to_hf(right)!r}) "
-                    f"needs {token_to_hf(part)!r}, which is not in model.vocab")
-        rules[rank] = (internal[left], internal[right], internal[left + right])
+        try:
+            rules[rank] = (internal[left], internal[right], internal[left + right])
+        except KeyError as exc:
+            raise ModelFormatError(f"{where}: merge {rank} ({left!r}, {right!r}) needs "
+                                   f"{exc.args[0]!r}, which is not in model.vocab") from None
     return rules
 
 
@@ -595,6 +599,14 @@ def _special_from_hf(added_tokens, where: str, notes: list[str]):
 def _merge_pairs(merges, where: str) -> list[tuple[str, str]]:
     if not isinstance(merges, list):
         raise ModelFormatError(f"{where}: model.merges is not a list")
+    try:  # the usual file, in one pass; _merge_pair names what is wrong in any other
+        pairs = [(left, right) for left, right in
+                 (merge.split(" ") if type(merge) is str else merge for merge in merges)]
+        if all(type(left) is str and type(right) is str and left and right
+               for left, right in pairs):
+            return pairs
+    except (TypeError, ValueError):
+        pass
     return [_merge_pair(merge, rank, where) for rank, merge in enumerate(merges)]
 
 
@@ -611,10 +623,6 @@ def _last_pairs(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Drop all but the last copy of a repeated pair: HF gives a pair its last rank."""
     last_rank = {pair: rank for rank, pair in enumerate(pairs)}
     return [pair for rank, pair in enumerate(pairs) if last_rank[pair] == rank]
-
-
-def _byte_pairs(pairs: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(hf_to_token(left), hf_to_token(right)) for left, right in pairs]
 
 
 def _maybe_token(text: str) -> bytes | None:

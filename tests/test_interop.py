@@ -453,3 +453,12 @@ def test_hf_token_strings_map_to_bytes_and_foreign_characters_are_named():
     for text, bad in (("Ġthe\u20ac", "\u20ac"), ("a\x00", "\x00"), ("x\u0144", "\u0144")):
         with pytest.raises(ModelFormatError, match=re.escape(f"holds {bad!r}")):
             hf_to_token(text)
+
+
+@pytest.mark.parametrize("merge", [["a", "b", "c"], ["a", 5], "a b c", 7, ["a", ""]])
+def test_a_malformed_merge_is_named(merge):
+    data = {"pre_tokenizer": {"type": "ByteLevel"},
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2},
+                      "merges": [["a", "b"], merge]}}
+    with pytest.raises(ModelFormatError, match=r"merge 1 is .*; expected 'a b' or \[a, b\]"):
+        interop.from_hf(data)
