@@ -273,13 +273,13 @@ def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
 # ================================================================ import: HF
 
 
-def from_hf(source, *, strict: bool = True) -> Vocabulary:
+def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vocabulary:
     """Import a HF byte-level BPE ``tokenizer.json`` (a path, its JSON text, or the parsed dict).
 
     Ids are HF's: ``Tokenizer(vocab).encode(text, allowed_special="all")`` equals
     HF's ``encode(text, add_special_tokens=False).ids``. Supported: a BPE model
     (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
-    either way) or one ``Split`` then ``ByteLevel(use_regex=false)``, no
+    either way), alone or after ``Split`` and ``Digits`` steps (run in sequence), no
     normalizer or NFC, added tokens (all become special tokens, matched before
     the split with their lstrip / rstrip / single_word flags). A custom
     ``Split`` regex with ``Isolated`` behavior gets an alternative matching the
@@ -290,7 +290,7 @@ def from_hf(source, *, strict: bool = True) -> Vocabulary:
     and listed in ``metadata["hf_import_notes"]``. WordPiece, Unigram and
     non-byte-level BPE models are refused.
     """
-    return _import_hf(_read_hf_json(source), strict)[0]
+    return _import_hf(_read_hf_json(source), strict, where)[0]
 
 
 def hf_id_map(source, *, strict: bool = True) -> dict[int, int]:
@@ -350,8 +350,9 @@ def _read_hf_json(source) -> dict:
             data = json.loads(source)
         except ValueError as exc:
             raise ModelFormatError(f"the tokenizer JSON text is not valid JSON ({exc})") from None
-    elif isinstance(source, str | os.PathLike):
-        data = _read_json_file(Path(source))
+    elif isinstance(source, str | os.PathLike):  # a file, or a model folder holding one
+        path = Path(source)
+        data = _read_json_file(path / "tokenizer.json" if path.is_dir() else path)
     else:
         raise TypeError(f"expected a path, JSON text or dict, got {type(source).__name__}")
     if not isinstance(data, dict):

@@ -226,31 +226,14 @@ class Vocabulary:
     @classmethod
     def load(cls, path) -> Vocabulary:
         """Read and validate a ``gpubpe/1`` file; errors say what is wrong with it."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ModelFormatError(f"{path}: no such tokenizer file") from None
-        except IsADirectoryError:
-            raise ModelFormatError(f"{path} is a directory, not a tokenizer file") from None
-        except UnicodeDecodeError:
-            raise ModelFormatError(f"{path} is not a gpubpe tokenizer file (not UTF-8 text)") from None
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ModelFormatError(
-                f"{path} is not valid JSON ({exc}); the file is corrupt or truncated"
-            ) from None
-        except RecursionError:
-            raise ModelFormatError(f"{path} nests JSON too deeply to be a tokenizer file; the "
-                                   "file is corrupt or not a tokenizer") from None
-        return cls.from_json(data, str(path))
+        return cls.from_json(read_tokenizer_json(Path(path)), str(path))
 
     @classmethod
     def from_json(cls, data, where: str = "tokenizer") -> Vocabulary:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            hint = " (it looks like a HF tokenizer.json)" if isinstance(data, dict) and "model" in data else ""
+            hint = " (it looks like a HF tokenizer.json: Tokenizer.load and from_hf read those)" \
+                if isinstance(data, dict) and "model" in data else ""
             raise ModelFormatError(f"{where}: format is {found!r}, expected {FORMAT!r}{hint}")
         for key, kind in (("merges", list), ("special_tokens", list), ("metadata", dict)):
             if not isinstance(data.get(key), kind):
@@ -495,3 +478,25 @@ def replay_token_bytes(rules: np.ndarray) -> list[bytes]:
             ids[merged] = expected
             pieces.append(merged)
     return pieces
+
+
+def read_tokenizer_json(path: Path):
+    """The parsed JSON of a tokenizer file; errors say what is wrong with the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: no such tokenizer file") from None
+    except IsADirectoryError:
+        raise ModelFormatError(f"{path} is a directory, not a tokenizer file") from None
+    except UnicodeDecodeError:
+        raise ModelFormatError(f"{path} is not a gpubpe tokenizer file (not UTF-8 text)") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ModelFormatError(
+            f"{path} is not valid JSON ({exc}); the file is corrupt or truncated"
+        ) from None
+    except RecursionError:
+        raise ModelFormatError(f"{path} nests JSON too deeply to be a tokenizer file; the "
+                               "file is corrupt or not a tokenizer") from None
+    return data

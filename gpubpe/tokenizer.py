@@ -79,7 +79,7 @@ from .kernels.encode import (
     write_piece_tokens_cpu,
 )
 from .kernels.pretok import GPT2
-from .model import Vocabulary
+from .model import Vocabulary, read_tokenizer_json
 from .pretokenize import (
     check_num_threads,
     resolve_pattern,
@@ -337,8 +337,16 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path, backend: str = "auto") -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`; a bad file raises ModelFormatError."""
-        vocab = Vocabulary.load(path)
+        """Read a tokenizer written by :meth:`save`, or a HF ``tokenizer.json`` or a model
+        folder holding one (imported as :meth:`from_hf` imports it); a bad file raises
+        ModelFormatError."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        data = read_tokenizer_json(path)
+        if isinstance(data, dict) and "format" not in data and "model" in data:
+            return cls(interop.from_hf(data, where=str(path)), backend)
+        vocab = Vocabulary.from_json(data, str(path))
         if vocab.bitlevel_leads is not None:
             return BitLevelTokenizer(vocab, backend)
         return cls(vocab, backend)

@@ -174,3 +174,17 @@ def test_counting_follows_the_sequence():
 def test_bad_sequences_say_what_is_expected(bad):
     with pytest.raises(ConfigError, match="pattern"):
         resolve_pattern(bad)
+
+
+def test_load_and_the_cli_take_a_hf_file_or_its_folder(deepseek, deepseek_file, tmp_path, capsys):
+    from gpubpe.cli import main
+
+    hf, tok = deepseek
+    text = "abc中文123,4567 x"
+    for source in (deepseek_file, deepseek_file.parent):
+        assert gpubpe.load(source).encode(text) == hf_ids(hf, [text])[0]
+        assert gpubpe.Tokenizer.from_hf(source).encode(text) == tok.encode(text)
+    assert main(["encode", "-t", str(deepseek_file.parent), "--text", text]) == 0
+    assert capsys.readouterr().out.split() == [str(i) for i in hf_ids(hf, [text])[0]]
+    with pytest.raises(gpubpe.errors.ModelFormatError, match="tokenizer.json: no such"):
+        gpubpe.load(tmp_path)

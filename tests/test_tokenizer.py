@@ -102,9 +102,9 @@ def test_corrupt_files_give_clear_errors(tok, tmp_path):
     truncated.write_text(text[: len(text) // 2])
     with pytest.raises(ModelFormatError, match="corrupt or truncated"):
         gpubpe.load(truncated)
-    foreign = tmp_path / "hf.json"
+    foreign = tmp_path / "hf.json"  # a HF file is imported: its errors name it
     foreign.write_text(json.dumps({"version": "1.0", "model": {"type": "BPE"}}))
-    with pytest.raises(ModelFormatError, match="HF tokenizer.json"):
+    with pytest.raises(ModelFormatError, match="hf.json: pre-tokenizer is None; a byte-level"):
         gpubpe.load(foreign)
     data = json.loads(text)
     data["merges"][3][2] = 5
