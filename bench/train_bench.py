@@ -8,7 +8,10 @@ child that trains on a tiny corpus (compiled kernels are cached on disk, so a
 user pays it once).
 
     python bench/train_bench.py [--corpus english|PATH] [--sizes 8192 32000] [--threads N]
-                                [--repeats 3]
+                                [--repeats 3] [--pattern gpt2]
+
+``--pattern`` names the split (gpt2, cl100k, deepseek...); HF gets the pre-tokenizer that
+gpubpe exports for it (``gpt2``: ByteLevel; the others: their Split steps, then ByteLevel).
 
 ``--merge-loop`` times the merge loop alone (words counted once, then
 ``train_from_counts``) for the CPU step and the device step with each launcher,
@@ -47,19 +50,21 @@ def corpus_path(name: str) -> Path:
     return built
 
 
-def best_of(repeats: int, tool: str, corpus: Path, size: int, threads: int) -> dict:
+def best_of(repeats: int, tool: str, corpus: Path, size: int, threads: int,
+            pattern: str = "gpt2") -> dict:
     """The fastest of ``repeats`` runs (this 2-core machine is noisy; the minimum is stable)."""
-    runs = [run_child(tool, corpus, size, threads) for _ in range(repeats)]
+    runs = [run_child(tool, corpus, size, threads, pattern) for _ in range(repeats)]
     return min(runs, key=lambda report: report["seconds"])
 
 
-def run_child(tool: str, corpus: Path, size: int, threads: int, **env_extra: str) -> dict:
+def run_child(tool: str, corpus: Path, size: int, threads: int, pattern: str = "gpt2",
+              **env_extra: str) -> dict:
     """Run one training in a child; returns its JSON report plus peak RSS (MiB)."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
                **env_extra)
     child = subprocess.Popen(
         [sys.executable, __file__, "--child", tool, "--corpus", str(corpus),
-         "--sizes", str(size), "--threads", str(threads)],
+         "--sizes", str(size), "--threads", str(threads), "--pattern", pattern],
         stdout=subprocess.PIPE, env=env, text=True)
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
@@ -70,13 +75,13 @@ def run_child(tool: str, corpus: Path, size: int, threads: int, **env_extra: str
     return report
 
 
-def child(tool: str, corpus: Path, size: int, threads: int) -> None:
+def child(tool: str, corpus: Path, size: int, threads: int, pattern: str) -> None:
     if tool in ("gpubpe", "scaffold"):
         import gpubpe  # loading the cached JIT code is timed by the "jit" child, not here
 
         started = time.perf_counter()
         tok = gpubpe.train([str(corpus)], size, progress=False, num_threads=threads,
-                           scaffold=tool == "scaffold")
+                           scaffold=tool == "scaffold", pattern=pattern)
         merges = [[a.hex(), b.hex()] for a, b in tok.merges]
         report = {"seconds": time.perf_counter() - started,
                   "counting": tok.metadata["seconds_counting"],
@@ -89,19 +94,20 @@ def child(tool: str, corpus: Path, size: int, threads: int) -> None:
         merges, report = [], {"seconds": time.perf_counter() - started}
     else:
         started = time.perf_counter()
-        merges, report = hf_train(corpus, size), {}
+        merges, report = hf_train(corpus, size, pattern), {}
         report["seconds"] = time.perf_counter() - started
     report["merges"] = merges
     print(json.dumps(report))
 
 
-def hf_train(corpus: Path, size: int) -> list[list[str]]:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+def hf_train(corpus: Path, size: int, pattern: str = "gpt2") -> list[list[str]]:
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
 
     from gpubpe._reference import gpt2_byte_to_unicode
+    from gpubpe.interop import _hf_pre_tokenizer
 
-    hf = Tokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf = Tokenizer.from_str(json.dumps({"version": "1.0", "pre_tokenizer": _hf_pre_tokenizer(
+        pattern), "model": {"type": "BPE", "vocab": {}, "merges": []}}))
     trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=0, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     hf.train([str(corpus)], trainer)
@@ -123,22 +129,23 @@ def main() -> None:
                         help="time the merge loop alone, CPU and device, with launch/sync counts")
     parser.add_argument("--max-bytes", type=int, help="--merge-loop: use the corpus' first bytes")
     parser.add_argument("--step", type=int, help="--merge-loop: merges per step")
+    parser.add_argument("--pattern", default="gpt2", help="the split's name (default: gpt2)")
     args = parser.parse_args()
     corpus = corpus_path(args.corpus)
     if args.merge_loop:
         return merge_loop(corpus, args.sizes, args.max_bytes, args.step, args.repeats)
     if args.child:
-        return child(args.child, corpus, args.sizes[0], args.threads)
+        return child(args.child, corpus, args.sizes[0], args.threads, args.pattern)
     with tempfile.TemporaryDirectory() as empty_cache:
         cold = run_child("jit", corpus, 260, args.threads, NUMBA_CACHE_DIR=empty_cache)
     warm = run_child("jit", corpus, 260, args.threads)
     rows = []
     for size in args.sizes:
-        ours = best_of(args.repeats, "gpubpe", corpus, size, args.threads)
-        theirs = best_of(args.repeats, "hf", corpus, size, args.threads)
+        ours = best_of(args.repeats, "gpubpe", corpus, size, args.threads, args.pattern)
+        theirs = best_of(args.repeats, "hf", corpus, size, args.threads, args.pattern)
         if ours["merges"] != theirs["merges"]:
             raise SystemExit(f"vocab {size}: merges differ from HF; no timing reported")
-        scaffold = best_of(args.repeats, "scaffold", corpus, size, args.threads)
+        scaffold = best_of(args.repeats, "scaffold", corpus, size, args.threads, args.pattern)
         rows.append({"vocab_size": size, "merges": len(ours["merges"]),
                      "gpubpe_s": ours["seconds"], "counting_s": ours["counting"],
                      "merging_s": ours["merging"], "hf_s": theirs["seconds"],
@@ -146,6 +153,7 @@ def main() -> None:
                      "gpubpe_rss_mib": ours["peak_rss_mib"], "hf_rss_mib": theirs["peak_rss_mib"],
                      "scaffold_s": scaffold["seconds"],
                      "scaffold_over_bpe": scaffold["seconds"] / ours["seconds"]})
+    print(f"pattern: {args.pattern}")
     print_table(corpus, args.threads, (cold["seconds"], warm["seconds"]), rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
