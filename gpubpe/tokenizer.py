@@ -82,6 +82,7 @@ from .kernels.pretok import GPT2
 from .model import Vocabulary, read_tokenizer_json
 from .pretokenize import (
     check_num_threads,
+    compiled_pattern,
     resolve_pattern,
     scanner_for,
     scanner_table,
@@ -1604,8 +1605,8 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
     """
     piece_start, piece_end, piece_special = pieces
     data = array.tobytes()
-    compiled = tuple(map(regex.compile, pattern)) if isinstance(pattern, tuple) else \
-        None if pattern is None else regex.compile(pattern)
+    compiled = tuple(map(compiled_pattern, pattern)) if isinstance(pattern, tuple) else \
+        None if pattern is None else compiled_pattern(pattern)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     counts = np.zeros(piece_start.size, dtype=np.int64)

@@ -219,6 +219,27 @@ def test_cl100k_ranks_under_other_patterns(cl100k, name):
     assert tok.encode_batch(documents) == encoding.encode_ordinary_batch(documents)
 
 
+# Kimi K2 style: classes with set intersections (``&&``), which tiktoken's engine reads as
+# sets and Python's regex (VERSION0, its default) as literal characters.
+SET_OPERATION_PATTERN = "|".join([
+    r"""[\p{Han}]+""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*"""
+    r"""[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"""
+    r"""[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+
+def test_a_pattern_with_set_operations_splits_as_tiktoken(cl100k):
+    encoding = encoding_over(cl100k, "set-operations", SET_OPERATION_PATTERN)
+    tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+    documents = two_kb_documents(CORPUS, 120) + ["中文abc Hello 'S 'ſ 'ß ﬆ", "İstanbul ΣΑΣ 日本語ok"]
+    assert tok.encode_batch(documents) == encoding.encode_ordinary_batch(documents)
+    assert split_words("中文abc Hello", SET_OPERATION_PATTERN) == ["中文", "abc", " Hello"]
+
+
 def test_llama3_style_tokens_reachable_only_whole(cl100k):
     # Llama 3 adds tokens to cl100k's ranks; some are no merge of two tokens. Add such
     # tokens (checked to have no split into two tokens) after the specials' ranks.
