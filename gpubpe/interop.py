@@ -696,6 +696,19 @@ def from_tiktoken(encoding, pattern: str | None = None,
                                  f"tiktoken encoding {name!r}")
 
 
+def check_probe_ids(encoding, ids: list[int]) -> None:
+    """ModelFormatError unless ``ids`` are tiktoken's ids of ``PROBE_TEXT``."""
+    expected = encoding.encode_ordinary(PROBE_TEXT)
+    if ids != expected:
+        at = next(i for i, pair in enumerate(zip(ids + [None], expected + [None]))
+                  if pair[0] != pair[1])
+        raise ModelFormatError(
+            f"tiktoken encoding {encoding.name!r}: Python's regex reads its pattern otherwise "
+            f"than tiktoken (on a probe text, ids differ from position {at}: "
+            f"{expected[at:at + 3]} expected, {ids[at:at + 3]} here), so imported ids would "
+            f"differ; its pattern: {encoding._pat_str!r}")
+
+
 def vocabulary_from_ranks(ranks: dict[bytes, int], pattern: str | None,
                           special_tokens: dict[str, int], metadata: dict,
                           where: str = "tiktoken ranks") -> Vocabulary:

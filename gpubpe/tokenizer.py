@@ -379,9 +379,18 @@ class Tokenizer:
     def from_tiktoken(cls, encoding, pattern: str | None = None,
                       special_tokens: dict[str, int] | None = None) -> Tokenizer:
         """Import a ``tiktoken.Encoding``, or a ``.tiktoken`` rank file with its ``pattern``
-        (a name of ``NAMED_PATTERNS`` or a regex): the same ids as tiktoken."""
-        return cls(interop.from_tiktoken(encoding, pattern=pattern,
-                                         special_tokens=special_tokens))
+        (a name of ``NAMED_PATTERNS`` or a regex): the same ids as tiktoken.
+
+        An Encoding whose pattern is not a named one is checked on a probe text: where
+        Python's ``regex`` reads its pattern otherwise than tiktoken's engine, the ids would
+        differ, and the import is refused (ModelFormatError) instead."""
+        tok = cls(interop.from_tiktoken(encoding, pattern=pattern,
+                                        special_tokens=special_tokens))
+        if not isinstance(encoding, str | os.PathLike) and \
+                tok.vocabulary.pattern not in interop.NAMED_PATTERNS:
+            interop.check_probe_ids(encoding, tok.encode(interop.PROBE_TEXT,
+                                                         disallowed_special=()))
+        return tok
 
     def with_bitlevel(self, lead_bytes=DEFAULT_LEAD_BYTES) -> BitLevelTokenizer:
         """This tokenizer with the bit-level codec on its output (DESIGN §3).

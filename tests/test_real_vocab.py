@@ -240,6 +240,15 @@ def test_a_pattern_with_set_operations_splits_as_tiktoken(cl100k):
     assert split_words("中文abc Hello", SET_OPERATION_PATTERN) == ["中文", "abc", " Hello"]
 
 
+def test_a_pattern_regex_reads_otherwise_is_refused(cl100k):
+    # POSIX classes: ASCII in tiktoken's engine, Unicode in Python's regex ("ï", "é").
+    encoding = encoding_over(cl100k, "posix", r"[[:alpha:]]+|[^[:alpha:]]+")
+    assert encoding.encode_ordinary("naïve") == [3458, 38672, 588]  # "na", "ï", "ve" apart
+    with pytest.raises(gpubpe.errors.ModelFormatError,
+                       match="'posix': Python's regex reads its pattern otherwise than tiktoken"):
+        gpubpe.Tokenizer.from_tiktoken(encoding)
+
+
 def test_llama3_style_tokens_reachable_only_whole(cl100k):
     # Llama 3 adds tokens to cl100k's ranks; some are no merge of two tokens. Add such
     # tokens (checked to have no split into two tokens) after the specials' ranks.
