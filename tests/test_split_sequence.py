@@ -188,3 +188,17 @@ def test_load_and_the_cli_take_a_hf_file_or_its_folder(deepseek, deepseek_file, 
     assert capsys.readouterr().out.split() == [str(i) for i in hf_ids(hf, [text])[0]]
     with pytest.raises(gpubpe.errors.ModelFormatError, match="tokenizer.json: no such"):
         gpubpe.load(tmp_path)
+
+
+def test_deepseek_on_the_device_equals_hf(deepseek):
+    """The whole batch on the device (the CUDA simulator here, a GPU with
+    NUMBA_ENABLE_CUDASIM=0): DeepSeek's scanner cuts and splits there too."""
+    from gpubpe.kernels._cuda import launch_counts
+
+    hf, tok = deepseek
+    gpu_tok = tok.with_backend("cuda")
+    texts = EDGES[:6] + ["Hello world's 12345 tests!\n\n中文字 ok"]
+    before = launch_counts["item_lookup_kernel"]
+    got = gpu_tok.encode_arrays(texts)
+    assert launch_counts["item_lookup_kernel"] == before + 1  # the batch ran on the device
+    assert got.tolist() == hf_ids(hf, texts)
