@@ -1609,8 +1609,9 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
     """``(word_starts, word_ends, piece_word_offsets)``: each ordinary piece's ``regex`` matches.
 
     As ``regex.findall``: text no match covers is dropped. Pattern None: a
-    piece is one word; a tuple: a sequence of regexes (``pretokenize.split_words``). Character offsets become byte offsets through the
-    UTF-8 length of each character (1 for a surrogate-escaped raw byte).
+    piece is one word; a tuple: regexes run in sequence (``pretokenize.split_words``).
+    Character offsets become byte offsets through the UTF-8 length of each character
+    (1 for a surrogate-escaped raw byte).
     """
     piece_start, piece_end, piece_special = pieces
     data = array.tobytes()
