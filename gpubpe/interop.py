@@ -65,7 +65,7 @@ import regex
 
 from .bytes_order import BYTE_TO_CHAR, chars_to_bytes
 from .errors import ConfigError, ModelFormatError
-from .model import IdLayout, Vocabulary, write_text_atomically
+from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
 from .pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
@@ -351,7 +351,7 @@ def _read_hf_json(source) -> dict:
             raise ModelFormatError(f"the tokenizer JSON text is not valid JSON ({exc})") from None
     elif isinstance(source, str | os.PathLike):  # a file, or a model folder holding one
         path = Path(source)
-        data = _read_json_file(path / "tokenizer.json" if path.is_dir() else path)
+        data = _read_json_file(tokenizer_json_path(path))
     else:
         raise TypeError(f"expected a path, JSON text or dict, got {type(source).__name__}")
     if not isinstance(data, dict):
@@ -520,8 +520,7 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
     patterns = [_pattern_of_step(split, where) for split in splits]
     patterns += ["gpt2"] if byte_level.get("use_regex", True) else []
     pattern = None if not patterns else patterns[0] if len(patterns) == 1 else tuple(patterns)
-    named = [name for name, value in NAMED_PATTERNS.items() if value == pattern]
-    return (named[0] if named else pattern), prefix_space
+    return _named(pattern), prefix_space
 
 
 def _pattern_of_step(step: dict, where: str) -> str:
@@ -798,10 +797,12 @@ def _pattern_name(pat_str: str) -> str | None:
         return "gpt2"
     if pat_str == WHOLE_TEXT_PATTERN:
         return None
-    for name, value in NAMED_PATTERNS.items():
-        if value == pat_str:
-            return name
-    return pat_str
+    return _named(pat_str)
+
+
+def _named(pattern):
+    """The name of a named pattern's regex text (or sequence), else the pattern itself."""
+    return next((name for name, value in NAMED_PATTERNS.items() if value == pattern), pattern)
 
 
 def _import_tiktoken():

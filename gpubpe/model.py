@@ -480,6 +480,11 @@ def replay_token_bytes(rules: np.ndarray) -> list[bytes]:
     return pieces
 
 
+def tokenizer_json_path(path: Path) -> Path:
+    """A tokenizer file's path: a model folder stands for the ``tokenizer.json`` in it."""
+    return path / "tokenizer.json" if path.is_dir() else path
+
+
 def read_tokenizer_json(path: Path):
     """The parsed JSON of a tokenizer file; errors say what is wrong with the file."""
     try:

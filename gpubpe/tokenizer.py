@@ -79,7 +79,7 @@ from .kernels.encode import (
     write_piece_tokens_cpu,
 )
 from .kernels.pretok import GPT2
-from .model import Vocabulary, read_tokenizer_json
+from .model import Vocabulary, read_tokenizer_json, tokenizer_json_path
 from .pretokenize import (
     check_num_threads,
     compiled_pattern,
@@ -341,9 +341,7 @@ class Tokenizer:
         """Read a tokenizer written by :meth:`save`, or a HF ``tokenizer.json`` or a model
         folder holding one (imported as :meth:`from_hf` imports it); a bad file raises
         ModelFormatError."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "tokenizer.json"
+        path = tokenizer_json_path(Path(path))
         data = read_tokenizer_json(path)
         if isinstance(data, dict) and "format" not in data and "model" in data:
             return cls(interop.from_hf(data, where=str(path)), backend)
