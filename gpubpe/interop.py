@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -63,6 +64,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
+from . import gguf
 from .bytes_order import BYTE_TO_CHAR, chars_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
@@ -295,6 +297,28 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
 def hf_id_map(source, *, strict: bool = True) -> dict[int, int]:
     """HF id -> gpubpe id of each token :func:`from_hf` keeps: the same id (imports keep HF's)."""
     return _import_hf(_read_hf_json(source), strict)[1]
+
+
+def from_gguf(path, *, pattern=None, strict: bool = True) -> Vocabulary:
+    """Import the tokenizer of a GGUF file (llama.cpp's format; a vocab-only file or a whole
+    model, of which only the metadata is read): ids as the model's HF tokenizer gives them.
+
+    A byte-level BPE (``tokenizer.ggml.model`` "gpt2") is read as the HF tokenizer.json it
+    came from (``gpubpe.gguf``); its split comes from ``tokenizer.ggml.pre``, a name in
+    llama.cpp's table. ``pattern`` (a name of ``NAMED_PATTERNS``, a regex or a list of
+    them) gives the split of a name gpubpe's table lacks. Other tokenizer models
+    (SentencePiece, WordPiece, Unigram) raise ModelFormatError saying which they are."""
+    where = str(path)
+    if pattern is not None:
+        try:
+            resolve_pattern(pattern)
+        except ConfigError as exc:
+            raise ConfigError(f"pattern={pattern!r}: {exc}") from None
+    vocab = _import_hf(gguf.hf_tokenizer_json(gguf.read_metadata(path), where, pattern),
+                       strict, where)[0]
+    split = vocab.pattern if pattern is None else _named(pattern)
+    return dataclasses.replace(vocab, pattern=split,
+                               metadata={**vocab.metadata, "imported_from": "gguf"})
 
 
 def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:

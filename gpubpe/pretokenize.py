@@ -133,12 +133,13 @@ def isolated(text: str) -> str:
 
 # DeepSeek's (V3, R1...: its tokenizer.json): three Splits, each Isolated, each run on the
 # words of the one before (``split_words``; ``kernels.pretok.deepseek_piece_end``).
-DEEPSEEK_PATTERN = tuple(map(isolated, (
+DEEPSEEK_SPLITS = (
     r"""\p{N}{1,3}""",
     r"""[一-龥぀-ゟ゠-ヿ]+""",
     r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
     r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""".replace(r"\r\n", "\r\n"),
-)))  # the file holds CR and LF themselves in the third, not escapes
+)  # the file holds CR and LF themselves in the third, not escapes
+DEEPSEEK_PATTERN = tuple(map(isolated, DEEPSEEK_SPLITS))
 NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
                   "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "tekken": TEKKEN_PATTERN,
                   "deepseek": DEEPSEEK_PATTERN}

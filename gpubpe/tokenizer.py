@@ -41,7 +41,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import regex
 
-from . import interop
+from . import gguf, interop
 from ._pystr import TextTables, decode_texts
 from ._threads import HelpedPool
 from .backend import resolve_backend
@@ -338,10 +338,12 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: str | Path, backend: str = "auto") -> Tokenizer:
-        """Read a tokenizer written by :meth:`save`, or a HF ``tokenizer.json`` or a model
-        folder holding one (imported as :meth:`from_hf` imports it); a bad file raises
-        ModelFormatError."""
+        """Read a tokenizer written by :meth:`save`, a HF ``tokenizer.json`` or a model
+        folder holding one (imported as :meth:`from_hf` imports it), or a GGUF file (as
+        :meth:`from_gguf`); a bad file raises ModelFormatError."""
         path = tokenizer_json_path(Path(path))
+        if gguf.is_gguf(path):
+            return cls(interop.from_gguf(path), backend)
         data = read_tokenizer_json(path)
         if isinstance(data, dict) and "format" not in data and "model" in data:
             return cls(interop.from_hf(data, where=str(path)), backend)
@@ -367,6 +369,14 @@ class Tokenizer:
     def from_hf(cls, source, *, strict: bool = True) -> Tokenizer:
         """Import a HF ByteLevel-BPE ``tokenizer.json`` (a path, JSON text or dict)."""
         return cls(interop.from_hf(source, strict=strict))
+
+    @classmethod
+    def from_gguf(cls, path: str | Path, *, pattern=None, strict: bool = True) -> Tokenizer:
+        """Import the tokenizer of a GGUF file (llama.cpp's format, a whole model or its
+        vocabulary alone): HF's ids for the model, as :func:`gpubpe.interop.from_gguf` says.
+        ``pattern`` gives the split when the file's ``tokenizer.ggml.pre`` is one gpubpe's
+        table lacks."""
+        return cls(interop.from_gguf(path, pattern=pattern, strict=strict))
 
     @classmethod
     def from_gpt2_files(cls, vocab_json, merges_txt) -> Tokenizer:

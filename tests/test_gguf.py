@@ -1,0 +1,266 @@
+"""GGUF files (llama.cpp's model format): their tokenizer, imported with HF's ids.
+
+- llama.cpp's own vocabulary files and test vectors (``models/ggml-vocab-*.gguf`` with
+  ``.inp`` texts and ``.out`` ids, in the llama-cpp-python 0.3.36 sdist on PyPI; its
+  convert_hf_to_gguf_update.py wrote each ``.out`` with HF's ``AutoTokenizer.encode(text,
+  add_special_tokens=False)`` on the model's own tokenizer.json): ten byte-level BPE
+  vocabularies no one here made (GPT-2, MPT, StarCoder, Refact, Command-R, DeepSeek Coder
+  and LLM, Llama 3, Qwen 2, Qwen 3.5); HF's tokenizers running the tokenizer.json gpubpe
+  reads each as gives those ids too, and gpubpe gives HF's on documents in many scripts;
+  the files gpubpe refuses, by what they are;
+- the metadata against llama.cpp's own reader (the ``gguf`` package);
+- a file written by llama.cpp's own writer from DeepSeek V3's HF file, as its converter
+  writes them, against HF on real documents (no download needed);
+- malformed files: errors that say what is wrong.
+
+The sdist (76 MB, pinned by its sha256) is fetched once into ``~/.cache/gpubpe-tests``;
+``GPUBPE_LLAMA_CPP_MODELS`` may name a llama.cpp ``models/`` folder instead. Offline and
+without either, the tests that need it skip, saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import unicodedata
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_real_vocab import two_kb_documents as documents
+from test_split_sequence import CORPUS, DEMO, EDGES, deepseek_file, hf_ids  # noqa: F401
+
+import gpubpe
+from gpubpe.bytes_order import BYTE_TO_CHAR
+from gpubpe.cli import main
+from gpubpe.errors import ConfigError, ModelFormatError
+from gpubpe.gguf import hf_tokenizer_json, read_metadata
+
+gguf = pytest.importorskip("gguf", reason="needs the 'dev' extra (llama.cpp's gguf package)")
+tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+
+SDIST_URL = ("https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f"
+             "6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz")
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpubpe-tests" / \
+    "llama-cpp-python-0.3.36-models"
+# The byte-level BPE files llama.cpp ships test vectors for, and the pattern each imports as.
+WITH_VECTORS = {"gpt-2": "gpt2", "mpt": "gpt2", "starcoder": None, "refact": None,
+                "command-r": None, "deepseek-coder": None, "deepseek-llm": None,
+                "llama-bpe": "llama3", "qwen2": "qwen2", "qwen35": None}
+NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
+
+
+# ------------------------------------------------------------ llama.cpp's files
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    given = os.environ.get("GPUBPE_LLAMA_CPP_MODELS")
+    if given:
+        return Path(given)
+    if not (CACHE / "ggml-vocab-gpt-2.gguf.out").exists():
+        try:
+            fetch_vocab_files(CACHE)
+        except OSError as exc:
+            pytest.skip(f"llama.cpp's vocab files could not be fetched from PyPI ({exc}); set "
+                        "GPUBPE_LLAMA_CPP_MODELS to a llama.cpp models/ folder")
+    return CACHE
+
+
+def fetch_vocab_files(target: Path) -> None:
+    """The sdist's ``vendor/llama.cpp/models/ggml-vocab-*`` files, into ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        archive, folder = Path(tmp) / "sdist.tar.gz", Path(tmp) / "models"
+        with urllib.request.urlopen(SDIST_URL, timeout=300) as source, open(archive, "wb") as out:
+            shutil.copyfileobj(source, out)
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        if digest != SDIST_SHA256:
+            raise OSError(f"the sdist's sha256 is {digest}, expected {SDIST_SHA256}")
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers()
+                       if "/models/ggml-vocab-" in m.name and m.isfile()]
+            for member in members:
+                member.name = Path(member.name).name
+            tar.extractall(folder, members=members)  # noqa: S202 (a pinned archive)
+        try:
+            os.replace(folder, target)
+        except OSError:
+            if not target.exists():  # else another test worker put it there first
+                raise
+
+
+def vectors(models: Path, name: str) -> tuple[list[str], list[list[int]]]:
+    """llama.cpp's test texts for a vocabulary and HF's ids for each."""
+    stem = models / f"ggml-vocab-{name}.gguf"
+    texts = stem.with_suffix(".gguf.inp").read_text(encoding="utf-8")
+    texts = texts.split("\n__ggml_vocab_test__\n")[:-1]
+    lines = stem.with_suffix(".gguf.out").read_text(encoding="utf-8").split("\n")
+    return texts, [[int(i) for i in line.split()] for line in lines[:len(texts)]]
+
+
+@pytest.mark.parametrize("name", sorted(WITH_VECTORS))
+def test_llama_cpp_vocab_files_give_hfs_ids(models, name):
+    path = models / f"ggml-vocab-{name}.gguf"
+    tok = gpubpe.Tokenizer.from_gguf(path)
+    texts, want = vectors(models, name)
+    assert len(texts) >= 46
+    assert [tok.encode(text, allowed_special="all") for text in texts] == want
+    assert tok.encode_batch(texts, allowed_special="all", num_threads=2) == want
+    if WITH_VECTORS[name]:  # a named pattern: a Numba scanner splits
+        assert tok.vocabulary.pattern == WITH_VECTORS[name]
+    nfc = name == "qwen2"  # Qwen 2's file normalizes to NFC (3.5's does not: see its .inp)
+    assert tok.decode_batch(want) == [unicodedata.normalize("NFC", t) if nfc else t
+                                      for t in texts]
+    # The vectors are 46 short texts (Qwen 2's and 3.5's splits give the same ids on them):
+    # HF runs the tokenizer.json gpubpe reads the file as, which gives the vectors' ids
+    # too, and gpubpe gives its ids on ~400 KB of documents in many scripts.
+    hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
+                                                                    str(path))))
+    assert hf_ids(hf, texts) == want
+    documents_ = documents(CORPUS, 150) + documents(DEMO, 50)
+    assert tok.encode_batch(documents_, allowed_special="all") == hf_ids(hf, documents_)
+
+
+def test_a_file_without_a_named_split_takes_a_pattern(models):
+    neox = models / "ggml-vocab-gpt-neox.gguf"  # converted before llama.cpp named splits
+    with pytest.raises(ModelFormatError, match=r"'default'.*pattern=.*names read: command-r"):
+        gpubpe.Tokenizer.from_gguf(neox)
+    tok = gpubpe.Tokenizer.from_gguf(neox, pattern="gpt2")
+    texts, want = vectors(models, "mpt")  # MPT's tokenizer is GPT-NeoX-20B's
+    assert tok.encode_batch(texts, allowed_special="all") == want
+    with pytest.raises(ConfigError, match=r"pattern='\(x': .*valid regex"):
+        gpubpe.Tokenizer.from_gguf(neox, pattern="(x")
+
+
+@pytest.mark.parametrize("name, what", [
+    ("llama-spm", "'llama', a SentencePiece BPE"), ("phi-3", "'llama', a SentencePiece BPE"),
+    ("gemma-4", "Gemma 4"), ("bert-bge", "WordPiece"), ("nomic-bert-moe", "Unigram"),
+    ("falcon", "'falcon'.*inside a character")])
+def test_other_tokenizers_are_refused_by_what_they_are(models, name, what):
+    with pytest.raises(ModelFormatError, match=what):
+        gpubpe.load(models / f"ggml-vocab-{name}.gguf")
+
+
+def test_metadata_equals_llama_cpps_reader(models):
+    path = models / "ggml-vocab-qwen35.gguf"
+    ours = read_metadata(path)
+    theirs = {key: field.contents() for key, field in gguf.GGUFReader(path).fields.items()
+              if not key.startswith("GGUF.")}
+    assert ours.keys() == theirs.keys()
+    assert ours == theirs
+    assert len(ours["tokenizer.ggml.tokens"]) > 150_000
+
+
+def test_load_and_the_cli_read_a_gguf_file(models, capsys):
+    path = models / "ggml-vocab-starcoder.gguf"
+    texts, want = vectors(models, "starcoder")
+    assert gpubpe.load(path).encode(texts[-1]) == want[-1]
+    assert main(["encode", "-t", str(path), "--text", texts[-1]]) == 0
+    assert capsys.readouterr().out.split() == [str(i) for i in want[-1]]
+
+
+# ------------------------------------------------------------ written by llama.cpp's writer
+
+def write_gguf(path: Path, tokens, kinds=None, merges=(), pre="gpt-2", model="gpt2") -> Path:
+    writer = gguf.GGUFWriter(path, "llama")
+    if model is not None:
+        writer.add_tokenizer_model(model)
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_list(tokens)
+        writer.add_token_types(kinds or [NORMAL] * len(tokens))
+        writer.add_token_merges(list(merges))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def written_like_convert_hf_to_gguf(hf_file: Path, path: Path, pre: str) -> Path:
+    """A vocab-only GGUF of a HF tokenizer.json as llama.cpp's convert_hf_to_gguf.py writes
+    it: every id (a gap is an unused "[PADn]"), added tokens as their text, control (special)
+    or user-defined, merges as "left right"."""
+    hf = tokenizers.Tokenizer.from_file(str(hf_file))
+    by_id = {i: text for text, i in hf.get_vocab(with_added_tokens=True).items()}
+    added = hf.get_added_tokens_decoder()
+    tokens, kinds = [], []
+    for i in range(max(by_id) + 1):
+        if i in added:
+            tokens.append(added[i].content)
+            kinds.append(CONTROL if added[i].special else USER_DEFINED)
+        else:
+            tokens.append(by_id.get(i, f"[PAD{i}]"))
+            kinds.append(NORMAL if i in by_id else UNUSED)
+    merges = json.loads(hf_file.read_text(encoding="utf-8"))["model"]["merges"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    return write_gguf(path, tokens, kinds, merges, pre)
+
+
+def test_deepseek_v3_written_as_gguf_gives_hfs_ids(deepseek_file, tmp_path):  # noqa: F811
+    path = written_like_convert_hf_to_gguf(deepseek_file, tmp_path / "deepseek.gguf",
+                                           "deepseek-v3")
+    tok = gpubpe.Tokenizer.from_gguf(path)
+    hf = tokenizers.Tokenizer.from_file(str(deepseek_file))
+    assert tok.vocabulary.pattern == "deepseek"
+    texts = documents(CORPUS, 60) + EDGES + ["<｜begin▁of▁sentence｜>hi<｜end▁of▁sentence｜>"]
+    assert tok.encode_batch(texts, allowed_special="all") == hf_ids(hf, texts)
+    assert tok.n_vocab == hf.get_vocab_size()
+
+
+def tiny_tokens() -> tuple[list[str], list[str]]:
+    """GPT-2's byte characters, "ab" and " ab" by two merges, an end-of-text token."""
+    return [*BYTE_TO_CHAR, "ab", "Ġab", "<|end|>"], ["a b", "Ġ ab"]
+
+
+def test_added_and_unused_tokens_keep_their_ids(tmp_path):
+    tokens, merges = tiny_tokens()
+    tokens += ["[PAD260]", "  "]
+    kinds = [NORMAL] * 258 + [CONTROL, UNUSED, USER_DEFINED]
+    tok = gpubpe.Tokenizer.from_gguf(write_gguf(tmp_path / "t.gguf", tokens, kinds, merges))
+    assert tok.encode("ab ab<|end|>x  ab", allowed_special="all") == [256, 257, 258, 120, 260,
+                                                                       256]
+    assert tok.decode([256, 257, 258, 260]) == "ab ab<|end|>  "
+
+
+def test_a_pattern_may_replace_the_named_split(tmp_path):
+    tokens, merges = tiny_tokens()
+    path = write_gguf(tmp_path / "t.gguf", tokens, merges=merges, pre="my-model")
+    with pytest.raises(ModelFormatError, match="'my-model': the name is not in"):
+        gpubpe.Tokenizer.from_gguf(path)
+    assert gpubpe.Tokenizer.from_gguf(path, pattern="gpt2").encode("ab ab") == [256, 257]
+    assert gpubpe.Tokenizer.from_gguf(path, pattern=r"\S+|\s").encode("ab ab") == [256, 32, 256]
+
+
+def file_bytes(tmp_path, **fields) -> bytes:
+    tokens, merges = tiny_tokens()
+    return write_gguf(tmp_path / "ok.gguf", tokens, merges=merges, **fields).read_bytes()
+
+
+@pytest.mark.parametrize("mangle, message", [
+    (lambda data: b"GGUX" + data[4:], r"not a GGUF file \(it starts b'GGUX'"),
+    (lambda data: data[:len(data) // 2], "metadata ends early.*truncated"),
+    (lambda data: data[:4] + (1).to_bytes(4, "little") + data[8:], "GGUF version 1;"),
+    (lambda data: data[:4] + (3).to_bytes(4, "big") + data[8:], "version 50331648 .*big-endian"),
+    (lambda data: b"", "empty"),
+])
+def test_malformed_files_say_what_is_wrong(tmp_path, mangle, message):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(mangle(file_bytes(tmp_path)))
+    with pytest.raises(ModelFormatError, match=message):
+        gpubpe.Tokenizer.from_gguf(path)
+
+
+def test_a_file_without_tokens_or_merges_is_refused(tmp_path):
+    with pytest.raises(ModelFormatError, match="holds no tokenizer"):
+        gpubpe.Tokenizer.from_gguf(write_gguf(tmp_path / "a.gguf", [], model=None))
+    tokens, _ = tiny_tokens()
+    with pytest.raises(ModelFormatError, match="3 token types for 259 tokens"):
+        gpubpe.Tokenizer.from_gguf(write_gguf(tmp_path / "b.gguf", tokens, [NORMAL] * 3))
+    with pytest.raises(ModelFormatError, match=r"merge 0 \('a', 'c'\) needs 'ac'"):
+        gpubpe.Tokenizer.from_gguf(write_gguf(tmp_path / "c.gguf", tokens, merges=["a c"]))
+    with pytest.raises(ModelFormatError, match="no such GGUF file"):
+        gpubpe.Tokenizer.from_gguf(tmp_path / "missing.gguf")
