@@ -825,8 +825,13 @@ def _pattern_name(pat_str: str) -> str | None:
 
 
 def _named(pattern):
-    """The name of a named pattern's regex text (or sequence), else the pattern itself."""
-    return next((name for name, value in NAMED_PATTERNS.items() if value == pattern), pattern)
+    """The name of a named pattern's regex text (or sequence, names in it read as their
+    regexes), else the pattern itself."""
+    try:
+        text = resolve_pattern(pattern)
+    except ConfigError:  # not Python regex: the caller's checks name it
+        return pattern
+    return next((name for name, value in NAMED_PATTERNS.items() if value == text), pattern)
 
 
 def _import_tiktoken():

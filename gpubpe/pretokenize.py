@@ -68,7 +68,9 @@ from .kernels.pretok import (
     NUMBER,
     O200K,
     QWEN2,
+    QWEN35,
     SPACE,
+    STARCODER,
     TEKKEN,
     count_scanned_words,
 )
@@ -140,9 +142,19 @@ DEEPSEEK_SPLITS = (
     r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""".replace(r"\r\n", "\r\n"),
 )  # the file holds CR and LF themselves in the third, not escapes
 DEEPSEEK_PATTERN = tuple(map(isolated, DEEPSEEK_SPLITS))
+# StarCoder's (and Command-R's, SmolLM's, Refact's: their tokenizer.json): HF's Digits step
+# with individual digits, then GPT-2's ByteLevel (``kernels.pretok.starcoder_piece_end``).
+STARCODER_PATTERN = (isolated(r"\p{N}"), GPT2_PATTERN)
+# Qwen 3.5's (its tokenizer.json, after llama.cpp's table): Qwen's with marks in the letter
+# runs and out of the punctuation runs.
+QWEN35_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
-                  "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "tekken": TEKKEN_PATTERN,
-                  "deepseek": DEEPSEEK_PATTERN}
+                  "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "qwen35": QWEN35_PATTERN,
+                  "tekken": TEKKEN_PATTERN, "deepseek": DEEPSEEK_PATTERN,
+                  "starcoder": STARCODER_PATTERN}
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
@@ -313,7 +325,7 @@ _FLAG_CLASSES = (
 )
 _SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K,
              LLAMA3_PATTERN: LLAMA3, QWEN2_PATTERN: QWEN2, TEKKEN_PATTERN: TEKKEN,
-             DEEPSEEK_PATTERN: DEEPSEEK}
+             DEEPSEEK_PATTERN: DEEPSEEK, STARCODER_PATTERN: STARCODER, QWEN35_PATTERN: QWEN35}
 
 
 def scanner_for(regex_text: str | None) -> int | None:
@@ -322,8 +334,9 @@ def scanner_for(regex_text: str | None) -> int | None:
 
 
 def scanner_table(scanner: int) -> np.ndarray:
-    """The class table a scanner reads: classes for GPT-2, flags for the others."""
-    return code_point_classes() if scanner == GPT2 else code_point_flags()
+    """The class table a scanner reads: classes for GPT-2's and StarCoder's, flags for the
+    others."""
+    return code_point_classes() if scanner in (GPT2, STARCODER) else code_point_flags()
 
 
 # ---------------------------------------------------------------- corpus readers

@@ -62,7 +62,8 @@ from ._jit import hot
 from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, same_bytes, word_key
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK = 0, 1, 2, 3, 4, 5, 6  # ``piece_end``
+# ``piece_end``
+GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK, STARCODER, QWEN35 = range(9)
 # code_point_flags: \p{L}, \p{N}, \s, o200k's upper and lower classes, [\r\n], \p{M},
 # \p{P} or \p{S}
 CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF, CHAR_M, CHAR_PS = 1, 2, 4, 8, 16, 32, 64, 128
@@ -283,6 +284,8 @@ def is_safe_cut(data, p, first, end, scanner, table):
     at, _ = decode_utf8(data, p, end)
     if scanner == GPT2:
         return _gpt2_cut(before, _class_of(before, table), _class_of(at, table))
+    if scanner == STARCODER:
+        return _starcoder_cut(before, _class_of(before, table), _class_of(at, table))
     if scanner == DEEPSEEK:
         return _deepseek_cut(before, at, _class_of(before, table), _class_of(at, table))
     return _tiktoken_cut(before, at, _class_of(before, table), _class_of(at, table))
@@ -343,6 +346,45 @@ def gpt2_word_end_fast(data, i, end, classes):
     if byte == 39 or cls == SPACE:
         return gpt2_word_end(data, i, end, classes)
     return _ascii_run_end(data, i + 1, end, classes, cls)
+
+
+@hot
+def starcoder_piece_end(data, i, end, classes):
+    """End of the piece at byte i under HF's Digits(individual_digits) step then GPT-2's
+    regex (StarCoder, Command-R, SmolLM, Refact: ``NAMED_PATTERNS["starcoder"]``).
+
+    Every number char is a piece; GPT-2's regex splits the text between them, each such
+    text on its own, so a number char is the end of the text there: a whitespace run
+    before one is whole (``\\s+(?!\\S)`` at the end), and no space prefixes a number.
+    Elsewhere the GPT-2 scanner decides: its runs of one class stop at a number anyway.
+    """
+    cls, length = char_class(data, i, end, classes)
+    if cls == NUMBER:
+        return i + length
+    if cls != SPACE:
+        return gpt2_word_end_fast(data, i, end, classes)
+    j = i
+    last = i
+    next_cls = cls
+    while j < end:
+        next_cls, length = char_class(data, j, end, classes)
+        if next_cls != SPACE:
+            break
+        last = j
+        j += length
+    if j == end or next_cls == NUMBER:
+        return j
+    if data[i] == 32 and j == i + 1:  # `` ?\p{L}+`` or `` ?[^\s\p{L}\p{N}]+``
+        return run_end(data, j, end, classes, next_cls)
+    return last if last > i else j
+
+
+@hot
+def _starcoder_cut(before, before_class, class_at):
+    """Beside a number char (the Digits step cuts there), else where GPT-2 cuts."""
+    if before_class == NUMBER or class_at == NUMBER:
+        return True
+    return _gpt2_cut(before, before_class, class_at)
 
 
 # ---------------------------------------------------------------- cl100k and o200k
@@ -509,26 +551,30 @@ def _digits_end(data, i, end, flags, most):
 
 
 @hot
-def _punctuation_end(data, i, end, flags, f, slash):
+def _punctuation_end(data, i, end, flags, f, slash, words):
     """`` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`` at i (o200k: ``[\\r\\n/]*``), or -1.
 
-    ``f`` = flags of the char at i.
+    ``f`` = flags of the char at i; ``words``: the classes no punctuation char has
+    (``_LNS``; Qwen 3.5's adds marks).
     """
     if data[i] == 32 and i + 1 < end:
         f2, length = char_flags(data, i + 1, end, flags)
-        if f2 & _LNS == 0:
-            stop = run_without(data, i + 1 + length, end, flags, _LNS)
+        if f2 & words == 0:
+            stop = run_without(data, i + 1 + length, end, flags, words)
             return _crlf_run_end(data, stop, end, slash)
-    if f & _LNS == 0:
-        return _crlf_run_end(data, run_without(data, i, end, flags, _LNS), end, slash)
+    if f & words == 0:
+        return _crlf_run_end(data, run_without(data, i, end, flags, words), end, slash)
     return -1
 
 
 @hot
-def cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits):
+def cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits, letters):
     """End of the cl100k piece starting at byte i (see the notes above); with
     ``whole_at_end`` False, of the Llama 3 piece, and with ``most_digits`` 1 too, of the
-    Qwen piece (Qwen's pattern is Llama 3's with ``\\p{N}`` for ``\\p{N}{1,3}``).
+    Qwen piece (Qwen's pattern is Llama 3's with ``\\p{N}`` for ``\\p{N}{1,3}``); with
+    ``letters`` ``CHAR_L | CHAR_M`` too, of the Qwen 3.5 piece (marks join letter runs
+    and leave punctuation: ``[\\p{L}\\p{M}]+`` and ``[^\\s\\p{L}\\p{M}\\p{N}]+``; a mark
+    as the optional prefix char ends where the run it prefixes does).
 
     Llama 3's pattern is cl100k's without the possessive quantifiers, which change
     nothing there (no part of an alternative can give back what its possessive part
@@ -541,15 +587,15 @@ def cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits):
     if n:
         return i + n
     f, length = char_flags(data, i, end, flags)
-    if f & CHAR_L:
-        return run_with(data, i + length, end, flags, CHAR_L)
+    if f & letters:
+        return run_with(data, i + length, end, flags, letters)
     if f & _NOT_PREFIX == 0 and i + length < end:
         f2, length2 = char_flags(data, i + length, end, flags)
-        if f2 & CHAR_L:
-            return run_with(data, i + length + length2, end, flags, CHAR_L)
+        if f2 & letters:
+            return run_with(data, i + length + length2, end, flags, letters)
     if f & CHAR_N:
         return _digits_end(data, i, end, flags, most_digits)
-    stop = _punctuation_end(data, i, end, flags, f, False)
+    stop = _punctuation_end(data, i, end, flags, f, False, _LNS | letters)
     if stop >= 0:
         return stop
     return whitespace_piece_end(data, i, end, flags, whole_at_end)
@@ -627,25 +673,26 @@ def o200k_piece_end(data, i, end, flags, is_o200k):
         return stop
     if f & CHAR_N:
         return _digits_end(data, i, end, flags, 3 if is_o200k else 1)
-    stop = _punctuation_end(data, i, end, flags, f, True)
+    stop = _punctuation_end(data, i, end, flags, f, True, _LNS)
     if stop >= 0:
         return stop
     return whitespace_piece_end(data, i, end, flags, False)
 
 
 @_inlined
-def cl100k_piece_end_fast(data, i, end, flags, whole_at_end, most_digits):
-    """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline."""
+def cl100k_piece_end_fast(data, i, end, flags, whole_at_end, most_digits, letters):
+    """``cl100k_piece_end`` with ASCII letter starts, bare or after one prefix char, inline
+    (no ASCII char is a mark)."""
     byte = data[i]
     if byte >= 0x80 or byte == 39:
-        return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits)
+        return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits, letters)
     f = flags[byte]
     if f & CHAR_L:
-        return run_with(data, i + 1, end, flags, CHAR_L)
+        return run_with(data, i + 1, end, flags, letters)
     if (f & _NOT_PREFIX == 0 and i + 1 < end and data[i + 1] < 0x80
             and flags[data[i + 1]] & CHAR_L):
-        return run_with(data, i + 2, end, flags, CHAR_L)
-    return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits)
+        return run_with(data, i + 2, end, flags, letters)
+    return cl100k_piece_end(data, i, end, flags, whole_at_end, most_digits, letters)
 
 
 @_inlined
@@ -825,15 +872,18 @@ def _deepseek_cut(before, at, flags_before, flags_at):
 @_inlined
 def piece_end(scanner, data, i, end, table):
     """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K``,
-    ``LLAMA3``, ``QWEN2``, ``TEKKEN`` or ``DEEPSEEK``."""
+    ``LLAMA3``, ``QWEN2``, ``TEKKEN``, ``DEEPSEEK``, ``STARCODER`` or ``QWEN35``."""
     if scanner == GPT2:
         return gpt2_word_end_fast(data, i, end, table)
+    if scanner == STARCODER:
+        return starcoder_piece_end(data, i, end, table)
     if scanner == DEEPSEEK:
         return deepseek_piece_end(data, i, end, table)
     if scanner == O200K or scanner == TEKKEN:
         return o200k_piece_end_fast(data, i, end, table, scanner == O200K)
     return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K,
-                                 1 if scanner == QWEN2 else 3)
+                                 1 if scanner == QWEN2 or scanner == QWEN35 else 3,
+                                 CHAR_L | CHAR_M if scanner == QWEN35 else CHAR_L)
 
 
 @njit(cache=True)
