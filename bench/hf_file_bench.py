@@ -9,13 +9,20 @@ gpubpe: ``disallowed_special=()``, no added token is in the text). Each round ti
 then gpubpe with its word cache cleared ("cold"); the table shows the median of each
 round's ratio (HF time / gpubpe time).
 
-    python bench/hf_file_bench.py [--file tokenizer.json] [--threads 1] [--repeats 5]
+``--gguf FILE``: a GGUF file (llama.cpp's) instead. gpubpe reads it with
+``Tokenizer.from_gguf``; HF runs the tokenizer.json gpubpe reads it as
+(``gpubpe.gguf.hf_tokenizer_json``: the model's pre-tokenizer by its name, which
+``tests/test_gguf.py`` checks against llama.cpp's HF-made test ids). The load line also
+times llama.cpp's own reader (``gguf.GGUFReader``, the metadata only) on the same file.
+
+    python bench/hf_file_bench.py [--file tokenizer.json | --gguf FILE] [--threads 1] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import platform
 import sys
@@ -34,6 +41,7 @@ def deepseek_file() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", help="a tokenizer.json (default: DeepSeek's)")
+    parser.add_argument("--gguf", help="a GGUF file instead (llama.cpp's format)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -46,11 +54,14 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pattern_bench import corpora
 
-    path = args.file or deepseek_file()
-    hf = HfTokenizer.from_file(path)
-    started = time.perf_counter()
-    tok = gpubpe.Tokenizer.from_hf(path)
-    import_s = time.perf_counter() - started
+    if args.gguf:
+        path, (hf, tok, import_s) = args.gguf, gguf_pair(args.gguf)
+    else:
+        path = args.file or deepseek_file()
+        hf = HfTokenizer.from_file(path)
+        started = time.perf_counter()
+        tok = gpubpe.Tokenizer.from_hf(path)
+        import_s = time.perf_counter() - started
     docs_by_corpus = {name: docs for name, docs in corpora().items()
                       if name in ("english", "code", "zh", "ja")}
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
@@ -80,6 +91,30 @@ def main(argv=None) -> int:
               f"| **{np.median(times[:, 0] / times[:, 1]):.2f}x** | equal |", flush=True)
     print(f"# load {os.getloadavg()[0]:.1f} at the end")
     return 0
+
+
+def gguf_pair(path: str):
+    """(HF's tokenizer of the file's tokenizer.json, gpubpe's, gpubpe's load time); prints
+    the load times of gpubpe, llama.cpp's reader and HF's."""
+    import gguf
+    from tokenizers import Tokenizer as HfTokenizer
+
+    import gpubpe
+    from gpubpe.gguf import hf_tokenizer_json, read_metadata
+
+    started = time.perf_counter()
+    tok = gpubpe.Tokenizer.from_gguf(path)
+    import_s = time.perf_counter() - started
+    started = time.perf_counter()
+    gguf.GGUFReader(path)
+    reader_s = time.perf_counter() - started
+    text = json.dumps(hf_tokenizer_json(read_metadata(path), path))
+    started = time.perf_counter()
+    hf = HfTokenizer.from_str(text)
+    hf_s = time.perf_counter() - started
+    print(f"# loads: gpubpe from_gguf {import_s:.2f} s; llama.cpp's gguf.GGUFReader (metadata "
+          f"only) {reader_s:.2f} s; HF Tokenizer.from_str of the JSON {hf_s:.2f} s")
+    return hf, tok, import_s
 
 
 if __name__ == "__main__":

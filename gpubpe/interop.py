@@ -195,7 +195,8 @@ def _hf_added_tokens(vocab: Vocabulary) -> list[dict]:
     return [
         {"id": token_id, "content": content, "single_word": "single_word" in flags.get(content, ()),
          "lstrip": "lstrip" in flags.get(content, ()),
-         "rstrip": "rstrip" in flags.get(content, ()), "normalized": False, "special": True}
+         "rstrip": "rstrip" in flags.get(content, ()), "normalized": False,
+         "special": "not_special" not in flags.get(content, ())}
         for content, token_id in sorted(vocab.special_ids().items(), key=lambda item: item[1])
     ]
 
@@ -282,7 +283,8 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
     (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
     either way), alone or after ``Split`` and ``Digits`` steps (run in sequence), no
     normalizer or NFC, added tokens (all become special tokens, matched before
-    the split with their lstrip / rstrip / single_word flags). A custom
+    the split with their lstrip / rstrip / single_word flags; those HF does not call
+    special are matched always, as HF does). A custom
     ``Split`` regex with ``Isolated`` behavior gets an alternative matching the
     text between its matches, which HF keeps as words too.
     With ``strict`` (default), settings that would make gpubpe's ids differ from
@@ -607,7 +609,8 @@ def _pattern_of_split(split: dict, where: str) -> str:
 
 def _special_from_hf(added_tokens, where: str, notes: list[str]):
     """[(content, HF id, flags)] of the added tokens, in HF id order; they become special
-    tokens, matched before the split with their lstrip / rstrip / single_word flags."""
+    tokens, matched before the split with their lstrip / rstrip / single_word flags, and
+    "not_special" for HF's ``special: false`` (matched always, as HF does)."""
     specials = []
     for token in sorted(added_tokens, key=lambda t: t.get("id") or 0):
         content, token_id = token.get("content"), token.get("id")
@@ -616,6 +619,7 @@ def _special_from_hf(added_tokens, where: str, notes: list[str]):
         if not isinstance(token_id, int) or token_id < 0:
             raise ModelFormatError(f"{where}: added token {content!r} has id {token_id!r}")
         flags = [flag for flag in ("lstrip", "rstrip", "single_word") if token.get(flag)]
+        flags += ["not_special"] if token.get("special") is False else []
         specials.append((content, token_id, flags))
     return specials
 

@@ -47,8 +47,14 @@ class IdLayout:
     # HF text handling before the split: a space before each text piece, NFC.
     prefix_space: bool = False
     normalizer: str | None = None  # None or "NFC"
-    # HF added-token flags by content: a subset of ("lstrip", "rstrip", "single_word").
+    # HF added-token flags by content: a subset of ("lstrip", "rstrip", "single_word",
+    # "not_special"), the last for HF's ``special: false`` (matched always, as HF does).
     special_flags: dict[str, list[str]] = field(default_factory=dict)
+
+    def not_special_tokens(self) -> frozenset[str]:
+        """The added tokens the source does not call special (flag "not_special")."""
+        return frozenset(token for token, flags in self.special_flags.items()
+                         if "not_special" in flags)
 
     def to_json(self) -> dict:
         return {"output_ids": self.output_ids.tolist(), "special_ids": list(self.special_ids),

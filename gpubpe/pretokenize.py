@@ -199,7 +199,7 @@ def split_words(text: str, pattern) -> list[str]:
     if pattern is None:
         return [text] if text else []
     if isinstance(pattern, tuple):
-        return [text[a:b] for a, b in step_spans(tuple(map(compiled_pattern, pattern)), text)]
+        return [text[a:b] for a, b in step_spans(pattern, text)]
     return compiled_pattern(pattern).findall(text, concurrent=True)
 
 
@@ -223,17 +223,56 @@ def compiled_pattern(text: str) -> regex.Pattern:
     return regex.compile(text)
 
 
-def step_spans(steps: tuple, text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the words a sequence of compiled regexes makes of
-    ``text``: each regex runs on each word of the one before as on a text of its own (its
-    lookarounds and anchors see that word only); empty matches are no words."""
+def step_spans(steps: tuple[str, ...], text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the words a sequence of regexes (a resolved pattern
+    tuple) makes of ``text``: each regex runs on each word of the one before as on a text
+    of its own (its lookarounds and anchors see that word only); empty matches are no words."""
     spans = [(0, len(text))] if text else []
-    for step in steps:
-        spans = [(start + match.start(), start + match.end())
-                 for start, end in spans
-                 for match in step.finditer(text[start:end], concurrent=True)
-                 if match.end() > match.start()]
+    for whole, matches in compiled_steps(steps):
+        spans = [span for start, end in spans
+                 for span in _word_spans(whole, matches, text, start, end)]
     return spans
+
+
+@lru_cache(maxsize=64)
+def compiled_steps(steps: tuple[str, ...]) -> tuple:
+    """(compiled step, its regex alone compiled when the step is ``isolated(regex)``, else
+    None) of each step of a pattern sequence."""
+    return tuple((compiled_pattern(step), None if core is None else compiled_pattern(core))
+                 for step in steps for core in (_isolated_core(step),))
+
+
+_ISOLATED_FRAME = len(isolated(""))
+
+
+def _isolated_core(text: str) -> str | None:
+    """X when ``text`` is ``isolated(X)`` (a HF Split with Isolated behavior), else None."""
+    size, odd = divmod(len(text) - _ISOLATED_FRAME, 2)
+    core = text[3:3 + size]
+    return core if size > 0 and not odd and isolated(core) == text else None
+
+
+def _word_spans(whole, matches, text: str, start: int, end: int):
+    """The spans of one word's words under one step. An Isolated step's are its regex's
+    matches and the text between them: found so, 1.5x faster than by ``isolated``'s
+    pattern, whose gap alternative tries the regex again at every character (DeepSeek LLM's
+    six steps over 150 documents of 2 KB: 0.31 -> 0.21 s). A regex that matches empty
+    somewhere leaves that word to the whole pattern (which drops a character there)."""
+    word = text[start:end]
+    if matches is not None:
+        spans, at = [], 0
+        for match in matches.finditer(word, concurrent=True):
+            a, b = match.span()
+            if a == b:
+                break
+            if a > at:
+                spans.append((start + at, start + a))
+            spans.append((start + a, start + b))
+            at = b
+        else:
+            return spans + [(start + at, end)] if at < end - start else spans
+    return [(start + match.start(), start + match.end())
+            for match in whole.finditer(word, concurrent=True) if match.end() > match.start()]
 
 
 def special_splitter(special_tokens: Iterable[str]) -> regex.Pattern | None:

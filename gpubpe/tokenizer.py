@@ -10,7 +10,10 @@ cache keeps the encodings of words across calls. ``encode`` is a batch of one.
 
 Special tokens follow tiktoken's rules: text equal to a special token raises
 unless allowed (``allowed_special``), or is encoded as ordinary text when
-excluded from ``disallowed_special`` (``disallowed_special=()``).
+excluded from ``disallowed_special`` (``disallowed_special=()``). An imported
+vocabulary's added tokens that its source marks as not special (HF ``special: false``,
+GGUF user-defined: DeepSeek Coder's "ö", CodeGen's runs of spaces) are matched always, as
+HF matches them; the two arguments name special tokens only.
 
 Decoding is one gather from a flat byte table of every id.
 
@@ -257,6 +260,9 @@ class Tokenizer:
         self._quick = self._quick_scanner()
         self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
         self._all_specials = frozenset(self._special_ids)
+        # Added tokens HF does not call special: matched whatever ``allowed_special`` says.
+        self._always_matched = frozenset() if vocab.layout is None else \
+            vocab.layout.not_special_tokens()
         # The special tokens' first two characters, and bytes: a text holds a token only
         # if it holds its start ("<|" for tiktoken's and Llama's; one character would send
         # every text with a "<" to the general path). What ``_quick_ids`` looks for.
@@ -551,7 +557,8 @@ class Tokenizer:
         a :class:`~gpubpe.device.DeviceBatchStream` when the device encodes text it holds,
         else text and ids stay on the host (where the device may still encode words)."""
         if self._device is None or self._scanner is None or \
-                self._host_sees_text(bool(self._special_set(allowed_special))):
+                self._host_sees_text(bool(self._special_set(allowed_special) or
+                                          self._always_matched)):
             return HostBatchStream()
         return self._device.batch_stream()
 
@@ -574,7 +581,7 @@ class Tokenizer:
     def _encode_documents(self, data, doc_start, doc_end, allowed_special, disallowed_special,
                           num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
         out_dtype = self._output_placement(device, dtype)
-        allowed = self._special_set(allowed_special)
+        allowed = self._special_set(allowed_special) | self._always_matched
         disallowed = self._special_set(disallowed_special)
         if allowed:
             disallowed = disallowed - allowed
@@ -1623,7 +1630,7 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
     """
     piece_start, piece_end, piece_special = pieces
     data = array.tobytes()
-    compiled = tuple(map(compiled_pattern, pattern)) if isinstance(pattern, tuple) else \
+    compiled = pattern if isinstance(pattern, tuple) else \
         None if pattern is None else compiled_pattern(pattern)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
@@ -1650,7 +1657,7 @@ def _match_spans(compiled, text: str) -> np.ndarray:
     """(start, end) character spans of the non-empty matches, shape (n, 2)."""
     if compiled is None:
         return np.array([[0, len(text)]], dtype=np.int64)
-    if isinstance(compiled, tuple):
+    if isinstance(compiled, tuple):  # the regexes of a sequence
         return np.array(step_spans(compiled, text), dtype=np.int64).reshape(-1, 2)
     spans = [m.span() for m in compiled.finditer(text, concurrent=True) if m.end() > m.start()]
     return np.array(spans, dtype=np.int64).reshape(-1, 2)

@@ -1,11 +1,12 @@
-"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen, Tekken, DeepSeek) and word counter
-over UTF-8 bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen 2 and 3.5, Tekken, DeepSeek, StarCoder)
+and word counter over UTF-8 bytes, in Numba.
 
-Exact hand-written matchers of the seven named split patterns, run on bytes:
+Exact hand-written matchers of the nine named split patterns, run on bytes:
 GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``,
 tiktoken's cl100k and o200k patterns, Llama 3's and Qwen's (cl100k's scanner with
-two switches), Mistral's Tekken (o200k's with one) and DeepSeek's three regexes run in
-sequence (``deepseek_piece_end``) (``gpubpe.pretokenize``). The
+switches), Mistral's Tekken (o200k's with one), DeepSeek's three regexes run in
+sequence (``deepseek_piece_end``) and StarCoder's digits then GPT-2's
+(``starcoder_piece_end``) (``gpubpe.pretokenize``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on

@@ -109,7 +109,7 @@ def test_llama_cpp_vocab_files_give_hfs_ids(models, name):
     tok = gpubpe.Tokenizer.from_gguf(path)
     texts, want = vectors(models, name)
     assert len(texts) >= 46
-    assert [tok.encode(text, allowed_special="all") for text in texts] == want
+    assert [tok.encode(text) for text in texts] == want  # no special token is in them
     assert tok.encode_batch(texts, allowed_special="all", num_threads=2) == want
     if WITH_VECTORS[name]:  # a named pattern: a Numba scanner splits
         assert tok.vocabulary.pattern == WITH_VECTORS[name]
@@ -224,6 +224,27 @@ def test_added_and_unused_tokens_keep_their_ids(tmp_path):
     assert tok.encode("ab ab<|end|>x  ab", allowed_special="all") == [256, 257, 258, 120, 260,
                                                                        256]
     assert tok.decode([256, 257, 258, 260]) == "ab ab<|end|>  "
+    # A user-defined token is no special token: matched always, as HF matches it.
+    assert tok.encode("x  ab") == tok.encode("x  ab", disallowed_special=()) == [120, 260, 256]
+    with pytest.raises(gpubpe.errors.SpecialTokenError, match="'<|end|>'"):
+        tok.encode("x<|end|>")
+
+
+def test_deepseek_coders_added_letters_are_matched_as_hf_matches_them(models):
+    """DeepSeek Coder's file adds "ö", "ü", "ø"... as tokens HF does not call special:
+    German text must not raise, and gets HF's ids whatever ``disallowed_special`` says."""
+    path = models / "ggml-vocab-deepseek-coder.gguf"
+    tok = gpubpe.Tokenizer.from_gguf(path)
+    hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
+                                                                    str(path))))
+    texts = ["Malmö, Zürich, Ærø", "Grüße aus Köln<｜end▁of▁sentence｜>"]
+    want = hf_ids(hf, texts)
+    assert tok.encode(texts[0]) == tok.encode(texts[0], disallowed_special=()) == want[0]
+    assert tok.encode_batch(texts, allowed_special="all") == want
+    with pytest.raises(gpubpe.errors.SpecialTokenError, match="end▁of▁sentence"):
+        tok.encode(texts[1])
+    exported = tokenizers.Tokenizer.from_str(json.dumps(tok.to_hf_json()))
+    assert hf_ids(exported, texts) == want
 
 
 def test_a_pattern_may_replace_the_named_split(tmp_path):

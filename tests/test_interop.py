@@ -290,6 +290,33 @@ def test_import_hf_trained_tokenizer(documents, text):
     assert tok.decode(tok.encode(sample, allowed_special="all")) == sample
 
 
+def test_added_tokens_hf_does_not_call_special_are_matched_always(documents, text, tmp_path):
+    """HF matches every added token in text; one with ``special: false`` (a run of spaces, as
+    CodeGen's; a letter, as DeepSeek Coder's "ö") is no special token, so the default
+    ``encode`` neither raises on it nor spells it out; a special one still raises."""
+    from tokenizers import AddedToken, models, pre_tokenizers, trainers
+
+    hf = HfTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=600, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator((d.decode("utf-8") for d in documents[::8]), trainer)
+    hf.add_tokens([AddedToken("    ", normalized=False), AddedToken("ö", normalized=False)])
+    hf.add_special_tokens(["<|end|>"])
+    tok = gpubpe.Tokenizer.from_hf(hf.to_str())
+    sample = "def f():\n    return 'Malmö'\n" + text[:300]
+    assert tok.encode(sample) == tok.encode(sample, disallowed_special=()) == \
+        hf.encode(sample, add_special_tokens=False).ids
+    with pytest.raises(gpubpe.errors.SpecialTokenError, match="<|end|>"):
+        tok.encode(sample + "<|end|>")
+    tok.save(tmp_path / "tok.json")
+    again = gpubpe.load(tmp_path / "tok.json")
+    assert again.encode(sample) == tok.encode(sample)
+    exported = HfTokenizer.from_str(json.dumps(again.to_hf_json()))
+    assert [t.special for t in exported.get_added_tokens_decoder().values()] == \
+        [False, False, True]
+
+
 def test_from_hf_reads_path_text_and_dict(gpt2_trained, tmp_path):
     path = tmp_path / "tokenizer.json"
     interop.save_hf(gpt2_trained.vocabulary, path)
