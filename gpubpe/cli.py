@@ -77,7 +77,8 @@ def _add_tokenizer_option(p) -> None:
 def _add_pattern_option(p) -> None:
     p.add_argument("--pattern", default="gpt2",
                    help="split pattern: gpt2 (default), cl100k, o200k, llama3, qwen2, qwen35, "
-                        "tekken, deepseek, starcoder, a regex, or 'none'")
+                        "tekken, deepseek, deepseek-coder, deepseek-llm, starcoder, a regex, "
+                        "or 'none'")
 
 
 def _pattern_of(args) -> str | None:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from .errors import ModelFormatError
 from .pretokenize import (
+    DEEPSEEK_CODER_SPLITS,
+    DEEPSEEK_LLM_SPLITS,
     DEEPSEEK_SPLITS,
     LLAMA3_PATTERN,
     O200K_PATTERN,
@@ -183,14 +185,6 @@ def _splits_then_bytes(*texts: str) -> dict:
     return {"type": "Sequence", "pretokenizers": [*map(_split, texts), _byte_level(False)]}
 
 
-# DeepSeek LLM's letters (its file's second Split; six are written as escapes: they are
-# singletons that NFC, and so some editors, would replace).
-_DEEPSEEK_LLM_LETTERS = (
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷ"
-    "ᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1f7dᾀ-ᾴᾶ-ᾼ\u1fbeῂ-ῄῆ-ῌῐ-\u1fd3ῖ-\u1fdbῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-"
-    "ℝℤ\u2126ℨ\u212a-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+"
-)
-_CJK_RUNS = "[一-龥ࠀ-一가-퟿]+"
 _GPT2 = _byte_level(True)
 # tokenizer.ggml.pre -> (HF pre-tokenizer, HF normalizer, HF ignore_merges): llama.cpp's
 # table, for the names whose regex list gpubpe reads as HF would, written as HF steps
@@ -210,11 +204,8 @@ _PRE_TOKENIZERS = {
     **dict.fromkeys(("starcoder", "refact", "command-r", "smollm"), (
         {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
                                                _GPT2]}, None, False)),
-    "deepseek-llm": (_splits_then_bytes("[\r\n]", _DEEPSEEK_LLM_LETTERS,
-                                        r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", _CJK_RUNS,
-                                        r"\p{N}+"), None, False),
-    "deepseek-coder": (_splits_then_bytes("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK_RUNS,
-                                          r"\p{N}"), None, False),
+    "deepseek-llm": (_splits_then_bytes(*DEEPSEEK_LLM_SPLITS), None, False),
+    "deepseek-coder": (_splits_then_bytes(*DEEPSEEK_CODER_SPLITS), None, False),
     "deepseek-v3": (_splits_then_bytes(*DEEPSEEK_SPLITS), None, False),
     "gpt-4o": (_splits_then_bytes(O200K_PATTERN), None, False),
     "tekken": (_splits_then_bytes(TEKKEN_PATTERN), None, True),

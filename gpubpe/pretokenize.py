@@ -62,6 +62,16 @@ from .kernels.pretok import (
     CHAR_W,
     CL100K,
     DEEPSEEK,
+    DEEPSEEK_CODER,
+    DEEPSEEK_LLM,
+    DS_CRLF,
+    DS_L,
+    DS_LET,
+    DS_N,
+    DS_P,
+    DS_PUN,
+    DS_R,
+    DS_S,
     GPT2,
     LETTER,
     LLAMA3,
@@ -142,6 +152,20 @@ DEEPSEEK_SPLITS = (
     r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""".replace(r"\r\n", "\r\n"),
 )  # the file holds CR and LF themselves in the third, not escapes
 DEEPSEEK_PATTERN = tuple(map(isolated, DEEPSEEK_SPLITS))
+# DeepSeek LLM's letters (its file's second Split; six are written as escapes: they are
+# singletons that NFC, and so some editors, would replace).
+_DEEPSEEK_LLM_LETTERS = (
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷ"
+    "ᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1f7dᾀ-ᾴᾶ-ᾼ\u1fbeῂ-ῄῆ-ῌῐ-\u1fd3ῖ-\u1fdbῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-"
+    "ℝℤ\u2126ℨ\u212a-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+"
+)
+# DeepSeek LLM's (7B/67B, V2, Coder V2) and DeepSeek Coder's (1.3-33B) files: cascades of
+# Isolated Splits, then bytes (``kernels.pretok.deepseek_llm_piece_end`` and
+# ``deepseek_coder_piece_end``; the Split texts as llama.cpp's table has them).
+_DEEPSEEK_CJK_RUNS = "[一-龥ࠀ-一가-퟿]+"
+DEEPSEEK_LLM_SPLITS = ("[\r\n]", _DEEPSEEK_LLM_LETTERS, r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$",
+                       _DEEPSEEK_CJK_RUNS, r"\p{N}+")
+DEEPSEEK_CODER_SPLITS = ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _DEEPSEEK_CJK_RUNS, r"\p{N}")
 # StarCoder's (and Command-R's, SmolLM's, Refact's: their tokenizer.json): HF's Digits step
 # with individual digits, then GPT-2's ByteLevel (``kernels.pretok.starcoder_piece_end``).
 STARCODER_PATTERN = (isolated(r"\p{N}"), GPT2_PATTERN)
@@ -154,7 +178,9 @@ QWEN35_PATTERN = (
 NAMED_PATTERNS = {"gpt2": GPT2_PATTERN, "cl100k": CL100K_PATTERN, "o200k": O200K_PATTERN,
                   "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "qwen35": QWEN35_PATTERN,
                   "tekken": TEKKEN_PATTERN, "deepseek": DEEPSEEK_PATTERN,
-                  "starcoder": STARCODER_PATTERN}
+                  "starcoder": STARCODER_PATTERN,
+                  "deepseek-llm": tuple(map(isolated, DEEPSEEK_LLM_SPLITS)),
+                  "deepseek-coder": tuple(map(isolated, DEEPSEEK_CODER_SPLITS))}
 
 # Bytes per batch handed to a counting thread.
 _BATCH_BYTES = 8 << 20
@@ -315,6 +341,7 @@ def word_bytes(word: str) -> bytes:
 # extra pins that Unicode so the tests compare it with ``regex``. Loading both tables takes
 # ~7 ms where building them from ``regex`` took ~80 ms.
 UNICODE_TABLE = Path(__file__).parent / "data" / "unicode16_flags.zlib"
+UNICODE_PUNCTUATION = Path(__file__).parent / "data" / "unicode16_punctuation.zlib"
 
 
 @lru_cache(maxsize=1)
@@ -334,6 +361,50 @@ def code_point_classes() -> np.ndarray:
     for cls, flag in ((LETTER, CHAR_L), (NUMBER, CHAR_N), (SPACE, CHAR_S)):  # disjoint
         classes[flags & flag != 0] = cls
     return classes
+
+
+@lru_cache(maxsize=1)
+def code_point_ds_flags() -> np.ndarray:
+    """``kernels.pretok.DS_*`` flags of every code point (DeepSeek Coder's and LLM's
+    scanners): ``\\p{L}``, ``\\p{N}``, ``\\s`` and CR/LF from the Unicode table,
+    ``\\p{P}`` from its punctuation list, the CJK ranges and the LLM file's two classes
+    (explicit code point ranges: the same in every Unicode)."""
+    flags = code_point_flags()
+    table = np.zeros(flags.size, dtype=np.uint8)
+    for ds_flag, flag in ((DS_L, CHAR_L), (DS_N, CHAR_N), (DS_S, CHAR_S), (DS_CRLF, CHAR_CRLF)):
+        table[flags & flag != 0] |= ds_flag
+    table[unicode_punctuation()] |= DS_P
+    for ds_flag, text in ((DS_R, _DEEPSEEK_CJK_RUNS), (DS_LET, DEEPSEEK_LLM_SPLITS[1][3:]),
+                          (DS_PUN, DEEPSEEK_LLM_SPLITS[2][3:])):
+        table[_members(text)] |= ds_flag
+    return table
+
+
+def _members(char_class_run: str) -> np.ndarray:
+    """The code points a ``[...]+`` pattern matches (every one tried, as ``regex`` reads it)."""
+    code_points = np.arange(0x110000, dtype=np.int64)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    return np.concatenate([code_points[m.start():m.end()]
+                           for m in regex.finditer(char_class_run, text)] or [[]]).astype(np.int64)
+
+
+@lru_cache(maxsize=1)
+def unicode_punctuation() -> np.ndarray:
+    """The code points of ``\\p{P}`` in Unicode 16.0 (a list shipped beside the flags table,
+    made by ``bench/make_unicode_table.py``)."""
+    ranges = np.frombuffer(zlib.decompress(UNICODE_PUNCTUATION.read_bytes()), dtype=np.uint32)
+    return np.concatenate([np.arange(lo, hi + 1) for lo, hi in ranges.reshape(-1, 2)])
+
+
+def punctuation_from_regex() -> np.ndarray:
+    """(first, last) ranges of ``\\p{P}`` as the installed ``regex`` reads its Unicode."""
+    code_points = np.arange(0x110000, dtype=np.int64)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    spans = [(code_points[m.start()], code_points[m.end() - 1])
+             for m in regex.finditer(r"\p{P}+", text)]
+    return np.array(spans, dtype=np.uint32)
 
 
 def flags_from_regex() -> np.ndarray:
@@ -364,7 +435,9 @@ _FLAG_CLASSES = (
 )
 _SCANNERS = {GPT2_PATTERN: GPT2, CL100K_PATTERN: CL100K, O200K_PATTERN: O200K,
              LLAMA3_PATTERN: LLAMA3, QWEN2_PATTERN: QWEN2, TEKKEN_PATTERN: TEKKEN,
-             DEEPSEEK_PATTERN: DEEPSEEK, STARCODER_PATTERN: STARCODER, QWEN35_PATTERN: QWEN35}
+             DEEPSEEK_PATTERN: DEEPSEEK, STARCODER_PATTERN: STARCODER, QWEN35_PATTERN: QWEN35,
+             NAMED_PATTERNS["deepseek-llm"]: DEEPSEEK_LLM,
+             NAMED_PATTERNS["deepseek-coder"]: DEEPSEEK_CODER}
 
 
 def scanner_for(regex_text: str | None) -> int | None:
@@ -373,8 +446,10 @@ def scanner_for(regex_text: str | None) -> int | None:
 
 
 def scanner_table(scanner: int) -> np.ndarray:
-    """The class table a scanner reads: classes for GPT-2's and StarCoder's, flags for the
-    others."""
+    """The class table a scanner reads: classes for GPT-2's and StarCoder's, DeepSeek
+    Coder's and LLM's own flags, the Unicode flags for the others."""
+    if scanner in (DEEPSEEK_CODER, DEEPSEEK_LLM):
+        return code_point_ds_flags()
     return code_point_classes() if scanner in (GPT2, STARCODER) else code_point_flags()
 
 

@@ -1,12 +1,13 @@
-"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen 2 and 3.5, Tekken, DeepSeek, StarCoder)
-and word counter over UTF-8 bytes, in Numba.
+"""Pre-tokenizers (GPT-2, cl100k, o200k, Llama 3, Qwen 2 and 3.5, Tekken, DeepSeek V3, Coder
+and LLM, StarCoder) and word counter over UTF-8 bytes, in Numba.
 
-Exact hand-written matchers of the nine named split patterns, run on bytes:
+Exact hand-written matchers of the eleven named split patterns, run on bytes:
 GPT-2's ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``,
 tiktoken's cl100k and o200k patterns, Llama 3's and Qwen's (cl100k's scanner with
 switches), Mistral's Tekken (o200k's with one), DeepSeek's three regexes run in
-sequence (``deepseek_piece_end``) and StarCoder's digits then GPT-2's
-(``starcoder_piece_end``) (``gpubpe.pretokenize``). The
+sequence (``deepseek_piece_end``), DeepSeek Coder's and LLM's cascades of five and six
+(``deepseek_coder_piece_end``, ``deepseek_llm_piece_end``), and StarCoder's digits then
+GPT-2's (``starcoder_piece_end``) (``gpubpe.pretokenize``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on
@@ -64,7 +65,8 @@ from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, s
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 # ``piece_end``
-GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK, STARCODER, QWEN35 = range(9)
+(GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK, STARCODER, QWEN35, DEEPSEEK_CODER,
+ DEEPSEEK_LLM) = range(11)
 # code_point_flags: \p{L}, \p{N}, \s, o200k's upper and lower classes, [\r\n], \p{M},
 # \p{P} or \p{S}
 CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF, CHAR_M, CHAR_PS = 1, 2, 4, 8, 16, 32, 64, 128
@@ -287,6 +289,9 @@ def is_safe_cut(data, p, first, end, scanner, table):
         return _gpt2_cut(before, _class_of(before, table), _class_of(at, table))
     if scanner == STARCODER:
         return _starcoder_cut(before, _class_of(before, table), _class_of(at, table))
+    if scanner == DEEPSEEK_CODER or scanner == DEEPSEEK_LLM:
+        return _deepseek_cascade_cut(_class_of(before, table), _class_of(at, table),
+                                     scanner == DEEPSEEK_CODER)
     if scanner == DEEPSEEK:
         return _deepseek_cut(before, at, _class_of(before, table), _class_of(at, table))
     return _tiktoken_cut(before, at, _class_of(before, table), _class_of(at, table))
@@ -867,6 +872,201 @@ def _deepseek_cut(before, at, flags_before, flags_at):
     return flags_before & _DS_LM != 0 and flags_at & _DS_LM == 0
 
 
+# ---------------------------------------------------------------- DeepSeek Coder's and LLM's
+#
+# Their files (DeepSeek Coder 1.3-33B; DeepSeek LLM 7B/67B, V2, Coder V2) split with a
+# cascade of Isolated Splits, each on every piece of the one before, then bytes:
+#   Coder: [\r\n] | \s?\p{L}+ | \s?\p{P}+ | CJK runs | \p{N}
+#   LLM:   [\r\n] | \s?LET+ | \s?PUN+ | \s+$ | CJK runs | \p{N}+
+# CJK runs: ``[一-龥ࠀ-一가-퟿]+``, U+0800-U+9FA5 and U+AC00-U+D7FF (Indic scripts, Thai,
+# general punctuation, kana, ideographs, Hangul...); LET and PUN are the explicit classes
+# of the LLM file (Latin, Greek, Cyrillic... letters; ASCII and fullwidth punctuation,
+# which take ASCII and fullwidth letters too, quotes, U+3000-U+3002). One flag table
+# (``DS_*``, ``pretokenize.code_point_ds_flags``) serves both.
+# At a piece start the steps' state is read from the char there and the next one: a
+# letter (or a space before one) is in a step-2 run; a punctuation char (or a space
+# before one) outside it starts a step-3 run; anything else is in a gap, which ends where
+# such a run starts. Inside, a piece ends where the CJK-range status changes (step 5 of
+# the LLM, 4 of Coder) and at numbers. The LLM's ``\s+$`` takes a gap's trailing
+# whitespace apart: a run of spaces is trailing when a CR/LF, the segment's end, or a
+# letter or punctuation run (which takes its last space) follows it. Inside a letter run
+# the LLM's third step cuts where a letter stops or starts being in PUN (ASCII and
+# fullwidth letters are), the run's leading space going with its first part; U+3000 is
+# both a space and PUN. The scanner tests compare both with ``regex`` running the steps.
+
+DS_L, DS_N, DS_S, DS_CRLF, DS_P, DS_R, DS_LET, DS_PUN = 1, 2, 4, 8, 16, 32, 64, 128
+
+
+@hot
+def _next_flags(data, k, end, table, mask):
+    """The ``mask`` flags of the char at k, 0 at the end."""
+    if k >= end:
+        return np.int64(0)
+    f, _ = char_flags(data, k, end, table)
+    return f & mask
+
+
+@hot
+def _run_alike(data, k, stop, table, mask, want):
+    """End of the run from k (before ``stop``) of chars whose ``mask`` flags are ``want``."""
+    while k < stop:
+        f, length = char_flags(data, k, stop, table)
+        if f & mask != want:
+            break
+        k += length
+    return k
+
+
+@hot
+def deepseek_coder_piece_end(data, i, end, table):
+    """End of the DeepSeek Coder piece starting at byte i (the notes above)."""
+    f, length = char_flags(data, i, end, table)
+    if f & (DS_CRLF | DS_N):
+        return i + length
+    r = f & DS_R
+    kind = f & (DS_L | DS_P)
+    if kind == 0 and f & DS_S:
+        kind = _next_flags(data, i + length, end, table, DS_L | DS_P)
+    if kind:  # a letter or punctuation run (L and P are disjoint), or a space before one
+        return _run_alike(data, i + length, end, table, kind | DS_R, kind | r)
+    k = i + length
+    while k < end:  # a gap: to a run's start, a CR/LF, a number or a CJK-status change
+        g, length = char_flags(data, k, end, table)
+        if g & (DS_CRLF | DS_N | DS_L | DS_P) or g & DS_R != r:
+            break
+        if g & DS_S and _next_flags(data, k + length, end, table, DS_L | DS_P):
+            break
+        k += length
+    return k
+
+
+@hot
+def _dsl_spaces_end(data, k, end, table):
+    """(end, start of the last char) of the run of spaces that are neither PUN nor CR/LF,
+    from k."""
+    last = k
+    while k < end:
+        f, length = char_flags(data, k, end, table)
+        if f & (DS_S | DS_PUN | DS_CRLF) != DS_S:
+            break
+        last = k
+        k += length
+    return k, last
+
+
+@hot
+def _dsl_trailing_end(data, stop, last, end, table):
+    """Where a gap's run of spaces (to ``stop``, its last char at ``last``) ends as the gap's
+    trailing spaces, which ``\\s+$`` takes apart; -1 when more of the gap follows. A space
+    before a letter, or before punctuation, starts that run (U+3000 before a letter
+    starts a letter run itself)."""
+    if stop == end:
+        return stop
+    f, length = char_flags(data, stop, end, table)
+    if f & DS_CRLF:
+        return stop
+    if f & DS_LET:
+        return last
+    if f & DS_PUN:
+        if f & DS_S and _next_flags(data, stop + length, end, table, DS_LET):
+            return stop
+        return last
+    return np.int64(-1)
+
+
+@hot
+def _dsl_gap_end(data, k, end, table, r, number):
+    """End of a gap piece going on from k (CJK status ``r``, ``number`` its N flag)."""
+    while k < end:
+        g, length = char_flags(data, k, end, table)
+        if g & (DS_CRLF | DS_LET | DS_PUN) or g & DS_R != r or g & DS_N != number:
+            return k
+        if g & DS_S:
+            stop, last = _dsl_spaces_end(data, k, end, table)
+            if _dsl_trailing_end(data, stop, last, end, table) >= 0:
+                return k  # trailing spaces (or a run takes the last of them)
+            k = _run_alike(data, k, stop, table, DS_R, r)
+            if k < stop:
+                return k
+            continue
+        k += length
+    return k
+
+
+@hot
+def _dsl_punctuation_piece(data, i, first, end, table, r):
+    """End of the piece at i of a PUN run (``first``: where the run's PUN chars start, past
+    a leading space), its trailing spaces (U+3000s) apart unless it is all spaces."""
+    k = first
+    spaces_from = i if first > i else np.int64(-1)
+    while k < end:
+        f, length = char_flags(data, k, end, table)
+        if f & DS_PUN == 0 or f & DS_LET:
+            break
+        if f & DS_S and _next_flags(data, k + length, end, table, DS_LET):
+            break  # U+3000 before a letter starts a letter run
+        if f & DS_S == 0:
+            spaces_from = -1
+        elif spaces_from < 0:
+            spaces_from = k
+        k += length
+    stop = k if spaces_from <= i else spaces_from
+    return _run_alike(data, i, stop, table, DS_R, r)
+
+
+@hot
+def deepseek_llm_piece_end(data, i, end, table):
+    """End of the DeepSeek LLM piece starting at byte i (the notes above)."""
+    f, length = char_flags(data, i, end, table)
+    if f & DS_CRLF:
+        return i + length
+    r = f & DS_R
+    if f & DS_LET:  # in a letter run: alike in PUN and CJK status
+        return _run_alike(data, i + length, end, table, DS_LET | DS_PUN | DS_R,
+                          f & (DS_LET | DS_PUN) | r)
+    after = _next_flags(data, i + length, end, table, DS_LET | DS_PUN)
+    if f & DS_S and after & DS_LET:  # the space starting a letter run
+        if f & DS_PUN and not after & DS_PUN:
+            return i + length  # U+3000 is PUN alone there
+        return _run_alike(data, i + length, end, table, DS_LET | DS_PUN | DS_R,
+                          after | r)
+    if f & DS_PUN:
+        return _dsl_punctuation_piece(data, i, i, end, table, r)
+    if f & DS_S:
+        stop, last = _dsl_spaces_end(data, i, end, table)
+        trailing = _dsl_trailing_end(data, stop, last, end, table)
+        if trailing == i:  # the space starts a punctuation run
+            return _dsl_punctuation_piece(data, i, i + length, end, table, r)
+        if trailing > i:
+            return _run_alike(data, i + length, trailing, table, DS_R, r)
+    return _dsl_gap_end(data, i + length, end, table, r, f & DS_N)
+
+
+@hot
+def _deepseek_cascade_cut(flags_before, flags_at, coder):
+    """A piece boundary of DeepSeek Coder's or LLM's steps whatever came before: beside a
+    CR/LF; after a letter before a non-letter (Coder: also after punctuation before other);
+    at a change of CJK status or number status after a char that is no space (the LLM's
+    ``\\s+$`` reads where the text ends; Coder: beside any number)."""
+    if (flags_before | flags_at) & DS_CRLF:
+        return True
+    if coder:
+        if (flags_before | flags_at) & DS_N:
+            return True
+        if flags_before & DS_L and not flags_at & DS_L:
+            return True
+        if flags_before & DS_P and not flags_at & DS_P:
+            return True
+    elif flags_before & DS_LET and not flags_at & DS_LET:
+        return True
+    if flags_before & DS_S:
+        return False
+    if not coder and (flags_before | flags_at) & DS_LET == 0 and \
+            (flags_before ^ flags_at) & DS_PUN:
+        return True  # a punctuation run's end or start beside other text
+    return (flags_before ^ flags_at) & (DS_R | DS_N) != 0
+
+
 # ---------------------------------------------------------------- any named pattern
 
 
@@ -880,6 +1080,10 @@ def piece_end(scanner, data, i, end, table):
         return starcoder_piece_end(data, i, end, table)
     if scanner == DEEPSEEK:
         return deepseek_piece_end(data, i, end, table)
+    if scanner == DEEPSEEK_CODER:
+        return deepseek_coder_piece_end(data, i, end, table)
+    if scanner == DEEPSEEK_LLM:
+        return deepseek_llm_piece_end(data, i, end, table)
     if scanner == O200K or scanner == TEKKEN:
         return o200k_piece_end_fast(data, i, end, table, scanner == O200K)
     return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K,

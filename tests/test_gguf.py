@@ -49,9 +49,10 @@ SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpubpe-tests" / \
     "llama-cpp-python-0.3.36-models"
 # The byte-level BPE files llama.cpp ships test vectors for, and the pattern each imports as.
-WITH_VECTORS = {"gpt-2": "gpt2", "mpt": "gpt2", "starcoder": None, "refact": None,
-                "command-r": None, "deepseek-coder": None, "deepseek-llm": None,
-                "llama-bpe": "llama3", "qwen2": "qwen2", "qwen35": None}
+WITH_VECTORS = {"gpt-2": "gpt2", "mpt": "gpt2", "starcoder": "starcoder", "refact": "starcoder",
+                "command-r": "starcoder", "deepseek-coder": "deepseek-coder",
+                "deepseek-llm": "deepseek-llm", "llama-bpe": "llama3", "qwen2": "qwen2",
+                "qwen35": "qwen35"}
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
 
 
@@ -111,8 +112,7 @@ def test_llama_cpp_vocab_files_give_hfs_ids(models, name):
     assert len(texts) >= 46
     assert [tok.encode(text) for text in texts] == want  # no special token is in them
     assert tok.encode_batch(texts, allowed_special="all", num_threads=2) == want
-    if WITH_VECTORS[name]:  # a named pattern: a Numba scanner splits
-        assert tok.vocabulary.pattern == WITH_VECTORS[name]
+    assert tok.vocabulary.pattern == WITH_VECTORS[name]  # a named pattern: a Numba scanner
     nfc = name == "qwen2"  # Qwen 2's file normalizes to NFC (3.5's does not: see its .inp)
     assert tok.decode_batch(want) == [unicodedata.normalize("NFC", t) if nfc else t
                                       for t in texts]

@@ -126,6 +126,11 @@ def test_the_shipped_unicode_table_is_regexs_unicode_16():
     shipped, read = pretokenize.code_point_flags(), pretokenize.flags_from_regex()
     differ = np.flatnonzero(shipped != read)
     assert differ.size == 0, (version("regex"), [hex(c) for c in differ[:5]], differ.size)
+    punctuation = pretokenize.punctuation_from_regex()  # DeepSeek Coder's \p{P}
+    assert np.array_equal(pretokenize.unicode_punctuation(), np.concatenate(
+        [np.arange(lo, hi + 1) for lo, hi in punctuation])), version("regex")
+    assert ord("!") in pretokenize.unicode_punctuation() and \
+        ord("$") not in pretokenize.unicode_punctuation()  # Sc, a symbol
     assert pretokenize.code_point_classes()[[ord("a"), ord("7"), ord(" "), ord("!")]].tolist() \
         == [LETTER, NUMBER, SPACE, OTHER]
 
