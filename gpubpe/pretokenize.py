@@ -381,12 +381,22 @@ def code_point_ds_flags() -> np.ndarray:
 
 
 def _members(char_class_run: str) -> np.ndarray:
-    """The code points a ``[...]+`` pattern matches (every one tried, as ``regex`` reads it)."""
-    code_points = np.arange(0x110000, dtype=np.int64)
-    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
-    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
-    return np.concatenate([code_points[m.start():m.end()]
-                           for m in regex.finditer(char_class_run, text)] or [[]]).astype(np.int64)
+    """The code points of a ``[...]+`` pattern of plain characters and ranges (no escapes,
+    no negation: the CJK runs and the DeepSeek LLM classes). Read so, not by running
+    ``regex`` over every code point (0.16 s for the three); a test compares the two."""
+    body = char_class_run[1:-2]
+    if not (char_class_run.startswith("[") and char_class_run.endswith("]+")) or \
+            "\\" in body or body.startswith("^"):
+        raise ValueError(f"not a class of plain characters and ranges: {char_class_run!r}")
+    members, k = [], 0
+    while k < len(body):
+        if k + 2 < len(body) and body[k + 1] == "-":
+            members.append(np.arange(ord(body[k]), ord(body[k + 2]) + 1))
+            k += 3
+        else:
+            members.append(np.array([ord(body[k])]))
+            k += 1
+    return np.concatenate(members).astype(np.int64)
 
 
 @lru_cache(maxsize=1)

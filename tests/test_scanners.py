@@ -135,6 +135,20 @@ def test_the_shipped_unicode_table_is_regexs_unicode_16():
         == [LETTER, NUMBER, SPACE, OTHER]
 
 
+def test_deepseek_classes_are_read_as_regex_reads_them():
+    """DeepSeek Coder's and LLM's flag table reads their CJK ranges and the LLM's letter and
+    punctuation classes as plain ranges; ``regex`` over every code point agrees."""
+    code_points = np.arange(0x110000)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    steps = pretokenize.DEEPSEEK_LLM_SPLITS
+    for run in (steps[4], steps[1][len("\\s?"):], steps[2][len("\\s?"):]):
+        read = [code_points[m.start():m.end()] for m in regex.finditer(run, text)]
+        assert np.array_equal(np.unique(pretokenize._members(run)), np.concatenate(read)), run
+    with pytest.raises(ValueError, match="plain characters"):
+        pretokenize._members(r"[^\p{L}]+")
+
+
 def test_whitespace_and_crlf_flags():
     # regex's \s is Unicode White_Space: not the separators \x1c-\x1f str.isspace() takes.
     flags = pretokenize.code_point_flags()
