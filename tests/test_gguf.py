@@ -30,6 +30,7 @@ import unicodedata
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_real_vocab import two_kb_documents as documents
 from test_split_sequence import CORPUS, DEMO, EDGES, deepseek_file, hf_ids  # noqa: F401
@@ -254,6 +255,43 @@ def test_a_pattern_may_replace_the_named_split(tmp_path):
         gpubpe.Tokenizer.from_gguf(path)
     assert gpubpe.Tokenizer.from_gguf(path, pattern="gpt2").encode("ab ab") == [256, 257]
     assert gpubpe.Tokenizer.from_gguf(path, pattern=r"\S+|\s").encode("ab ab") == [256, 32, 256]
+
+
+def test_metadata_of_every_type_is_read_as_llama_cpps_reader_reads_it(tmp_path):
+    """A model file holds more than its tokenizer (numbers of every width, floats, flags, a
+    chat template, lists), and tensors after it; all of it is read past, none of it
+    misread: the values equal llama.cpp's own reader's."""
+    kinds = gguf.GGUFValueType
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    for key, value, kind in [("a.u8", 255, kinds.UINT8), ("a.i8", -128, kinds.INT8),
+                             ("a.u16", 65535, kinds.UINT16), ("a.i16", -2, kinds.INT16),
+                             ("a.u32", 2**32 - 1, kinds.UINT32), ("a.i32", -3, kinds.INT32),
+                             ("a.f32", 0.5, kinds.FLOAT32), ("a.bool", True, kinds.BOOL),
+                             ("a.u64", 2**64 - 1, kinds.UINT64), ("a.i64", -(2**63), kinds.INT64),
+                             ("a.f64", 1e-300, kinds.FLOAT64),
+                             ("tokenizer.chat_template", "{% for m in messages %}é中{% endfor %}",
+                              kinds.STRING)]:
+        writer.add_key_value(key, value, kind)
+    writer.add_array("a.floats", [0.25, -1.5])
+    writer.add_array("a.strings", ["", "x", "中文"])
+    writer.add_array("a.empty", [])
+    tokens, merges = tiny_tokens()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_tensor("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ours = read_metadata(path)
+    theirs = {key: field.contents() for key, field in gguf.GGUFReader(path).fields.items()
+              if not key.startswith("GGUF.")}
+    assert ours == theirs
+    assert ours["a.u64"] == 2**64 - 1 and ours["a.strings"] == ["", "x", "中文"]
+    assert gpubpe.Tokenizer.from_gguf(path).encode("ab ab") == [256, 257]
 
 
 def file_bytes(tmp_path, **fields) -> bytes:
