@@ -13,6 +13,10 @@ tie-break uses. ``tests/test_real_vocab.py`` checks both against the oracle.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import re
+
 
 def _stands_for_itself(byte: int) -> bool:
     return 0x21 <= byte <= 0x7E or 0xA1 <= byte <= 0xAC or 0xAE <= byte <= 0xFF
@@ -46,6 +50,21 @@ def chars_to_bytes(text: str) -> bytes:
     ``start`` the offending character) for any other. One ``str.translate`` and one
     latin-1 encode: loading cl100k's 100 K tokens char by char took ~0.1 s."""
     return text.translate(_TO_LATIN1).encode("latin-1")
+
+
+def strings_to_bytes(texts: list[str]) -> list[bytes | None]:
+    """``chars_to_bytes`` of each string, None for one holding any other character: one
+    translate and one encode for all (a vocabulary's 256 K strings one by one: 0.21 s)."""
+    translated = "".join(texts).translate(_TO_LATIN1)
+    blob = translated.encode("latin-1", "replace")
+    bounds = list(itertools.accumulate(map(len, texts), initial=0))
+    pieces: list[bytes | None] = [blob[a:b] for a, b in zip(bounds, bounds[1:])]
+    for match in _NOT_LATIN1.finditer(translated):  # "?" in the blob
+        pieces[bisect.bisect_right(bounds, match.start()) - 1] = None
+    return pieces
+
+
+_NOT_LATIN1 = re.compile("[^\x00-\xff]")
 
 
 def gpt2_byte_to_unicode() -> dict[int, str]:
