@@ -32,6 +32,7 @@ from .pretokenize import (
     LLAMA3_PATTERN,
     O200K_PATTERN,
     QWEN2_PATTERN,
+    QWEN35_PATTERN,
     TEKKEN_PATTERN,
 )
 
@@ -193,14 +194,12 @@ _GPT2 = _byte_level(True)
 # tell (Qwen 3.5's test has decomposed accents: it has none).
 _PRE_TOKENIZERS = {
     **dict.fromkeys(("gpt-2", "phi-2", "mpt", "olmo", "roberta-bpe"), (_GPT2, None, False)),
-    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"),
-                    (_splits_then_bytes(LLAMA3_PATTERN), None, True)),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                     "lfm2"), (_splits_then_bytes(LLAMA3_PATTERN), None, True)),
     **dict.fromkeys(("dbrx", "smaug-bpe"), (_splits_then_bytes(LLAMA3_PATTERN), None, False)),
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen"),
                     (_splits_then_bytes(QWEN2_PATTERN), "NFC", False)),
-    "qwen35": (_splits_then_bytes(
-        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
-        r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), None, False),
+    "qwen35": (_splits_then_bytes(QWEN35_PATTERN), None, False),
     **dict.fromkeys(("starcoder", "refact", "command-r", "smollm"), (
         {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
                                                _GPT2]}, None, False)),

@@ -248,6 +248,20 @@ def test_deepseek_coders_added_letters_are_matched_as_hf_matches_them(models):
     assert hf_ids(exported, texts) == want
 
 
+@pytest.mark.parametrize("pre", sorted(gpubpe.gguf._PRE_TOKENIZERS))
+def test_every_name_in_the_table_imports_as_hf_runs_it(tmp_path, pre):
+    """Each of the 26 names gives a tokenizer whose ids equal HF's running the same
+    tokenizer.json, on text where splits differ (the ten with llama.cpp's files are
+    checked against the models' own ids above)."""
+    tokens, merges = tiny_tokens()
+    path = write_gguf(tmp_path / "t.gguf", tokens, merges=merges, pre=pre)
+    tok = gpubpe.Tokenizer.from_gguf(path)
+    hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
+                                                                    str(path))))
+    texts = ["ab ab  ab\n\n x123456 y's 中文。ab", "e\u0301 ＡＢ　ab\t\r\n!!ab 1.5"]
+    assert tok.encode_batch(texts) == hf_ids(hf, texts)
+
+
 def test_a_pattern_may_replace_the_named_split(tmp_path):
     tokens, merges = tiny_tokens()
     path = write_gguf(tmp_path / "t.gguf", tokens, merges=merges, pre="my-model")
