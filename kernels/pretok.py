@@ -155,17 +155,25 @@ def gpt2_word_end(data, i, end, classes):
     if cls != SPACE:
         return run_end(data, i, end, classes, cls)
     # \s+(?!\S) then \s+: a run followed by a non-space gives its last char back.
-    last = i
-    j = i
-    while j < end:
-        cls, length = char_class(data, j, end, classes)
-        if cls != SPACE:
-            break
-        last = j
-        j += length
+    j, last, _ = space_run(data, i, end, classes)
     if j < end and last > i:
         return last
     return j
+
+
+@hot
+def space_run(data, i, end, classes):
+    """(end, start of its last char, class of the char after it or SPACE at the end) of the
+    run of whitespace starting at i."""
+    last = i
+    after = np.int64(SPACE)
+    while i < end:
+        after, length = char_class(data, i, end, classes)
+        if after != SPACE:
+            break
+        last = i
+        i += length
+    return i, last, after
 
 
 # ---------------------------------------------------------------- cutting long segments
@@ -369,15 +377,7 @@ def starcoder_piece_end(data, i, end, classes):
         return i + length
     if cls != SPACE:
         return gpt2_word_end_fast(data, i, end, classes)
-    j = i
-    last = i
-    next_cls = cls
-    while j < end:
-        next_cls, length = char_class(data, j, end, classes)
-        if next_cls != SPACE:
-            break
-        last = j
-        j += length
+    j, last, next_cls = space_run(data, i, end, classes)
     if j == end or next_cls == NUMBER:
         return j
     if data[i] == 32 and j == i + 1:  # `` ?\p{L}+`` or `` ?[^\s\p{L}\p{N}]+``
