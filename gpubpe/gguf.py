@@ -208,11 +208,14 @@ _PRE_TOKENIZERS = {
     "deepseek-v3": (_splits_then_bytes(*DEEPSEEK_SPLITS), None, False),
     "gpt-4o": (_splits_then_bytes(O200K_PATTERN), None, False),
     "tekken": (_splits_then_bytes(TEKKEN_PATTERN), None, True),
+    # Falcon's file: punctuation runs, GPT-2's, then digits on the bytes' characters.
+    "falcon": ({"type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"}, _GPT2,
+        {"type": "Digits", "individual_digits": False}, _split("[0-9][0-9][0-9]")]},
+        None, False),
 }
 # Names llama.cpp knows that this table leaves out, and why.
 _UNREAD_PRE = {
-    "falcon": "Falcon's pre-tokenizer splits digits after its ByteLevel step, on the "
-              "bytes' stand-in characters, so its words can end inside a character",
     "default": "a GGUF converted before llama.cpp named pre-tokenizers says nothing of its split",
 }
 

@@ -69,12 +69,14 @@ from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, strings_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
 from .pretokenize import (
+    BYTES_STEP,
     CL100K_PATTERN,
     GPT2_PATTERN,
     NAMED_PATTERNS,
     isolated,
     resolve_pattern,
     split_words,
+    word_bytes,
 )
 
 # tiktoken needs a pattern; a vocabulary without one encodes each text as one word.
@@ -174,8 +176,11 @@ def _hf_pre_tokenizer(pattern) -> dict:
     if text == GPT2_PATTERN:
         return _byte_level(use_regex=True)
     steps = text if isinstance(text, tuple) else (text,)
-    return {"type": "Sequence",
-            "pretokenizers": [*map(_hf_split, steps), _byte_level(use_regex=False)]}
+    on_text = [step for step in steps if not step.startswith(BYTES_STEP)]
+    on_bytes = [step.removeprefix(BYTES_STEP) for step in steps[len(on_text):]]
+    return {"type": "Sequence", "pretokenizers": [*map(_hf_split, on_text),
+                                                  _byte_level(use_regex=False),
+                                                  *map(_hf_split, on_bytes)]}
 
 
 def _hf_split(text: str) -> dict:
@@ -264,7 +269,7 @@ def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
              "model": {"type": "BPE", "vocab": {}, "merges": []}}
     hf = HfTokenizer.from_str(json.dumps(shell))
     theirs = [piece for piece, _ in hf.pre_tokenizer.pre_tokenize_str(PROBE_TEXT)]
-    ours = [token_to_hf(word.encode("utf-8"))
+    ours = [token_to_hf(word_bytes(word))  # a word may end inside a character
             for word in split_words(PROBE_TEXT, resolve_pattern(pattern))]
     if theirs == ours:
         return None
@@ -281,7 +286,8 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
     Ids are HF's: ``Tokenizer(vocab).encode(text, allowed_special="all")`` equals
     HF's ``encode(text, add_special_tokens=False).ids``. Supported: a BPE model
     (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
-    either way), alone or after ``Split`` and ``Digits`` steps (run in sequence), no
+    either way), alone or after ``Split``, ``Digits`` and ``Punctuation`` steps (run in
+    sequence), then ``Split`` and ``Digits`` steps on the bytes' characters (Falcon's), no
     normalizer or NFC, added tokens (all become special tokens, matched before
     the split with their lstrip / rstrip / single_word flags; those HF does not call
     special are matched always, as HF does). A custom
@@ -555,36 +561,55 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
     more Split or Digits steps (several: a tuple of patterns, run in sequence as HF runs them).
     """
     steps = _pre_tokenizer_steps(pre_tokenizer, where)
-    *splits, byte_level = steps
-    if byte_level.get("type") != "ByteLevel":
-        kinds = [step.get("type") for step in steps]
+    kinds = [step.get("type") for step in steps]
+    if "ByteLevel" not in kinds:
         raise ModelFormatError(
-            f"{where}: pre-tokenizer is {kinds}; a byte-level BPE ends with ByteLevel "
+            f"{where}: pre-tokenizer is {kinds}; a byte-level BPE has a ByteLevel step "
             "(use a ByteLevel or Split + ByteLevel tokenizer.json)"
         )
+    at = kinds.index("ByteLevel")
+    splits, byte_level, after = steps[:at], steps[at], steps[at + 1:]
     prefix_space = bool(byte_level.get("add_prefix_space"))
-    if prefix_space and splits:
-        _strict_issue("ByteLevel.add_prefix_space is true after a Split: HF adds a space before "
+    if prefix_space and (splits or after):
+        _strict_issue("ByteLevel.add_prefix_space is true beside a Split: HF adds a space before "
                       "every word, gpubpe only before each text piece (ByteLevel alone)",
                       where, strict, notes)
-    if any(split.get("type") not in ("Split", "Digits") for split in splits):
-        kinds = [step.get("type") for step in steps]
+    if any(split.get("type") not in ("Split", "Digits", "Punctuation") for split in splits) or \
+            any(step.get("type") not in ("Split", "Digits") for step in after):
         raise ModelFormatError(
-            f"{where}: pre-tokenizer is {kinds}; gpubpe reads Split and Digits steps and a "
-            "ByteLevel (GPT-2's regex when its use_regex is true)"
+            f"{where}: pre-tokenizer is {kinds}; gpubpe reads Split, Digits and Punctuation "
+            "steps, one ByteLevel (GPT-2's regex when its use_regex is true), and Split or "
+            "Digits steps after it (run on the bytes' characters)"
         )
     patterns = [_pattern_of_step(split, where) for split in splits]
     patterns += ["gpt2"] if byte_level.get("use_regex", True) else []
+    patterns += [BYTES_STEP + _pattern_of_step(step, where) for step in after]
+    if after and not patterns[:-len(after)]:
+        raise ModelFormatError(f"{where}: pre-tokenizer is {kinds}; steps after a ByteLevel "
+                               "that does not split need a step before it")
     pattern = None if not patterns else patterns[0] if len(patterns) == 1 else tuple(patterns)
     return _named(pattern), prefix_space
 
 
 def _pattern_of_step(step: dict, where: str) -> str:
     """A Split's pattern, or a Digits step's: HF splits at ``char::is_numeric`` (``\\p{N}``),
-    each digit apart (``individual_digits``) or runs of them, keeping the text between."""
+    each digit apart (``individual_digits``) or runs of them, keeping the text between; or
+    a Punctuation step's (``is_ascii_punctuation || is_punctuation``: ``\\p{P}`` and ASCII's
+    symbols), runs of it (Contiguous) or each char (Isolated)."""
     if step.get("type") == "Digits":
         return isolated(r"\p{N}" if step.get("individual_digits") else r"\p{N}+")
+    if step.get("type") == "Punctuation":
+        behavior = step.get("behavior", "Isolated")
+        if behavior not in _PUNCTUATION_RUNS:
+            raise ModelFormatError(f"{where}: Punctuation behavior {behavior!r} is not "
+                                   f"supported; gpubpe reads {sorted(_PUNCTUATION_RUNS)}")
+        return isolated(_PUNCTUATION + _PUNCTUATION_RUNS[behavior])
     return _pattern_of_split(step, where)
+
+
+# HF's Punctuation step: Rust's ``is_ascii_punctuation`` or general category P.
+_PUNCTUATION = r"[\p{P}!-/:-@\[-`{-~]"
+_PUNCTUATION_RUNS = {"Contiguous": "+", "Isolated": ""}
 
 
 def _check_imported_split(pre_tokenizer: dict, pattern, where: str, strict: bool,

@@ -45,6 +45,7 @@ from ._pystr import (
     utf8_bound_ends,
 )
 from ._threads import HelpedPool
+from .bytes_order import BYTE_TO_CHAR
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, cells_grown, grown_like
 from .kernels.jsonl import BLANK as JSONL_BLANK
@@ -201,6 +202,10 @@ def resolve_pattern(pattern):
         steps = [resolve_pattern(step) for step in pattern]  # a named sequence joins whole
         steps = tuple(text for step in steps
                       for text in (step if isinstance(step, tuple) else (step,)))
+        on_bytes = [step.startswith(BYTES_STEP) for step in steps]
+        if on_bytes[0] or any(a and not b for a, b in zip(on_bytes, on_bytes[1:])):
+            raise ConfigError(f"steps on bytes ({BYTES_STEP!r}) come after the steps on text, "
+                              f"and after one of those at least: {pattern!r}")
         return steps if len(steps) > 1 else steps[0]
     if not isinstance(pattern, str):
         raise ConfigError(f"pattern must be a name, a regex string, a list of them or None, not "
@@ -224,9 +229,26 @@ def split_words(text: str, pattern) -> list[str]:
     runs, then the rest)."""
     if pattern is None:
         return [text] if text else []
+    if isinstance(pattern, tuple) and has_bytes_steps(pattern):  # words may split a char
+        data = text.encode("utf-8", "surrogateescape")
+        return [data[a:b].decode("utf-8", "surrogateescape") for a, b in step_spans(pattern, text)]
     if isinstance(pattern, tuple):
         return [text[a:b] for a, b in step_spans(pattern, text)]
     return compiled_pattern(pattern).findall(text, concurrent=True)
+
+
+# A step of a pattern sequence that runs on each word's GPT-2 byte-level string (a
+# character per byte) instead of its text, as HF runs the steps after a ByteLevel one
+# (Falcon's digits: the bytes' characters ², ³, ¹, ¼, ½, ¾ are numbers, so a word can end
+# inside a character). Written before the step's regex (a regex comment).
+BYTES_STEP = "(?#bytes)"
+# str.translate's table from latin-1 characters (one per byte) to GPT-2's.
+_BYTE_CHARS = dict(enumerate(BYTE_TO_CHAR))
+
+
+def has_bytes_steps(steps: tuple[str, ...]) -> bool:
+    """Whether a resolved pattern sequence holds a step on bytes (``BYTES_STEP``)."""
+    return any(step.startswith(BYTES_STEP) for step in steps)
 
 
 # A character class holding a set operation: ``[\p{L}&&[^\p{Han}]]`` (Kimi K2's tiktoken
@@ -252,20 +274,54 @@ def compiled_pattern(text: str) -> regex.Pattern:
 def step_spans(steps: tuple[str, ...], text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the words a sequence of regexes (a resolved pattern
     tuple) makes of ``text``: each regex runs on each word of the one before as on a text
-    of its own (its lookarounds and anchors see that word only); empty matches are no words."""
+    of its own (its lookarounds and anchors see that word only); empty matches are no words.
+    From the first step on bytes (``BYTES_STEP``) on, the steps run on the words' GPT-2
+    strings and the spans are byte offsets (UTF-8, lone surrogates as the bytes they
+    escape)."""
     spans = [(0, len(text))] if text else []
-    for whole, matches in compiled_steps(steps):
+    for whole, matches, on_bytes in compiled_steps(steps):
+        if on_bytes:
+            text, spans = _as_gpt2_bytes(text, spans)
         spans = [span for start, end in spans
                  for span in _word_spans(whole, matches, text, start, end)]
     return spans
 
 
+def _as_gpt2_bytes(text: str, spans: list[tuple[int, int]]):
+    """(the text's GPT-2 byte-level string, the character spans as byte spans): once."""
+    if isinstance(text, _Gpt2Text):
+        return text, spans
+    offsets = utf8_offsets(text).tolist()
+    data = text.encode("utf-8", "surrogateescape")
+    mapped = _Gpt2Text(data.decode("latin-1").translate(_BYTE_CHARS))
+    return mapped, [(offsets[a], offsets[b]) for a, b in spans]
+
+
+class _Gpt2Text(str):
+    """A text's GPT-2 byte-level string (a character per byte): its spans are bytes."""
+
+
+def utf8_offsets(text: str) -> np.ndarray:
+    """Byte offset of every character boundary of ``text`` (len(text) + 1 values)."""
+    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    lengths = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
+    lengths[(code_points >= 0xD800) & (code_points <= 0xDFFF)] = 1  # surrogate-escaped bytes
+    offsets = np.zeros(code_points.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
 @lru_cache(maxsize=64)
 def compiled_steps(steps: tuple[str, ...]) -> tuple:
     """(compiled step, its regex alone compiled when the step is ``isolated(regex)``, else
-    None) of each step of a pattern sequence."""
-    return tuple((compiled_pattern(step), None if core is None else compiled_pattern(core))
-                 for step in steps for core in (_isolated_core(step),))
+    None, whether it runs on bytes) of each step of a pattern sequence."""
+    compiled = []
+    for step in steps:
+        on_bytes = step.startswith(BYTES_STEP)
+        core = _isolated_core(step.removeprefix(BYTES_STEP))
+        compiled.append((compiled_pattern(step), None if core is None else compiled_pattern(core),
+                         on_bytes))
+    return tuple(compiled)
 
 
 _ISOLATED_FRAME = len(isolated(""))

@@ -86,12 +86,14 @@ from .model import Vocabulary, read_tokenizer_json, tokenizer_json_path
 from .pretokenize import (
     check_num_threads,
     compiled_pattern,
+    has_bytes_steps,
     resolve_pattern,
     scanner_for,
     scanner_table,
     step_spans,
     thread_count,
     utf8_documents,
+    utf8_offsets,
 )
 
 # Word cache: at most this many words, of at most _CACHE_WORD_BYTES bytes each.
@@ -1635,12 +1637,13 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
     As ``regex.findall``: text no match covers is dropped. Pattern None: a
     piece is one word; a tuple: regexes run in sequence (``pretokenize.split_words``).
     Character offsets become byte offsets through the UTF-8 length of each character
-    (1 for a surrogate-escaped raw byte).
+    (1 for a surrogate-escaped raw byte); a sequence with steps on bytes gives bytes.
     """
     piece_start, piece_end, piece_special = pieces
     data = array.tobytes()
     compiled = pattern if isinstance(pattern, tuple) else \
         None if pattern is None else compiled_pattern(pattern)
+    in_bytes = isinstance(pattern, tuple) and has_bytes_steps(pattern)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     counts = np.zeros(piece_start.size, dtype=np.int64)
@@ -1650,8 +1653,8 @@ def _regex_words(array, pieces, pattern) -> tuple[np.ndarray, np.ndarray, np.nda
             continue
         text = data[start:end].decode("utf-8", "surrogateescape")
         spans = _match_spans(compiled, text)
-        if len(text) != end - start:
-            spans = _utf8_offsets(text)[spans]
+        if len(text) != end - start and not in_bytes:
+            spans = utf8_offsets(text)[spans]
         starts.append(start + spans[:, 0])
         ends.append(start + spans[:, 1])
         counts[p] = spans.shape[0]
@@ -1670,16 +1673,6 @@ def _match_spans(compiled, text: str) -> np.ndarray:
         return np.array(step_spans(compiled, text), dtype=np.int64).reshape(-1, 2)
     spans = [m.span() for m in compiled.finditer(text, concurrent=True) if m.end() > m.start()]
     return np.array(spans, dtype=np.int64).reshape(-1, 2)
-
-
-def _utf8_offsets(text: str) -> np.ndarray:
-    """Byte offset of every character boundary of ``text`` (len(text) + 1 values)."""
-    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    lengths = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
-    lengths[(code_points >= 0xD800) & (code_points <= 0xDFFF)] = 1  # surrogate-escaped bytes
-    offsets = np.zeros(code_points.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
 
 
 class BitLevelTokenizer(Tokenizer):

@@ -3,9 +3,9 @@
 - llama.cpp's own vocabulary files and test vectors (``models/ggml-vocab-*.gguf`` with
   ``.inp`` texts and ``.out`` ids, in the llama-cpp-python 0.3.36 sdist on PyPI; its
   convert_hf_to_gguf_update.py wrote each ``.out`` with HF's ``AutoTokenizer.encode(text,
-  add_special_tokens=False)`` on the model's own tokenizer.json): ten byte-level BPE
+  add_special_tokens=False)`` on the model's own tokenizer.json): eleven byte-level BPE
   vocabularies no one here made (GPT-2, MPT, StarCoder, Refact, Command-R, DeepSeek Coder
-  and LLM, Llama 3, Qwen 2, Qwen 3.5); HF's tokenizers running the tokenizer.json gpubpe
+  and LLM, Falcon, Llama 3, Qwen 2, Qwen 3.5); HF's tokenizers running the tokenizer.json gpubpe
   reads each as gives those ids too, and gpubpe gives HF's on documents in many scripts;
   the files gpubpe refuses, by what they are;
 - the metadata against llama.cpp's own reader (the ``gguf`` package);
@@ -53,7 +53,7 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpub
 WITH_VECTORS = {"gpt-2": "gpt2", "mpt": "gpt2", "starcoder": "starcoder", "refact": "starcoder",
                 "command-r": "starcoder", "deepseek-coder": "deepseek-coder",
                 "deepseek-llm": "deepseek-llm", "llama-bpe": "llama3", "qwen2": "qwen2",
-                "qwen35": "qwen35"}
+                "qwen35": "qwen35", "falcon": None}  # Falcon's: steps on bytes, in regex
 NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
 
 
@@ -113,7 +113,8 @@ def test_llama_cpp_vocab_files_give_hfs_ids(models, name):
     assert len(texts) >= 46
     assert [tok.encode(text) for text in texts] == want  # no special token is in them
     assert tok.encode_batch(texts, allowed_special="all", num_threads=2) == want
-    assert tok.vocabulary.pattern == WITH_VECTORS[name]  # a named pattern: a Numba scanner
+    if WITH_VECTORS[name]:  # a named pattern: a Numba scanner
+        assert tok.vocabulary.pattern == WITH_VECTORS[name]
     nfc = name == "qwen2"  # Qwen 2's file normalizes to NFC (3.5's does not: see its .inp)
     assert tok.decode_batch(want) == [unicodedata.normalize("NFC", t) if nfc else t
                                       for t in texts]
@@ -140,8 +141,7 @@ def test_a_file_without_a_named_split_takes_a_pattern(models):
 
 @pytest.mark.parametrize("name, what", [
     ("llama-spm", "'llama', a SentencePiece BPE"), ("phi-3", "'llama', a SentencePiece BPE"),
-    ("gemma-4", "Gemma 4"), ("bert-bge", "WordPiece"), ("nomic-bert-moe", "Unigram"),
-    ("falcon", "'falcon'.*inside a character")])
+    ("gemma-4", "Gemma 4"), ("bert-bge", "WordPiece"), ("nomic-bert-moe", "Unigram")])
 def test_other_tokenizers_are_refused_by_what_they_are(models, name, what):
     with pytest.raises(ModelFormatError, match=what):
         gpubpe.load(models / f"ggml-vocab-{name}.gguf")
@@ -250,8 +250,8 @@ def test_deepseek_coders_added_letters_are_matched_as_hf_matches_them(models):
 
 @pytest.mark.parametrize("pre", sorted(gpubpe.gguf._PRE_TOKENIZERS))
 def test_every_name_in_the_table_imports_as_hf_runs_it(tmp_path, pre):
-    """Each of the 26 names gives a tokenizer whose ids equal HF's running the same
-    tokenizer.json, on text where splits differ (the ten with llama.cpp's files are
+    """Each of the 27 names gives a tokenizer whose ids equal HF's running the same
+    tokenizer.json, on text where splits differ (the eleven with llama.cpp's files are
     checked against the models' own ids above)."""
     tokens, merges = tiny_tokens()
     path = write_gguf(tmp_path / "t.gguf", tokens, merges=merges, pre=pre)

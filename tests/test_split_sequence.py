@@ -21,7 +21,14 @@ from test_real_vocab import two_kb_documents as documents  # ~2 KB documents of 
 
 import gpubpe
 from gpubpe.errors import ConfigError
-from gpubpe.pretokenize import count_words, isolated, resolve_pattern, split_words
+from gpubpe.pretokenize import (
+    BYTES_STEP,
+    count_words,
+    isolated,
+    resolve_pattern,
+    split_words,
+    word_bytes,
+)
 
 tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
 HfTokenizer = tokenizers.Tokenizer
@@ -127,10 +134,11 @@ def hf_trained_with(pre_tokenizer, texts) -> HfTokenizer:
     return hf
 
 
-@pytest.mark.parametrize("kind", ["splits", "byte-level regex", "digits", "digit runs"])
+@pytest.mark.parametrize("kind", ["splits", "byte-level regex", "digits", "digit runs",
+                                  "punctuation, digits on bytes", "each punctuation char"])
 def test_hf_trained_files_with_several_steps(kind):
     from tokenizers import Regex
-    from tokenizers.pre_tokenizers import ByteLevel, Digits, Sequence, Split
+    from tokenizers.pre_tokenizers import ByteLevel, Digits, Punctuation, Sequence, Split
 
     steps = [Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
              Split(Regex(r"[\u4e00-\u9fa5]+"), behavior="isolated")]
@@ -139,14 +147,32 @@ def test_hf_trained_files_with_several_steps(kind):
                   ByteLevel(add_prefix_space=False, use_regex=False)]
     elif kind == "byte-level regex":
         steps += [ByteLevel(add_prefix_space=False, use_regex=True)]
-    else:  # StarCoder's: Digits, then a ByteLevel that splits
+    elif kind.startswith("digit"):  # StarCoder's: Digits, then a ByteLevel that splits
         steps = [Digits(individual_digits=kind == "digits"),
                  ByteLevel(add_prefix_space=False, use_regex=True)]
+    else:  # Falcon's: steps after the ByteLevel run on the bytes' characters
+        steps = [Punctuation("contiguous" if kind.startswith("punct") else "isolated"),
+                 ByteLevel(add_prefix_space=False, use_regex=True),
+                 Digits(individual_digits=False),
+                 Split(Regex("[0-9][0-9][0-9]"), behavior="isolated")]
     texts = documents(CORPUS, 60)
     hf = hf_trained_with(Sequence(steps), texts)
     tok = gpubpe.Tokenizer.from_hf(hf.to_str())
-    samples = texts[::3] + EDGES
+    samples = texts[::3] + EDGES + ["½ ü ³ 12345 a¹b"]
     assert tok.encode_batch(samples) == hf_ids(hf, samples)
+    exported = HfTokenizer.from_str(json.dumps(tok.to_hf_json()))
+    assert hf_ids(exported, samples) == hf_ids(hf, samples)
+
+
+def test_a_step_on_bytes_may_end_a_word_inside_a_character():
+    """After HF's ByteLevel step, steps see a character per byte: ½ (C2 BD) is "Â" and "½",
+    and "½" is a number, so Falcon's digits step cuts the character in two."""
+    falcon_like = [isolated(r"[\p{P}!-/:-@\[-`{-~]+"), "gpt2", BYTES_STEP + isolated(r"\p{N}+"),
+                   BYTES_STEP + isolated("[0-9][0-9][0-9]")]
+    words = [word_bytes(w) for w in split_words("ied 4 ½, x12345", resolve_pattern(falcon_like))]
+    assert words == [b"ied", b" ", b"4", b" \xc2", b"\xbd", b",", b" x", b"123", b"45"]
+    with pytest.raises(ConfigError, match="steps on bytes"):
+        resolve_pattern([BYTES_STEP + "x", "gpt2"])
 
 
 def test_a_sequence_splits_each_piece_of_the_step_before():
