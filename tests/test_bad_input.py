@@ -279,6 +279,25 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def test_a_signal_in_numbas_own_code_is_sent_again_later(monkeypatch):
+    """A signal whose handler runs in Numba's Python code (boxing a kernel's first result, a
+    compile) is sent again 10 ms later instead of raising there; elsewhere it raises."""
+    from gpubpe import cli
+
+    sent = []
+    monkeypatch.setattr(cli, "_send_again", sent.append)
+    namespace: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", cli._NUMBA_DIRS[0] + "boxing.py",
+                 "exec"), namespace)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        cli._raise_terminated(signum, namespace["frame"])  # no exception
+    assert sent == [signal.SIGTERM, signal.SIGINT]
+    with pytest.raises(cli._Terminated):
+        cli._raise_terminated(signal.SIGTERM, sys._getframe())
+    with pytest.raises(KeyboardInterrupt):
+        cli._raise_terminated(signal.SIGINT, sys._getframe())
+
+
 @pytest.mark.parametrize("output, signum", [("ids.txt", signal.SIGTERM), ("tokens.npy", signal.SIGTERM),
                                             ("tokens.npy", signal.SIGINT)])
 def test_a_signal_removes_temporary_files_and_keeps_the_old_output(tok_path, tmp_path, output,
