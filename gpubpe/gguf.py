@@ -222,8 +222,8 @@ _UNREAD_PRE = {
 
 def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
     """The HF tokenizer.json the GGUF metadata stands for. With ``pattern`` (needed when
-    the table lacks the file's ``tokenizer.ggml.pre``), its pre-tokenizer is GPT-2's
-    ByteLevel, for the caller to replace."""
+    the table lacks the file's ``tokenizer.ggml.pre``) it has no pre-tokenizer: the
+    caller splits with the pattern."""
     _check_bpe_model(metadata, where)
     tokens = _field(metadata, "tokenizer.ggml.tokens", list, where)
     kinds = metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
@@ -259,7 +259,7 @@ def _pre_tokenizer(metadata: dict, where: str, pattern):
         return _PRE_TOKENIZERS[name]
     if pattern is not None:  # the caller splits with the pattern; the rest as the name says
         _, normalizer, whole_tokens = _PRE_TOKENIZERS.get(name, (None, None, False))
-        return _GPT2, normalizer, whole_tokens
+        return None, normalizer, whole_tokens
     why = _UNREAD_PRE.get(name, "the name is not in gpubpe's table (gpubpe.gguf)")
     raise ModelFormatError(
         f"{where}: tokenizer.ggml.pre is {name!r}: {why}. Give the split yourself: "

@@ -326,10 +326,8 @@ def from_gguf(path, *, pattern=None, strict: bool = True) -> Vocabulary:
         except ConfigError as exc:
             raise ConfigError(f"pattern={pattern!r}: {exc}") from None
     vocab = _import_hf(gguf.hf_tokenizer_json(gguf.read_metadata(path), where, pattern),
-                       strict, where)[0]
-    split = vocab.pattern if pattern is None else _named(pattern)
-    return dataclasses.replace(vocab, pattern=split,
-                               metadata={**vocab.metadata, "imported_from": "gguf"})
+                       strict, where, pattern)[0]
+    return dataclasses.replace(vocab, metadata={**vocab.metadata, "imported_from": "gguf"})
 
 
 def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:
@@ -395,14 +393,18 @@ def _read_hf_json(source) -> dict:
     return data
 
 
-def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json"):
-    """(Vocabulary with HF's ids, HF id -> gpubpe id) of a parsed HF tokenizer.json."""
+def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json", pattern=None):
+    """(Vocabulary with HF's ids, HF id -> gpubpe id) of a parsed HF tokenizer.json; with
+    ``pattern`` (checked already), that split instead of its pre-tokenizer's."""
     notes: list[str] = []
     model = _hf_model_section(data, where)
     _check_model_options(model, where, strict, notes)
     normalizer = _normalizer_from_hf(data.get("normalizer"), where, strict, notes)
-    pattern, prefix_space = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
-    _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
+    if pattern is None:
+        pattern, prefix_space = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
+        _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
+    else:
+        pattern, prefix_space = _named(pattern), False
     specials = _special_from_hf(data.get("added_tokens") or [], where, notes)
     hf_vocab = model.get("vocab")
     if not isinstance(hf_vocab, dict):
@@ -491,15 +493,12 @@ def _rules_of_merges(lefts: list[str], rights: list[str], internal: dict[str, in
         return np.array([[internal[left] for left in lefts], [internal[right] for right in rights],
                          [internal[left + right] for left, right in zip(lefts, rights)]],
                         dtype=np.int64).reshape(3, -1).T.copy()
-    except KeyError:
-        pass
-    for rank, (left, right) in enumerate(zip(lefts, rights)):  # name the first bad merge
-        missing = next((text for text in (left, right, left + right) if text not in internal),
-                       None)
-        if missing is not None:
-            raise ModelFormatError(f"{where}: merge {rank} ({left!r}, {right!r}) needs "
-                                   f"{missing!r}, which is not in model.vocab")
-    raise AssertionError("unreachable: some merge needs a string the vocab lacks")
+    except KeyError:  # name the first merge that needs a string the vocab lacks
+        rank, left, right, missing = next(
+            (rank, left, right, text) for rank, (left, right) in enumerate(zip(lefts, rights))
+            for text in (left, right, left + right) if text not in internal)
+        raise ModelFormatError(f"{where}: merge {rank} ({left!r}, {right!r}) needs "
+                               f"{missing!r}, which is not in model.vocab") from None
 
 
 def _last_rules(rules: np.ndarray) -> np.ndarray:

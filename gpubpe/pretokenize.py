@@ -279,26 +279,22 @@ def step_spans(steps: tuple[str, ...], text: str) -> list[tuple[int, int]]:
     strings and the spans are byte offsets (UTF-8, lone surrogates as the bytes they
     escape)."""
     spans = [(0, len(text))] if text else []
+    in_bytes = False
     for whole, matches, on_bytes in compiled_steps(steps):
-        if on_bytes:
+        if on_bytes and not in_bytes:
             text, spans = _as_gpt2_bytes(text, spans)
+            in_bytes = True
         spans = [span for start, end in spans
                  for span in _word_spans(whole, matches, text, start, end)]
     return spans
 
 
 def _as_gpt2_bytes(text: str, spans: list[tuple[int, int]]):
-    """(the text's GPT-2 byte-level string, the character spans as byte spans): once."""
-    if isinstance(text, _Gpt2Text):
-        return text, spans
+    """(the text's GPT-2 byte-level string, the character spans as byte spans)."""
     offsets = utf8_offsets(text).tolist()
     data = text.encode("utf-8", "surrogateescape")
-    mapped = _Gpt2Text(data.decode("latin-1").translate(_BYTE_CHARS))
+    mapped = data.decode("latin-1").translate(_BYTE_CHARS)
     return mapped, [(offsets[a], offsets[b]) for a, b in spans]
-
-
-class _Gpt2Text(str):
-    """A text's GPT-2 byte-level string (a character per byte): its spans are bytes."""
 
 
 def utf8_offsets(text: str) -> np.ndarray:
@@ -465,12 +461,17 @@ def unicode_punctuation() -> np.ndarray:
 
 def punctuation_from_regex() -> np.ndarray:
     """(first, last) ranges of ``\\p{P}`` as the installed ``regex`` reads its Unicode."""
-    code_points = np.arange(0x110000, dtype=np.int64)
-    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
-    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    code_points, text = _every_code_point()
     spans = [(code_points[m.start()], code_points[m.end() - 1])
              for m in regex.finditer(r"\p{P}+", text)]
     return np.array(spans, dtype=np.uint32)
+
+
+def _every_code_point() -> tuple[np.ndarray, str]:
+    """(every code point but the surrogates, the text of them all in that order)."""
+    code_points = np.arange(0x110000, dtype=np.int64)
+    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
+    return code_points, code_points.astype(np.uint32).tobytes().decode("utf-32-le")
 
 
 def flags_from_regex() -> np.ndarray:
@@ -479,9 +480,7 @@ def flags_from_regex() -> np.ndarray:
     Each flag is the set of one class the patterns name, read from ``regex``
     itself (Python's ``unicodedata`` lags behind its Unicode version).
     """
-    code_points = np.arange(0x110000, dtype=np.int64)
-    code_points = code_points[(code_points < 0xD800) | (code_points > 0xDFFF)]
-    text = code_points.astype(np.uint32).tobytes().decode("utf-32-le")
+    code_points, text = _every_code_point()
     flags = np.zeros(0x110000, dtype=np.uint8)
     for flag, pattern in _FLAG_CLASSES:
         for match in regex.finditer(pattern + "+", text):

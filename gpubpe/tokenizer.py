@@ -583,7 +583,9 @@ class Tokenizer:
     def _encode_documents(self, data, doc_start, doc_end, allowed_special, disallowed_special,
                           num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
         out_dtype = self._output_placement(device, dtype)
-        allowed = self._special_set(allowed_special) | self._always_matched
+        allowed = self._special_set(allowed_special)
+        if self._always_matched:  # a new set: "all" keeps its one set (and hash) otherwise
+            allowed = allowed | self._always_matched
         disallowed = self._special_set(disallowed_special)
         if allowed:
             disallowed = disallowed - allowed
