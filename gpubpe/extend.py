@@ -309,6 +309,9 @@ def _check_base(vocab) -> None:
 
 
 def _check_layout(layout) -> None:
+    if layout.metaspace:
+        raise ConfigError("the base is a SentencePiece-style vocabulary (characters, '▁' for "
+                          "spaces, <0xXX> byte fallback); gpubpe extends byte-level BPE only")
     if layout.prefix_space or layout.normalizer is not None:
         change = "adds a space before each text piece" if layout.prefix_space else \
             f"normalizes text ({layout.normalizer})"

@@ -15,6 +15,11 @@ pre-tokenizer table below is llama.cpp's (``src/llama-vocab.cpp``, llama-cpp-pyt
 written as HF steps and gpubpe's pattern names; ``tests/test_gguf.py`` checks the names
 llama.cpp ships test files for against the ids HF's tokenizers gave (``models/*.gguf.out``).
 A name not in the table is refused unless a pattern is given.
+
+A SentencePiece BPE ("llama": Llama 1-2, Mistral 7B, Phi-3, Gemma 1-3) holds scored pieces
+and no merges or split: it becomes the file transformers' converter writes for it
+(``gpubpe.sentencepiece``), checked the same way against llama.cpp's Llama 2 and Phi-3
+test files.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import os
 import struct
 from pathlib import Path
 
-from .errors import ModelFormatError
+from . import sentencepiece
+from .errors import ConfigError, ModelFormatError
 from .pretokenize import (
     DEEPSEEK_CODER_SPLITS,
     DEEPSEEK_LLM_SPLITS,
@@ -40,11 +46,10 @@ MAGIC = b"GGUF"
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                    10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_NORMAL, _CONTROL, _USER_DEFINED = 1, 3, 4
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED = 1, 2, 3, 4, 5
 
 # What llama.cpp's other tokenizer models are (``tokenizer.ggml.model``).
 _OTHER_MODELS = {
-    "llama": "a SentencePiece BPE with <0xXX> byte fallback (Llama 1-2, Mistral 7B, Phi-3...)",
     "gemma4": "a SentencePiece-style BPE over raw UTF-8 (Gemma 4)",
     "bert": "a WordPiece vocabulary (BERT)", "t5": "a Unigram vocabulary (T5)",
     "rwkv": "RWKV's trie vocabulary", "plamo2": "PLaMo 2's vocabulary", "none": "no tokenizer",
@@ -224,7 +229,8 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
     """The HF tokenizer.json the GGUF metadata stands for. With ``pattern`` (needed when
     the table lacks the file's ``tokenizer.ggml.pre``) it has no pre-tokenizer: the
     caller splits with the pattern."""
-    _check_bpe_model(metadata, where)
+    if _check_bpe_model(metadata, where) == "llama":
+        return _sentencepiece_json(metadata, where, pattern)
     tokens = _field(metadata, "tokenizer.ggml.tokens", list, where)
     kinds = metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
     if len(kinds) != len(tokens):
@@ -241,16 +247,52 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
             "model": model, "added_tokens": added}
 
 
-def _check_bpe_model(metadata: dict, where: str) -> None:
+def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
+    """The HF tokenizer.json of a SentencePiece BPE GGUF (``tokenizer.ggml.model`` "llama"),
+    as transformers' converter writes Llama's: merges from the pieces' scores, "▁" for
+    spaces and one before the text (unless ``add_space_prefix`` is false), <0xXX> fallback."""
+    if pattern is not None:
+        raise ConfigError(f"{where}: a SentencePiece GGUF's text is split as its model says "
+                          "(not at all); it takes no pattern")
+    tokens = _field(metadata, "tokenizer.ggml.tokens", list, where)
+    scores = _field(metadata, "tokenizer.ggml.scores", list, where)
+    kinds = metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
+    if not len(kinds) == len(scores) == len(tokens):
+        raise ModelFormatError(f"{where}: {len(tokens)} tokens, {len(scores)} scores and "
+                               f"{len(kinds)} token types")
+    kept = [(text, i, kind) for i, (text, kind) in enumerate(zip(tokens, kinds))
+            if kind != _UNUSED and text]
+    prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
+    unknown = metadata.get("tokenizer.ggml.unknown_token_id", 0)
+    added = [{"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": kind != _USER_DEFINED}
+             for text, i, kind in kept if kind in (_UNKNOWN, _CONTROL, _USER_DEFINED)]
+    model = {"type": "BPE", "byte_fallback": True, "fuse_unk": True,
+             "unk_token": tokens[unknown] if 0 <= unknown < len(tokens) else None,
+             "vocab": {text: i for text, i, _ in kept},
+             "merges": sentencepiece.merges_by_score([text for text, _, _ in kept],
+                                                     [scores[i] for _, i, _ in kept])}
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": sentencepiece.METASPACE}
+    prepend = [{"type": "Prepend", "prepend": sentencepiece.METASPACE}] if prefix else []
+    strip = [{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else []
+    decoders = [{**replace, "pattern": {"String": sentencepiece.METASPACE}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}, *strip]
+    return {"normalizer": {"type": "Sequence", "normalizers": [*prepend, replace]},
+            "pre_tokenizer": None, "model": model, "added_tokens": added,
+            "decoder": {"type": "Sequence", "decoders": decoders}}
+
+
+def _check_bpe_model(metadata: dict, where: str) -> str:
     kind = metadata.get("tokenizer.ggml.model")
-    if kind == "gpt2":
-        return
+    if kind in ("gpt2", "llama"):
+        return kind
     if kind is None:
         raise ModelFormatError(f"{where}: the GGUF metadata holds no tokenizer "
                                "(no tokenizer.ggml.model)")
     what = _OTHER_MODELS.get(kind, "a tokenizer gpubpe does not know")
     raise ModelFormatError(f"{where}: tokenizer.ggml.model is {kind!r}, {what}; gpubpe reads "
-                           "byte-level BPE GGUF files (tokenizer.ggml.model 'gpt2') only")
+                           "BPE GGUF files only: byte-level (tokenizer.ggml.model 'gpt2') and "
+                           "SentencePiece's ('llama')")
 
 
 def _pre_tokenizer(metadata: dict, where: str, pattern):

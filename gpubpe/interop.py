@@ -64,7 +64,7 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from . import gguf
+from . import gguf, sentencepiece
 from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, strings_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
@@ -157,6 +157,10 @@ def _check_plain_bpe(vocab: Vocabulary, target: str) -> None:
     if not isinstance(vocab, Vocabulary):
         raise TypeError(f"expected a gpubpe Vocabulary, got {type(vocab).__name__}; "
                         "pass tokenizer.vocabulary")
+    if vocab.layout is not None and vocab.layout.byte_fallback_ids is not None:
+        raise ConfigError(f"this is a SentencePiece-style vocabulary (<0xXX> byte fallback, "
+                          f"'▁' for spaces), which {target} cannot express; keep the file it "
+                          "was imported from")
     if vocab.demolish_ids is not None or vocab.output_bytes is not None:
         raise ConfigError(
             f"this is a Scaffold-BPE vocabulary: its output ids come from demolishing "
@@ -399,31 +403,51 @@ def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json", pattern=
     notes: list[str] = []
     model = _hf_model_section(data, where)
     _check_model_options(model, where, strict, notes)
-    normalizer = _normalizer_from_hf(data.get("normalizer"), where, strict, notes)
-    if pattern is None:
-        pattern, prefix_space = _pattern_from_hf(data.get("pre_tokenizer"), where, strict, notes)
-        _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
+    layout = IdLayout(np.zeros(0, np.int64), [], whole_tokens=bool(model.get("ignore_merges")))
+    sentencepiece_style = bool(model.get("byte_fallback"))
+    if sentencepiece_style:
+        pattern = _sentencepiece_text(data, layout, where, strict, notes)
     else:
-        pattern, prefix_space = _named(pattern), False
+        layout.normalizer = _normalizer_from_hf(data.get("normalizer"), where, strict, notes)
+        if pattern is None:
+            pattern, layout.prefix_space = _pattern_from_hf(data.get("pre_tokenizer"), where,
+                                                            strict, notes)
+            _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
+        else:
+            pattern = _named(pattern)
     specials = _special_from_hf(data.get("added_tokens") or [], where, notes)
+    layout.special_ids = [token_id for _, token_id, _ in specials]
+    layout.special_flags = {content: flags for content, _, flags in specials if flags}
     hf_vocab = model.get("vocab")
     if not isinstance(hf_vocab, dict):
         raise ModelFormatError(f"{where}: model.vocab is missing or not an object")
-    special_ids = {token_id for _, token_id, _ in specials}
-    token_bytes, output_ids, internal = _tokens_from_hf_vocab(hf_vocab, special_ids, where, notes)
+    special_ids = set(layout.special_ids)
+    if sentencepiece_style:
+        token_bytes, layout.output_ids, internal, rules, layout.byte_fallback_ids = \
+            sentencepiece.tokens(list(hf_vocab), _vocab_ids(hf_vocab, where), special_ids, where)
+    else:
+        token_bytes, layout.output_ids, internal = _tokens_from_hf_vocab(hf_vocab, special_ids,
+                                                                         where, notes)
+        rules = np.zeros((0, 3), np.int64)
     lefts, rights = _merge_pairs(model.get("merges", []), where)
-    rules = _last_rules(_rules_of_merges(lefts, rights, internal, where))
-    layout = IdLayout(output_ids, [token_id for _, token_id, _ in specials],
-                      whole_tokens=bool(model.get("ignore_merges")), prefix_space=prefix_space,
-                      normalizer=normalizer,
-                      special_flags={content: flags for content, _, flags in specials if flags})
+    rules = _last_rules(np.concatenate([rules, _rules_of_merges(lefts, rights, internal, where)]))
     metadata = {"imported_from": "hf tokenizer.json"}
     if notes:
         metadata["hf_import_notes"] = notes
     vocab = _vocabulary_of(token_bytes, rules, layout, [c for c, _, _ in specials], pattern,
                            metadata, where)
     return vocab, {i: i for i in vocab.special_ids().values()} | {
-        int(i): int(i) for i in output_ids[output_ids >= 0]}
+        i: i for i in vocab.normal_output_ids().tolist()}
+
+
+def _sentencepiece_text(data: dict, layout: IdLayout, where: str, strict: bool,
+                        notes: list[str]):
+    """The split pattern of a SentencePiece-style file, its prefix space and "▁" set on
+    ``layout`` (``gpubpe.sentencepiece.text_rules``)."""
+    layout.prefix_space, layout.prefix_rule, pattern = sentencepiece.text_rules(
+        data, where, lambda message: _strict_issue(message, where, strict, notes))
+    layout.metaspace = True
+    return pattern
 
 
 def _vocabulary_of(token_bytes, rules, layout, specials, pattern, metadata, where):
@@ -528,9 +552,9 @@ def _check_model_options(model: dict, where: str, strict: bool, notes: list[str]
         if model.get(key):
             raise ModelFormatError(f"{where}: model.{key} is {model[key]!r}; a byte-level BPE "
                                    "has none, so this file is not one gpubpe can import")
-    if model.get("byte_fallback"):
-        raise ModelFormatError(f"{where}: model.byte_fallback is set (<0xXX> tokens, SentencePiece "
-                               "style); this is not a byte-level BPE vocabulary")
+    if model.get("byte_fallback") and model.get("ignore_merges"):
+        raise ModelFormatError(f"{where}: model.byte_fallback with ignore_merges is not a "
+                               "combination gpubpe reads")
     if model.get("dropout"):
         _strict_issue(f"model.dropout is {model['dropout']}; gpubpe encodes without dropout",
                       where, strict, notes)

@@ -50,17 +50,43 @@ class IdLayout:
     # HF added-token flags by content: a subset of ("lstrip", "rstrip", "single_word",
     # "not_special"), the last for HF's ``special: false`` (matched always, as HF does).
     special_flags: dict[str, list[str]] = field(default_factory=dict)
+    # Which text pieces get the prefix space (``PREFIX_RULES``).
+    prefix_rule: str = "unless-space"
+    # SentencePiece-style BPE (HF ``byte_fallback``): a space is the source's "▁" (tokens'
+    # "▁" are spaces here, and a "▁" in text encodes as one), and decoding drops the
+    # prefix space again. ``byte_fallback_ids``: the output id of each byte's <0xXX> token;
+    # a token with no output id of its own (part of a character the source lacks) emits
+    # these ids of its bytes.
+    metaspace: bool = False
+    byte_fallback_ids: np.ndarray | None = None  # int64[256]
 
     def not_special_tokens(self) -> frozenset[str]:
         """The added tokens the source does not call special (flag "not_special")."""
         return frozenset(token for token, flags in self.special_flags.items()
                          if "not_special" in flags)
 
+    @property
+    def strips_space(self) -> bool:
+        """Whether decoding drops one leading space of each sequence (HF's Strip or
+        Metaspace decoder undoing the prefix "▁")."""
+        return self.metaspace and self.prefix_space
+
     def to_json(self) -> dict:
+        fallback = self.byte_fallback_ids
         return {"output_ids": self.output_ids.tolist(), "special_ids": list(self.special_ids),
                 "rank_by_token": self.rank_by_token, "whole_tokens": self.whole_tokens,
                 "prefix_space": self.prefix_space, "normalizer": self.normalizer,
-                "special_flags": self.special_flags}
+                "special_flags": self.special_flags, "prefix_rule": self.prefix_rule,
+                "metaspace": self.metaspace,
+                "byte_fallback_ids": None if fallback is None else fallback.tolist()}
+
+
+# Which text pieces (a document cut at special tokens) HF puts a space before:
+# "unless-space": each one not starting with a space (ByteLevel's add_prefix_space,
+# Metaspace's prepend_scheme "always"); "always": each non-empty one (the Prepend("▁")
+# normalizer of Llama 2's files); "first": a document's first piece, when it starts the
+# document and not with a space (Metaspace's "first").
+PREFIX_RULES = ("unless-space", "always", "first")
 
 
 @dataclass
@@ -130,15 +156,22 @@ class Vocabulary:
     def vocab_size(self) -> int:
         """Number of normal output tokens (the 256 bytes included, special tokens excluded)."""
         if self.layout is not None:
-            return int(np.count_nonzero(self.layout.output_ids >= 0))
+            return int(self.normal_output_ids().size)
         return len(self.output_token_bytes)
+
+    def normal_output_ids(self) -> np.ndarray:
+        """The distinct output ids of a layout's normal tokens (<0xXX> fallbacks included)."""
+        outputs = self.layout.output_ids[self.layout.output_ids >= 0]
+        if self.layout.byte_fallback_ids is not None:
+            outputs = np.union1d(outputs, self.layout.byte_fallback_ids)
+        return outputs
 
     @property
     def n_ids(self) -> int:
         """One more than the largest id (normal or special): ids below it may be gaps."""
         if self.layout is None:
             return self.vocab_size + len(self.special_tokens)
-        return max([int(self.layout.output_ids.max(initial=-1)), *self.layout.special_ids]) + 1
+        return max([int(self.normal_output_ids().max(initial=-1)), *self.layout.special_ids]) + 1
 
     def special_ids(self) -> dict[str, int]:
         if self.layout is not None:
@@ -151,6 +184,9 @@ class Vocabulary:
             table: list[bytes | None] = list(self.output_token_bytes)
         else:
             table = [None] * self.n_ids
+            if self.layout.byte_fallback_ids is not None:
+                for byte, output in enumerate(self.layout.byte_fallback_ids.tolist()):
+                    table[output] = bytes([byte])
             for internal, output in enumerate(self.layout.output_ids.tolist()):
                 if output >= 0:
                     table[output] = self.token_bytes[internal]
@@ -173,10 +209,17 @@ class Vocabulary:
         """
         if self.layout is None:
             return self.demolish_ids, self.demolish_offsets
-        emits = self.layout.output_ids >= 0
-        offsets = np.zeros(emits.size + 1, dtype=np.int64)
-        np.cumsum(emits, out=offsets[1:])
-        return self.layout.output_ids[emits].astype(np.uint32), offsets
+        outputs, fallback = self.layout.output_ids, self.layout.byte_fallback_ids
+        if fallback is None:
+            emits = outputs >= 0
+            offsets = np.zeros(emits.size + 1, dtype=np.int64)
+            np.cumsum(emits, out=offsets[1:])
+            return outputs[emits].astype(np.uint32), offsets
+        pieces = [[output] if output >= 0 else fallback[list(self.token_bytes[internal])].tolist()
+                  for internal, output in enumerate(outputs.tolist())]
+        offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=offsets[1:])
+        return np.fromiter(itertools.chain.from_iterable(pieces), np.uint32, offsets[-1]), offsets
 
     @classmethod
     def from_tokens(cls, token_bytes: list[bytes], rules, layout: IdLayout,
@@ -297,7 +340,10 @@ def _layout_field(data: dict, where: str) -> IdLayout:
         return IdLayout(np.array(fields["output_ids"], dtype=np.int64),
                         [int(i) for i in fields["special_ids"]],
                         bool(fields.get("rank_by_token")), bool(fields.get("whole_tokens")),
-                        bool(fields.get("prefix_space")), fields.get("normalizer"), flags)
+                        bool(fields.get("prefix_space")), fields.get("normalizer"), flags,
+                        fields.get("prefix_rule", "unless-space"), bool(fields.get("metaspace")),
+                        None if fields.get("byte_fallback_ids") is None else
+                        np.array(fields["byte_fallback_ids"], dtype=np.int64))
     except (TypeError, KeyError, ValueError, AttributeError):
         raise ModelFormatError(f"{where}: 'layout' must hold output_ids and special_ids "
                                "lists of ints") from None
@@ -338,6 +384,13 @@ def _check_layout(layout: IdLayout, n_tokens: int, n_specials: int) -> None:
         raise ValueError(f"output id {int(values[counts > 1][0])} is given to two tokens")
     if layout.normalizer not in (None, "NFC"):
         raise ValueError(f"normalizer {layout.normalizer!r}: only None and 'NFC' are supported")
+    if layout.prefix_rule not in PREFIX_RULES:
+        raise ValueError(f"prefix_rule {layout.prefix_rule!r}: expected one of {PREFIX_RULES}")
+    fallback = layout.byte_fallback_ids
+    if fallback is not None and (fallback.shape != (256,) or fallback.min() < 0 or np.unique(
+            fallback).size != 256 or np.isin(fallback, layout.special_ids).any()):
+        raise ValueError("byte_fallback_ids must be 256 distinct output ids (the <0x00>..<0xFF> "
+                         "tokens), none a special token's")
 
 
 def write_text_atomically(path: Path, text: str) -> None:

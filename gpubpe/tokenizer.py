@@ -51,9 +51,13 @@ from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
-from .kernels._cuda import to_host
+from .kernels._cuda import array_module, to_host
 from .kernels.encode import (
     ADMIT_IN_PARTS_FROM,
+    PREFIX_ALWAYS,
+    PREFIX_FIRST,
+    PREFIX_NONE,
+    PREFIX_UNLESS_SPACE,
     WordCache,
     admission_slots,
     build_pieces_cpu,
@@ -75,6 +79,7 @@ from .kernels.encode import (
     join_word_lists,
     new_words_of_part,
     rule_table,
+    source_pieces_cpu,
     whole_tokens_of_words_cpu,
     word_parts,
     word_refs_given_cpu,
@@ -82,7 +87,7 @@ from .kernels.encode import (
     write_piece_tokens_cpu,
 )
 from .kernels.pretok import GPT2
-from .model import Vocabulary, read_tokenizer_json, tokenizer_json_path
+from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_path
 from .pretokenize import (
     check_num_threads,
     compiled_pattern,
@@ -262,6 +267,8 @@ class Tokenizer:
         self._quick = self._quick_scanner()
         self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
         self._all_specials = frozenset(self._special_ids)
+        # Decoding drops each sequence's leading space (HF's SentencePiece-style decoders).
+        self._strips_space = vocab.layout is not None and vocab.layout.strips_space
         # Added tokens HF does not call special: matched whatever ``allowed_special`` says.
         self._always_matched = frozenset() if vocab.layout is None else \
             vocab.layout.not_special_tokens()
@@ -457,8 +464,8 @@ class Tokenizer:
         general path: a custom pattern (``regex``), text to normalise or to prefix with
         a space first, a device asked to take every batch."""
         layout = self._vocab.layout
-        if self._scanner is None or (layout is not None and (layout.prefix_space
-                                                             or layout.normalizer)):
+        if self._scanner is None or self._rewrites_text() or (layout is not None and
+                                                              layout.normalizer):
             return None
         if self._device is not None and self._device_min_work <= _QUICK_MAX_BYTES:
             return None
@@ -568,8 +575,13 @@ class Tokenizer:
         """Whether encoding needs the text on the host: NFC, HF's prefix space, or special
         tokens with HF's flags (imported vocabularies)."""
         layout = self._vocab.layout
-        return layout is not None and (layout.normalizer == "NFC" or layout.prefix_space
+        return layout is not None and (layout.normalizer == "NFC" or self._rewrites_text()
                                        or specials and layout.special_flags)
+
+    def _rewrites_text(self) -> bool:
+        """Whether the text pieces change before the split (HF's prefix space, "▁")."""
+        layout = self._vocab.layout
+        return layout is not None and (layout.prefix_space or layout.metaspace)
 
     def clear_cache(self) -> None:
         """Forget the word encodings kept across calls (for timing; results never change)."""
@@ -605,8 +617,8 @@ class Tokenizer:
         on_device = self._device_batches(array.size)
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed,
                                                1 if on_device else threads)
-        if layout is not None and layout.prefix_space:
-            array, pieces = _with_prefix_spaces(array, pieces)
+        if self._rewrites_text():
+            array, pieces = _source_pieces(array, pieces, doc_first_piece, layout)
         if on_device:
             found = self._device.encode_pieces(self._device.upload(array), pieces,
                                                doc_first_piece, *self._scan_args(), out_dtype,
@@ -704,8 +716,7 @@ class Tokenizer:
                 match_at, match_len, match_id = _apply_special_flags(
                     array, doc_start, doc_end, match_at, match_len, match_id, flags)
         cut_bytes = 0
-        prefix_space = self._vocab.layout is not None and self._vocab.layout.prefix_space
-        if self._scanner is not None and threads > 1 and not prefix_space:  # a cut would get a prefix space
+        if self._scanner is not None and threads > 1 and not self._rewrites_text():  # a cut would get a prefix space
             cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
             if doc_start.size and int((doc_end - doc_start).max()) <= cut_bytes:
                 cut_bytes = 0  # no document to cut: no pass over them (16 threads, lines: 1.7 ms)
@@ -852,11 +863,10 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for (special tokens as their UTF-8 text)."""
         quick = self._quick_bytes(ids)
-        if quick is not None:
-            return quick
-        flat = self._id_array(ids, check=False)  # the gather checks them
-        out, _ = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))
-        return out.tobytes()
+        if quick is None:
+            flat = self._id_array(ids, check=False)  # the gather checks them
+            quick = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))[0].tobytes()
+        return quick[1:] if self._strips_space and quick[:1] == b" " else quick
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'."""
@@ -873,11 +883,13 @@ class Tokenizer:
             offsets = np.array([0, ids.size], dtype=np.int64)
         if is_device_array(ids) and self._device is not None:
             table_bytes, table_offsets = self._byte_table()
-            return self._device.gather_device_bytes(ids, offsets, table_bytes, table_offsets,
-                                                    self._id_gap_table())
-        ids, offsets = (to_host(a, "ids to the host") if is_device_array(a) else a
-                        for a in (ids, offsets))  # sync each (device ids, host backend)
-        return self._gather_bytes(self._id_array(ids), offsets)
+            found = self._device.gather_device_bytes(ids, offsets, table_bytes, table_offsets,
+                                                     self._id_gap_table())
+        else:
+            ids, offsets = (to_host(a, "ids to the host") if is_device_array(a) else a
+                            for a in (ids, offsets))  # sync each (device ids, host backend)
+            found = self._gather_bytes(self._id_array(ids), offsets)
+        return _without_leading_spaces(*found) if self._strips_space else found
 
     def _id_gap_table(self) -> np.ndarray:
         """bool per id: True where no token has it (gaps of imported layouts)."""
@@ -891,20 +903,19 @@ class Tokenizer:
         UTF-8 is handled as ``bytes.decode(..., errors)`` would."""
         check_num_threads(num_threads)
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
-            out, bounds = self.decode_arrays(batch.ids, batch.offsets)
-            out = to_host(out, "decoded bytes")  # sync
-            bounds = to_host(bounds, "decoded byte offsets")  # sync
+            out, bounds = self.decode_arrays(batch.ids, batch.offsets)  # prefix spaces dropped
+            return _utf8_strings(to_host(out, "decoded bytes"),  # sync
+                                 to_host(bounds, "decoded byte offsets"), errors)  # sync
+        if isinstance(batch, RaggedBatch):  # the gather checks the ids
+            flat, offsets = self._id_array(batch.ids, check=False), batch.offsets
         else:
-            if isinstance(batch, RaggedBatch):  # the gather checks the ids
-                flat, offsets = self._id_array(batch.ids, check=False), batch.offsets
-            else:
-                flat, offsets = self._flatten_batch(batch)
-            texts = self._decode_texts(flat, np.asarray(offsets, dtype=np.int64), errors,
-                                       num_threads)
-            if texts is not None:
-                return texts
-            out, bounds = self._gather_bytes(flat, offsets)
-        return _utf8_strings(out, bounds, errors)
+            flat, offsets = self._flatten_batch(batch)
+        texts = self._decode_texts(flat, np.asarray(offsets, dtype=np.int64), errors, num_threads)
+        if texts is None:
+            texts = _utf8_strings(*self._gather_bytes(flat, offsets), errors)
+        if self._strips_space:  # HF's decoder drops the prefix space its normalizer adds
+            texts = [text[1:] if text[:1] == " " else text for text in texts]
+        return texts
 
     def _decode_texts(self, flat: np.ndarray, offsets: np.ndarray, errors: str,
                       num_threads: int | None = 1):
@@ -1115,23 +1126,34 @@ def _nfc_documents(array, doc_start, doc_end):
     return _readonly_bytes(b"".join(encoded)), ends - lengths, ends
 
 
-def _with_prefix_spaces(array, pieces):
-    """HF's ByteLevel add_prefix_space: a space before every text piece not starting with one.
+def _without_leading_spaces(out, bounds):
+    """Decoded bytes and offsets (host or device arrays) without each sequence's first
+    byte where that is a space."""
+    xp = array_module(out)
+    firsts = bounds[:-1]
+    dropped = (bounds[1:] > firsts) & (out[xp.minimum(firsts, max(out.size - 1, 0))] == 0x20)
+    keep = xp.ones(out.size, dtype=bool)
+    keep[firsts[dropped]] = False
+    shift = xp.zeros(bounds.size, dtype=xp.int64)
+    xp.cumsum(dropped, out=shift[1:])
+    return out[keep], bounds - shift
 
-    Returns a new buffer and the pieces' ranges in it (special pieces keep theirs).
-    """
+
+def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout):
+    """The pieces as HF's normalizer and pre-tokenizer see them (``source_pieces_cpu``): a
+    space before those ``layout.prefix_rule`` names, each "▁" of text a space (metaspace).
+    Returns a new buffer and the pieces' ranges in it."""
     piece_start, piece_end, piece_special = pieces
-    gets_space = (piece_special < 0) & (piece_end > piece_start)
-    gets_space[gets_space] = array[piece_start[gets_space]] != 0x20
-    if not gets_space.any():
-        return array, pieces
-    lengths = piece_end - piece_start + gets_space
-    new_end = np.cumsum(lengths)
-    new_start = new_end - lengths
-    data = array.tobytes()
-    parts = [b" " + data[a:b] if space else data[a:b] for a, b, space in
-             zip(piece_start.tolist(), piece_end.tolist(), gets_space.tolist())]
-    return _readonly_bytes(b"".join(parts)), (new_start, new_end, piece_special)
+    first_piece = np.zeros(piece_start.size, dtype=bool)
+    first_piece[doc_first_piece[:-1][np.diff(doc_first_piece) > 0]] = True
+    rule = _PREFIX_CODES[layout.prefix_rule] if layout.prefix_space else PREFIX_NONE
+    out, new_start, new_end = source_pieces_cpu(array, piece_start, piece_end, piece_special,
+                                                first_piece, rule, layout.metaspace)
+    return _readonly_bytes(out), (new_start, new_end, piece_special)
+
+
+_PREFIX_CODES = {"unless-space": PREFIX_UNLESS_SPACE, "always": PREFIX_ALWAYS,
+                 "first": PREFIX_FIRST}
 
 
 # HF's added-token flags that move or drop a match (``_apply_special_flags``).

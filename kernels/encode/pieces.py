@@ -154,3 +154,70 @@ def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cu
                  table, pieces, doc_first_piece)
     doc_first_piece[doc_start.size] = n
     return pieces[0], pieces[1], pieces[2], doc_first_piece
+
+
+# ---------------------------------------------------------------- prefix spaces, "▁"
+
+PREFIX_NONE, PREFIX_UNLESS_SPACE, PREFIX_ALWAYS, PREFIX_FIRST = -1, 0, 1, 2
+
+
+@hot
+def _is_metaspace(data, i, end):
+    """Whether "▁" (U+2581, E2 96 81) starts at byte i."""
+    return i + 3 <= end and data[i] == 0xE2 and data[i + 1] == 0x96 and data[i + 2] == 0x81
+
+
+@hot
+def _gets_prefix(data, start, end, special, first, rule, metaspace):
+    """Whether a piece gets a space before it under ``rule`` (``PREFIX_*``)."""
+    if special >= 0 or end == start or rule == PREFIX_NONE or (rule == PREFIX_FIRST and not first):
+        return False
+    if rule == PREFIX_ALWAYS:
+        return True
+    return not (data[start] == 0x20 or (metaspace and _is_metaspace(data, start, end)))
+
+
+@njit(cache=True, nogil=True)
+def source_pieces_cpu(data, piece_start, piece_end, piece_special, first_piece, rule, metaspace):
+    """Text pieces as HF's normalizer and pre-tokenizer see them: a space before those
+    ``rule`` names (``first_piece``: whether each piece starts its document, for
+    ``PREFIX_FIRST``), and with ``metaspace`` each "▁" of a text piece as one space.
+    ``(buffer, piece_start, piece_end)``: a new buffer and the pieces' ranges in it
+    (special pieces copied as they are). Two passes: the lengths, then the copy."""
+    n = piece_start.size
+    new_start = np.empty(n, np.int64)
+    new_end = np.empty(n, np.int64)
+    total = 0
+    for k in range(n):
+        start, end, special = piece_start[k], piece_end[k], piece_special[k]
+        length = end - start
+        if special < 0 and metaspace:
+            i = start
+            while i < end:
+                if _is_metaspace(data, i, end):
+                    length -= 2
+                    i += 3
+                else:
+                    i += 1
+        if _gets_prefix(data, start, end, special, first_piece[k], rule, metaspace):
+            length += 1
+        new_start[k] = total
+        total += length
+        new_end[k] = total
+    out = np.empty(total, np.uint8)
+    for k in range(n):
+        start, end, special = piece_start[k], piece_end[k], piece_special[k]
+        at = new_start[k]
+        if _gets_prefix(data, start, end, special, first_piece[k], rule, metaspace):
+            out[at] = 0x20
+            at += 1
+        i = start
+        while i < end:
+            if special < 0 and metaspace and _is_metaspace(data, i, end):
+                out[at] = 0x20
+                i += 3
+            else:
+                out[at] = data[i]
+                i += 1
+            at += 1
+    return out, new_start, new_end

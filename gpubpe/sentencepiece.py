@@ -1,0 +1,156 @@
+"""SentencePiece-style BPE (HF's ``byte_fallback``: Llama 1-2, Mistral 7B, Phi-3, Gemma):
+its tokens as gpubpe's bytes and rules, its text handling as an ``IdLayout``.
+
+Such a vocabulary's symbols are characters, not bytes: a text's spaces become "▁", and a
+character the vocabulary lacks becomes its UTF-8 bytes as <0xXX> tokens, which no merge
+joins. gpubpe reads it as a byte-level BPE that gives the same ids:
+
+- A space is byte 0x20 and stands for "▁" (the tokens' "▁" become spaces; a "▁" in text
+  becomes a space before encoding, as HF's Replace makes both the same): a space costs
+  no merge and no copy of the text.
+- A character token of n > 1 bytes is reached by n - 1 rules ranked before every merge of
+  the file, through prefixes of its bytes that are no token of the source (output id -1).
+  Those rules run first, so each character the vocabulary has is whole before any merge;
+  one it lacks stops at a prefix, which emits the <0xXX> ids of its bytes
+  (``IdLayout.byte_fallback_ids``), as HF's fallback does.
+- A byte is its one-character token (``a``, ``▁`` for the space) where the vocabulary has
+  one, else its <0xXX> token.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .errors import ModelFormatError
+
+METASPACE = "▁"
+_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+# Metaspace's split=true (MergedWithNext at each "▁"), on text whose "▁" are spaces.
+METASPACE_SPLIT = r" [^ ]*|[^ ]+"
+
+
+def tokens(texts: list[str], ids: np.ndarray, special_ids: set[int], where: str):
+    """(token bytes by internal id, output id by internal id, {token string: internal id},
+    the character rules (n x 3), byte_fallback_ids) of a SentencePiece-style HF vocab."""
+    fallback = np.full(256, -1, dtype=np.int64)
+    pieces: list[tuple[int, str, bytes]] = []
+    for text, hf_id in zip(texts, ids.tolist()):
+        if hf_id in special_ids:
+            continue
+        match = _FALLBACK.fullmatch(text)
+        if match:
+            fallback[int(match.group(1), 16)] = hf_id
+            continue
+        if " " in text:
+            raise ModelFormatError(f"{where}: token {text!r} holds a space; in a SentencePiece-"
+                                   f"style vocabulary spaces are {METASPACE!r}")
+        try:
+            pieces.append((hf_id, text, text.replace(METASPACE, " ").encode("utf-8")))
+        except UnicodeEncodeError:
+            raise ModelFormatError(f"{where}: token {text!r} is not valid Unicode") from None
+    if (fallback < 0).any():
+        missing = int(np.flatnonzero(fallback < 0)[0])
+        raise ModelFormatError(f"{where}: model.byte_fallback is set but the vocab lacks "
+                               f"<0x{missing:02X}>; gpubpe needs all 256 byte tokens")
+    pieces.sort()
+    output = fallback.tolist()
+    token_bytes = [bytes([b]) for b in range(256)]
+    internal: dict[str, int] = {}
+    for hf_id, text, raw in pieces:
+        if len(raw) == 1:
+            output[raw[0]] = hf_id
+            internal[text] = raw[0]
+    rules = _character_rules([piece for piece in pieces if len(piece[1]) == 1 and
+                              len(piece[2]) > 1], token_bytes, output, internal)
+    for hf_id, text, raw in pieces:
+        if len(text) > 1:
+            internal[text] = len(token_bytes)
+            token_bytes.append(raw)
+            output.append(hf_id)
+    return token_bytes, np.array(output, dtype=np.int64), internal, rules, fallback
+
+
+def _character_rules(characters, token_bytes: list[bytes], output: list[int],
+                     internal: dict[str, int]) -> np.ndarray:
+    """Rules building each multi-byte character token from its bytes, through prefixes that
+    are no token of the source (appended to ``token_bytes`` with output id -1)."""
+    rules = []
+    prefix_ids: dict[bytes, int] = {}
+    for hf_id, text, raw in characters:
+        token = raw[0]
+        for end in range(2, len(raw) + 1):
+            prefix = raw[:end]
+            if prefix not in prefix_ids:
+                prefix_ids[prefix] = len(token_bytes)
+                token_bytes.append(prefix)
+                output.append(-1)
+                rules.append((token, raw[end - 1], prefix_ids[prefix]))
+            token = prefix_ids[prefix]
+        output[token] = hf_id
+        internal[text] = token
+    return np.array(rules, dtype=np.int64).reshape(-1, 3)
+
+
+def text_rules(data: dict, where: str, issue) -> tuple[bool, str, str | None]:
+    """(prefix_space, prefix_rule, pattern) of a SentencePiece-style file's normalizer and
+    pre-tokenizer: Prepend("▁") and Replace(" " -> "▁") (Llama 2's), a Metaspace step
+    (prepend_scheme always / first / never, split or not), or both. ``issue(message)``
+    reports what gpubpe does not follow (``strict``)."""
+    normalizers = _steps(data.get("normalizer"), "normalizers")
+    pre_tokenizers = _steps(data.get("pre_tokenizer"), "pretokenizers")
+    prefix_space, rule, pattern, replaced = False, "unless-space", None, False
+    for step in normalizers:
+        if step.get("type") == "Prepend" and step.get("prepend") == METASPACE:
+            prefix_space, rule = True, "always"
+        elif step.get("type") == "Replace" and step.get("pattern") == {"String": " "} \
+                and step.get("content") == METASPACE:
+            replaced = True
+        else:
+            issue(f"normalizer step {step} is not read (gpubpe reads Prepend('▁') and "
+                  "Replace(' ', '▁') in a SentencePiece-style file)")
+    for step in pre_tokenizers:
+        if step.get("type") != "Metaspace" or step.get("replacement", METASPACE) != METASPACE:
+            raise ModelFormatError(f"{where}: pre-tokenizer step {step} is not one gpubpe reads "
+                                   "in a SentencePiece-style file (Metaspace with '▁', or none)")
+        replaced = True
+        scheme = step.get("prepend_scheme", "always" if step.get("add_prefix_space", True)
+                          else "never")
+        if scheme != "never":
+            prefix_space, rule = True, {"always": "unless-space", "first": "first"}[scheme]
+        pattern = METASPACE_SPLIT if step.get("split", True) else None
+    if not replaced:
+        raise ModelFormatError(f"{where}: a SentencePiece-style file (model.byte_fallback) "
+                               "whose normalizer does not turn spaces into '▁' and that has "
+                               "no Metaspace pre-tokenizer; gpubpe reads those that do")
+    if prefix_space and not _strips_space(data.get("decoder")):
+        issue("the decoder keeps the prefix space the text gets; gpubpe's decode drops it")
+    return prefix_space, rule, pattern
+
+
+def _steps(section, key: str) -> list[dict]:
+    if section is None:
+        return []
+    steps = section.get(key) if section.get("type") == "Sequence" else [section]
+    return [step for step in steps or [] if isinstance(step, dict)]
+
+
+def _strips_space(decoder) -> bool:
+    return any(step.get("type") == "Strip" and step.get("start", 0) >= 1 or
+               step.get("type") == "Metaspace" and step.get("prepend_scheme") != "never"
+               for step in _steps(decoder, "decoders"))
+
+
+def merges_by_score(texts: list[str], scores: list[float]) -> list[list[str]]:
+    """The merges of a SentencePiece BPE given as scored pieces (a GGUF file holds no merges),
+    as HF's converter makes them (transformers' ``SentencePieceExtractor``): every split of
+    a piece into two pieces, by the piece's score, highest first (ties in vocab order)."""
+    vocab = {text: i for i, text in enumerate(texts)}
+    merges = []
+    for text, score in zip(texts, scores):
+        splits = [(vocab[text[:k]], vocab[text[k:]], text[:k], text[k:])
+                  for k in range(1, len(text)) if text[:k] in vocab and text[k:] in vocab]
+        merges.extend((-score, *split) for split in sorted(splits))
+    order = sorted(range(len(merges)), key=lambda k: merges[k][0])  # stable: vocab order
+    return [[merges[k][3], merges[k][4]] for k in order]
