@@ -18,8 +18,8 @@ A name not in the table is refused unless a pattern is given.
 
 A SentencePiece BPE ("llama": Llama 1-2, Mistral 7B, Phi-3, Gemma 1-3) holds scored pieces
 and no merges or split: it becomes the file transformers' converter writes for it
-(``gpubpe.sentencepiece``), checked the same way against llama.cpp's Llama 2 and Phi-3
-test files.
+(``gpubpe.sentencepiece``); Gemma 4's ("gemma4") holds its merges and no prefix space.
+Checked the same way against llama.cpp's Llama 2, Phi-3 and Gemma 4 test files.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED = 1, 2, 3, 4, 5
 
 # What llama.cpp's other tokenizer models are (``tokenizer.ggml.model``).
 _OTHER_MODELS = {
-    "gemma4": "a SentencePiece-style BPE over raw UTF-8 (Gemma 4)",
     "bert": "a WordPiece vocabulary (BERT)", "t5": "a Unigram vocabulary (T5)",
     "rwkv": "RWKV's trie vocabulary", "plamo2": "PLaMo 2's vocabulary", "none": "no tokenizer",
 }
@@ -229,7 +228,7 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
     """The HF tokenizer.json the GGUF metadata stands for. With ``pattern`` (needed when
     the table lacks the file's ``tokenizer.ggml.pre``) it has no pre-tokenizer: the
     caller splits with the pattern."""
-    if _check_bpe_model(metadata, where) == "llama":
+    if _check_bpe_model(metadata, where) != "gpt2":
         return _sentencepiece_json(metadata, where, pattern)
     tokens = _field(metadata, "tokenizer.ggml.tokens", list, where)
     kinds = metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
@@ -248,14 +247,15 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
 
 
 def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
-    """The HF tokenizer.json of a SentencePiece BPE GGUF (``tokenizer.ggml.model`` "llama"),
-    as transformers' converter writes Llama's: merges from the pieces' scores, "▁" for
-    spaces and one before the text (unless ``add_space_prefix`` is false), <0xXX> fallback."""
+    """The HF tokenizer.json of a SentencePiece BPE GGUF (``tokenizer.ggml.model`` "llama",
+    or "gemma4" with its merges), as transformers' converter writes Llama's: merges from the
+    pieces' scores unless the file has them, "▁" for spaces and one before the text (unless
+    ``add_space_prefix`` is false), <0xXX> fallback."""
     if pattern is not None:
         raise ConfigError(f"{where}: a SentencePiece GGUF's text is split as its model says "
                           "(not at all); it takes no pattern")
     tokens = _field(metadata, "tokenizer.ggml.tokens", list, where)
-    scores = _field(metadata, "tokenizer.ggml.scores", list, where)
+    scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
     kinds = metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
     if not len(kinds) == len(scores) == len(tokens):
         raise ModelFormatError(f"{where}: {len(tokens)} tokens, {len(scores)} scores and "
@@ -270,8 +270,8 @@ def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
     model = {"type": "BPE", "byte_fallback": True, "fuse_unk": True,
              "unk_token": tokens[unknown] if 0 <= unknown < len(tokens) else None,
              "vocab": {text: i for text, i, _ in kept},
-             "merges": sentencepiece.merges_by_score([text for text, _, _ in kept],
-                                                     [scores[i] for _, i, _ in kept])}
+             "merges": metadata.get("tokenizer.ggml.merges") or sentencepiece.merges_by_score(
+                 [text for text, _, _ in kept], [scores[i] for _, i, _ in kept])}
     replace = {"type": "Replace", "pattern": {"String": " "}, "content": sentencepiece.METASPACE}
     prepend = [{"type": "Prepend", "prepend": sentencepiece.METASPACE}] if prefix else []
     strip = [{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else []
@@ -284,7 +284,7 @@ def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
 
 def _check_bpe_model(metadata: dict, where: str) -> str:
     kind = metadata.get("tokenizer.ggml.model")
-    if kind in ("gpt2", "llama"):
+    if kind in ("gpt2", "llama", "gemma4"):
         return kind
     if kind is None:
         raise ModelFormatError(f"{where}: the GGUF metadata holds no tokenizer "
@@ -292,7 +292,7 @@ def _check_bpe_model(metadata: dict, where: str) -> str:
     what = _OTHER_MODELS.get(kind, "a tokenizer gpubpe does not know")
     raise ModelFormatError(f"{where}: tokenizer.ggml.model is {kind!r}, {what}; gpubpe reads "
                            "BPE GGUF files only: byte-level (tokenizer.ggml.model 'gpt2') and "
-                           "SentencePiece's ('llama')")
+                           "SentencePiece's ('llama', 'gemma4')")
 
 
 def _pre_tokenizer(metadata: dict, where: str, pattern):

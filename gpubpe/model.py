@@ -201,6 +201,17 @@ class Vocabulary:
             return np.arange(256, dtype=np.int64)
         return self.layout.output_ids[:256].copy()
 
+    def byte_pair_joins(self) -> np.ndarray:
+        """uint8 per byte pair ``256 * left + right``: 1 where the pair lies inside a token.
+        No BPE symbol spans a pair left 0, so text may be cut there (``kernels.pretok.JOINS``)."""
+        lengths = np.fromiter(map(len, self.token_bytes), np.int64, len(self.token_bytes))
+        pool = np.frombuffer(b"".join(self.token_bytes), dtype=np.uint8).astype(np.int64)
+        inside = np.ones(max(pool.size - 1, 0), dtype=bool)  # pairs within one token
+        inside[np.cumsum(lengths)[:-1][np.cumsum(lengths)[:-1] <= inside.size] - 1] = False
+        joins = np.zeros(1 << 16, dtype=np.uint8)
+        joins[(pool[:-1] * 256 + pool[1:])[inside]] = 1
+        return joins
+
     def output_map(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(ids, offsets): output ids of internal id t at ids[offsets[t]:offsets[t+1]], or Nones.
 

@@ -7,7 +7,8 @@ tiktoken's cl100k and o200k patterns, Llama 3's and Qwen's (cl100k's scanner wit
 switches), Mistral's Tekken (o200k's with one), DeepSeek's three regexes run in
 sequence (``deepseek_piece_end``), DeepSeek Coder's and LLM's cascades of five and six
 (``deepseek_coder_piece_end``, ``deepseek_llm_piece_end``), and StarCoder's digits then
-GPT-2's (``starcoder_piece_end``) (``gpubpe.pretokenize``). The
+GPT-2's (``starcoder_piece_end``) (``gpubpe.pretokenize``); and ``JOINS``, a vocabulary's own
+cuts for one that splits no text (``joined_piece_end``). The
 code-point classes come from tables the caller builds from the ``regex``
 module itself (``code_point_classes`` for GPT-2, ``code_point_flags`` for the
 others), so the split equals ``regex.findall`` on the same text (tested on
@@ -66,7 +67,7 @@ from .hashing import EMPTY_KEY, LONG_WORD_TAG, cells_grown, grown_like, mix64, s
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 # ``piece_end``
 (GPT2, CL100K, O200K, LLAMA3, QWEN2, TEKKEN, DEEPSEEK, STARCODER, QWEN35, DEEPSEEK_CODER,
- DEEPSEEK_LLM) = range(11)
+ DEEPSEEK_LLM, JOINS) = range(12)
 # code_point_flags: \p{L}, \p{N}, \s, o200k's upper and lower classes, [\r\n], \p{M},
 # \p{P} or \p{S}
 CHAR_L, CHAR_N, CHAR_S, CHAR_U, CHAR_W, CHAR_CRLF, CHAR_M, CHAR_PS = 1, 2, 4, 8, 16, 32, 64, 128
@@ -302,6 +303,8 @@ def is_safe_cut(data, p, first, end, scanner, table):
                                      scanner == DEEPSEEK_CODER)
     if scanner == DEEPSEEK:
         return _deepseek_cut(before, at, _class_of(before, table), _class_of(at, table))
+    if scanner == JOINS:
+        return table[np.int64(data[p - 1]) * 256 + data[p]] == 0
     return _tiktoken_cut(before, at, _class_of(before, table), _class_of(at, table))
 
 
@@ -1067,13 +1070,27 @@ def _deepseek_cascade_cut(flags_before, flags_at, coder):
     return (flags_before ^ flags_at) & (DS_R | DS_N) != 0
 
 
+# ---------------------------------------------------------------- a vocabulary's own cuts
+
+
+@hot
+def joined_piece_end(data, i, end, joins):
+    """End of the run from byte i whose every two neighbouring bytes ``joins`` marks (uint8
+    per byte pair ``256 * left + right``: 1 where the pair lies inside some token). No
+    token spans a pair it leaves unmarked, so BPE of these runs is BPE of the whole text
+    (``JOINS``: a vocabulary that splits no text, such as a SentencePiece-style one)."""
+    i += 1
+    while i < end and joins[np.int64(data[i - 1]) * 256 + data[i]]:
+        i += 1
+    return i
+
+
 # ---------------------------------------------------------------- any named pattern
 
 
 @_inlined
 def piece_end(scanner, data, i, end, table):
-    """End of the piece starting at byte i, for scanner ``GPT2``, ``CL100K``, ``O200K``,
-    ``LLAMA3``, ``QWEN2``, ``TEKKEN``, ``DEEPSEEK``, ``STARCODER`` or ``QWEN35``."""
+    """End of the piece starting at byte i, for any scanner id above (``GPT2`` ...)."""
     if scanner == GPT2:
         return gpt2_word_end_fast(data, i, end, table)
     if scanner == STARCODER:
@@ -1084,6 +1101,8 @@ def piece_end(scanner, data, i, end, table):
         return deepseek_coder_piece_end(data, i, end, table)
     if scanner == DEEPSEEK_LLM:
         return deepseek_llm_piece_end(data, i, end, table)
+    if scanner == JOINS:
+        return joined_piece_end(data, i, end, table)
     if scanner == O200K or scanner == TEKKEN:
         return o200k_piece_end_fast(data, i, end, table, scanner == O200K)
     return cl100k_piece_end_fast(data, i, end, table, scanner == CL100K,
