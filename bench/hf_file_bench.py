@@ -67,7 +67,10 @@ def main(argv=None) -> int:
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
           f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, {args.threads} thread(s),"
           f" medians of {args.repeats} rounds")
-    print(f"# {path}: pattern {tok.vocabulary.pattern if isinstance(tok.vocabulary.pattern, str) else 'a sequence'},"
+    pattern = tok.vocabulary.pattern
+    pattern = "none (cut where no token joins)" if pattern is None else \
+        pattern if isinstance(pattern, str) else "a sequence"
+    print(f"# {path}: pattern {pattern},"
           f" {tok.n_vocab} ids; gpubpe import {import_s:.2f} s")
     print("| corpus | docs | MB | HF MB/s | gpubpe cold MB/s | ratio | ids |")
     print("|---|---:|---:|---:|---:|---:|---|")

@@ -464,11 +464,11 @@ class Tokenizer:
 
     def _quick_scanner(self) -> _Scanner | None:
         """The scanner ``_quick_ids`` splits with, or None where a short text needs the
-        general path: a custom pattern (``regex``), text to normalise or to prefix with
-        a space first, a device asked to take every batch."""
+        general path: a custom pattern (``regex``), text to normalise first, a device
+        asked to take every batch. (A prefix space and "▁" are written by ``_quick_ids``:
+        Llama 2's "Hello world" 25.8 -> 3.3 us a call, HF 2.3; RESULTS, session 19.)"""
         layout = self._vocab.layout
-        if self._scanner is None or self._rewrites_text() or (layout is not None and
-                                                              layout.normalizer):
+        if self._scanner is None or (layout is not None and layout.normalizer):
             return None
         if self._device is not None and self._device_min_work <= _QUICK_MAX_BYTES:
             return None
@@ -487,6 +487,8 @@ class Tokenizer:
             return None
         try:
             data = text.encode("utf-8") if type(text) is str else text
+            if self._rewrites_text():
+                data = _source_text(data, self._vocab.layout)
         except UnicodeEncodeError:
             return None
         if len(data) > _QUICK_MAX_BYTES:
@@ -1152,6 +1154,18 @@ def _without_leading_spaces(out: np.ndarray, bounds: np.ndarray):
     shift = np.zeros(bounds.size, dtype=np.int64)
     np.cumsum(dropped, out=shift[1:])
     return out[keep], bounds - shift
+
+
+def _source_text(data: bytes, layout: IdLayout) -> bytes:
+    """One text piece that starts its document, as ``_source_pieces`` writes it."""
+    if layout.metaspace:
+        data = data.replace(_METASPACE_UTF8, b" ")
+    if layout.prefix_space and data and (layout.prefix_rule == "always" or data[0] != 0x20):
+        data = b" " + data
+    return data
+
+
+_METASPACE_UTF8 = "▁".encode()
 
 
 def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout):

@@ -85,6 +85,8 @@ def test_hf_trained_files_give_hfs_ids_and_text(trained, name):
     assert tok.encode_batch(texts, allowed_special="all") == want
     assert tok.encode_batch(texts, allowed_special="all", num_threads=1) == want
     assert [tok.encode(text, allowed_special="all") for text in TEXTS] == want[:len(TEXTS)]
+    plain = [text for text in TEXTS if "<" not in text]  # one kernel call each (_quick_ids)
+    assert [tok.encode(text) for text in plain] == hf_ids(hf, plain)
     assert tok.decode_batch(want) == hf.decode_batch(want, skip_special_tokens=False)
     assert [tok.decode(ids) for ids in want[:len(TEXTS)]] == \
         [hf.decode(ids, skip_special_tokens=False) for ids in want[:len(TEXTS)]]
