@@ -122,12 +122,17 @@ def hf_to_token(text: str) -> bytes:
 
 
 def to_hf_json(vocab: Vocabulary) -> dict:
-    """The HF ``tokenizer.json`` object of a plain BPE vocabulary (ids unchanged).
+    """The HF ``tokenizer.json`` object of a plain BPE vocabulary or a SentencePiece-style
+    one (ids unchanged).
 
     When ``tokenizers`` is installed, the pre-tokenizer is checked to split a
     probe text as gpubpe does; a custom pattern HF's regex engine reads
     differently raises ConfigError.
     """
+    if isinstance(vocab, Vocabulary) and vocab.layout is not None and vocab.layout.metaspace:
+        return {"version": "1.0", "truncation": None, "padding": None,
+                "added_tokens": _hf_added_tokens(vocab), "post_processor": None,
+                **sentencepiece.hf_sections(vocab, vocab.layout)}
     _check_plain_bpe(vocab, "a HF tokenizer.json")
     pre_tokenizer = _hf_pre_tokenizer(vocab.pattern)
     _check_hf_split(pre_tokenizer, vocab.pattern)
@@ -159,8 +164,8 @@ def _check_plain_bpe(vocab: Vocabulary, target: str) -> None:
                         "pass tokenizer.vocabulary")
     if vocab.layout is not None and vocab.layout.byte_fallback_ids is not None:
         raise ConfigError(f"this is a SentencePiece-style vocabulary (<0xXX> byte fallback, "
-                          f"'▁' for spaces), which {target} cannot express; keep the file it "
-                          "was imported from")
+                          f"'▁' for spaces), which {target} cannot express; export it as a HF "
+                          "tokenizer.json")
     if vocab.demolish_ids is not None or vocab.output_bytes is not None:
         raise ConfigError(
             f"this is a Scaffold-BPE vocabulary: its output ids come from demolishing "

@@ -154,3 +154,64 @@ def merges_by_score(texts: list[str], scores: list[float]) -> list[list[str]]:
         merges.extend((-score, *split) for split in sorted(splits))
     order = sorted(range(len(merges)), key=lambda k: merges[k][0])  # stable: vocab order
     return [[merges[k][3], merges[k][4]] for k in order]
+
+
+# ------------------------------------------------------------ export
+
+
+def hf_sections(vocab, layout) -> dict:
+    """The tokenizer.json sections (model, normalizer, pre-tokenizer, decoder) of a
+    SentencePiece-style vocabulary, as transformers' converter writes Llama's: pieces with
+    "▁" and their ids, <0xXX> tokens, the merges (the character rules left out: HF starts
+    from characters), the text handling of ``layout``."""
+    pieces = [token.decode("utf-8", "replace").replace(" ", METASPACE)
+              for token in vocab.token_bytes]
+    fallback = layout.byte_fallback_ids.tolist()
+    table = {f"<0x{byte:02X}>": fallback[byte] for byte in range(256)}
+    table.update((pieces[internal], output)
+                 for internal, output in enumerate(layout.output_ids.tolist())
+                 if output >= 0 and not (internal < 256 and output == fallback[internal]))
+    table.update(vocab.special_ids())  # in the model's vocab too, as HF's files have them
+    whole = [_characters(token) >= 2 for token in vocab.token_bytes]
+    merges = [[pieces[left], pieces[right]] for left, right, result in vocab.rules.tolist()
+              if whole[result]]
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+             "ignore_merges": False, "vocab": dict(sorted(table.items(), key=lambda kv: kv[1])),
+             "merges": merges}
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": METASPACE}
+    decoders = [{"type": "Replace", "pattern": {"String": METASPACE}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]
+    if layout.strips_space:
+        decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    normalizer, pre_tokenizer = _hf_text_handling(layout, vocab.pattern, replace)
+    return {"normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "model": model,
+            "decoder": {"type": "Sequence", "decoders": decoders}}
+
+
+def _characters(token: bytes) -> int:
+    """How many characters a token's bytes are (0 for a part of one)."""
+    try:
+        return len(token.decode("utf-8"))
+    except UnicodeDecodeError:
+        return 0
+
+
+def _hf_text_handling(layout, pattern, replace: dict) -> tuple[dict | None, dict | None]:
+    """(normalizer, pre-tokenizer) that ``text_rules`` reads back as ``layout`` and
+    ``pattern``."""
+    split = pattern == METASPACE_SPLIT
+    if layout.prefix_space and layout.prefix_rule == "always":  # Llama 2's Prepend
+        prepend = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": METASPACE}, replace]}
+        return prepend, _metaspace("never", True) if split else None
+    scheme = {"unless-space": "always", "first": "first"}[layout.prefix_rule] \
+        if layout.prefix_space else "never"
+    if scheme == "never" and not split:
+        return replace, None
+    return None, _metaspace(scheme, split)
+
+
+def _metaspace(scheme: str, split: bool) -> dict:
+    return {"type": "Metaspace", "replacement": METASPACE, "prepend_scheme": scheme,
+            "split": split}

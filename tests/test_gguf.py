@@ -133,6 +133,20 @@ def test_llama_cpp_vocab_files_give_hfs_ids(models, name):
     assert tok.encode_batch(documents_, allowed_special="all") == hf_ids(hf, documents_)
 
 
+@pytest.mark.parametrize("name", ["llama-spm", "phi-3", "gemma-4"])
+def test_sentencepiece_files_export_as_a_tokenizer_json_hf_reads(models, name, tmp_path):
+    """``gpubpe export -t model.gguf -o folder``: HF's tokenizers on the written file gives
+    the vectors' ids, and gpubpe's on documents."""
+    tok = gpubpe.Tokenizer.from_gguf(models / f"ggml-vocab-{name}.gguf")
+    assert main(["export", "-t", str(models / f"ggml-vocab-{name}.gguf"),
+                 "-o", str(tmp_path)]) == 0
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    texts, want = vectors(models, name)
+    assert hf_ids(hf, texts) == want
+    documents_ = documents(CORPUS, 40)
+    assert hf_ids(hf, documents_) == tok.encode_batch(documents_)
+
+
 def test_a_file_without_a_named_split_takes_a_pattern(models):
     neox = models / "ggml-vocab-gpt-neox.gguf"  # converted before llama.cpp named splits
     with pytest.raises(ModelFormatError, match=r"'default'.*pattern=.*names read: command-r"):
