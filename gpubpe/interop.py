@@ -3,8 +3,10 @@
 Export a plain BPE :class:`~gpubpe.model.Vocabulary` with :func:`to_hf_json` /
 :func:`save_hf` (HF ``tokenizers`` and ``transformers.PreTrainedTokenizerFast``
 load the file and give gpubpe's ids) or :func:`to_tiktoken`; import with
-:func:`from_hf`, :func:`from_gpt2_files` or :func:`from_tiktoken`. Scaffold
-vocabularies cannot be exported: neither format can demolish tokens.
+:func:`from_hf`, :func:`from_gguf`, :func:`from_gpt2_files` or :func:`from_tiktoken`.
+Scaffold vocabularies cannot be exported: neither format can demolish tokens.
+SentencePiece-style BPE files (HF ``byte_fallback``, GGUF "llama") are read and written
+by ``gpubpe.sentencepiece``: a tokenizer.json only.
 
 Ids. gpubpe numbers the byte tokens by byte value (0-255), merged tokens by
 creation order from 256, and special tokens after them (``vocab_size + i``).
@@ -304,12 +306,16 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
     the split with their lstrip / rstrip / single_word flags; those HF does not call
     special are matched always, as HF does). A custom
     ``Split`` regex with ``Isolated`` behavior gets an alternative matching the
-    text between its matches, which HF keeps as words too.
+    text between its matches, which HF keeps as words too. SentencePiece-style BPE
+    (``byte_fallback``: Llama 2, Mistral 7B, Phi-3, Gemma) is read too
+    (``gpubpe.sentencepiece``): "▁" for spaces by a Replace normalizer or a Metaspace
+    pre-tokenizer, Llama 2's Prepend("▁") or Metaspace's prepend_scheme, <0xXX> tokens
+    for characters the vocabulary lacks; decoding drops the prefix space as its decoder does.
     With ``strict`` (default), settings that would make gpubpe's ids differ from
     HF's on some text raise ModelFormatError (another normalizer, BPE dropout,
     ``add_prefix_space`` after a Split); with ``strict=False`` they are ignored
     and listed in ``metadata["hf_import_notes"]``. WordPiece, Unigram and
-    non-byte-level BPE models are refused.
+    other BPE models (a continuing-subword prefix, an end-of-word suffix) are refused.
     """
     return _import_hf(_read_hf_json(source), strict, where)[0]
 
@@ -326,8 +332,10 @@ def from_gguf(path, *, pattern=None, strict: bool = True) -> Vocabulary:
     A byte-level BPE (``tokenizer.ggml.model`` "gpt2") is read as the HF tokenizer.json it
     came from (``gpubpe.gguf``); its split comes from ``tokenizer.ggml.pre``, a name in
     llama.cpp's table. ``pattern`` (a name of ``NAMED_PATTERNS``, a regex or a list of
-    them) gives the split of a name gpubpe's table lacks. Other tokenizer models
-    (SentencePiece, WordPiece, Unigram) raise ModelFormatError saying which they are."""
+    them) gives the split of a name gpubpe's table lacks. A SentencePiece BPE ("llama":
+    Llama 1-2, Mistral 7B, Phi-3, Gemma 1-3; "gemma4") is read as transformers' converter
+    writes its tokenizer.json. Other tokenizer models (WordPiece, Unigram...) raise
+    ModelFormatError saying which they are."""
     where = str(path)
     if pattern is not None:
         try:
