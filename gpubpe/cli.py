@@ -894,19 +894,20 @@ def _add_bitlevel_report(commands) -> None:
 
 
 def _run_bitlevel_report(args) -> int:
-    from .bitlevel import PAPER_LEAD_BYTES, BitLevelCodec
+    from .bitlevel import PAPER_LEAD_BYTES
     from .compare import corpus_ids
     from .metrics import bitlevel_report
 
     tok, files = _tokenizer_and_corpus(args)
     leads = PAPER_LEAD_BYTES if args.paper_leads else range(0xE0, 0xF0)
-    codec = BitLevelCodec(tok.n_vocab, leads)
+    coded = tok.with_bitlevel(leads)  # its codec, and the base ids in the codec's order
     print("| corpus | tokens | after | Δ% | byte tokens | after | Δ% | eff. | after | "
           "byte eff. | after | gain |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path in files:
         ids, offsets = corpus_ids(tok, [path])
-        r = bitlevel_report(ids, codec, offsets=offsets, alpha=args.alpha)
+        r = bitlevel_report(coded.codec_order(ids), coded.codec, offsets=offsets,
+                            alpha=args.alpha)
         print(f"| {path.name} | {r.tokens_before:,} | {r.tokens_after:,} | "
               f"{-r.token_reduction_pct:.2f} | {r.byte_tokens_before:,} | "
               f"{r.byte_tokens_after:,} | {-r.byte_token_reduction_pct:.2f} | "

@@ -51,7 +51,7 @@ from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
 from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
-from .kernels._cuda import to_host
+from .kernels._cuda import array_module, to_device, to_host
 from .kernels.encode import (
     ADMIT_IN_PARTS_FROM,
     PREFIX_ALWAYS,
@@ -1760,6 +1760,8 @@ class BitLevelTokenizer(Tokenizer):
         # keeps them on the CPU: elementwise work that costs a copy each way).
         codec_backend = "cuda" if backend == "cuda" else "cpu"
         self.codec = BitLevelCodec(super().n_vocab, vocab.bitlevel_leads, backend=codec_backend)
+        self._byte_order = _codec_byte_order(vocab, self.codec.base_vocab_size)
+        self._device_byte_order = None  # the same tables on the device, made when needed
 
     @property
     def vocab_size(self) -> int:
@@ -1781,7 +1783,8 @@ class BitLevelTokenizer(Tokenizer):
 
     def _encode_documents(self, *args, dtype=np.uint32, **kwargs) -> RaggedBatch:
         batch = super()._encode_documents(*args, dtype=np.uint32, **kwargs)
-        ids, offsets = self.codec.encode_batch(batch.ids, batch.offsets)
+        ids, offsets = self.codec.encode_batch(self._reordered(batch.ids, 0), batch.offsets)
+        ids = self._reordered(ids, 1)
         out_dtype = self._output_placement(False, dtype)
         if is_device_array(ids):  # device in, device out
             return RaggedBatch(ids.astype(out_dtype, copy=False), offsets)
@@ -1789,7 +1792,8 @@ class BitLevelTokenizer(Tokenizer):
 
     def decode_bytes(self, ids: Iterable[int], errors: str = "strict") -> bytes:
         """The bytes of coded ids; a malformed coded unit raises, or is U+FFFD unless strict."""
-        return super().decode_bytes(self.codec.decode(self._codec_ids(ids), _codec_errors(errors)))
+        ids = self.codec.decode(self._reordered(self._codec_ids(ids), 0), _codec_errors(errors))
+        return super().decode_bytes(self._reordered(np.asarray(ids, np.uint32), 1))
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
         return self.decode_bytes(ids, errors).decode("utf-8", errors)
@@ -1797,17 +1801,40 @@ class BitLevelTokenizer(Tokenizer):
     def decode_batch(self, batch, errors: str = "replace",
                      num_threads: int | None = None) -> list[str]:
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
-            ids, offsets = self.codec.decode_batch(batch.ids.astype(np.uint32), batch.offsets,
-                                                   _codec_errors(errors))
-            return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads)
+            ids, offsets = self.codec.decode_batch(self._reordered(batch.ids.astype(np.uint32), 0),
+                                                   batch.offsets, _codec_errors(errors))
+            return super().decode_batch(RaggedBatch(self._reordered(ids, 1), offsets), errors,
+                                        num_threads)
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:
             flat, offsets = self._flatten_batch(batch)
-        ids, offsets = self.codec.decode_batch(flat.astype(np.uint32), offsets,
+        ids, offsets = self.codec.decode_batch(self._reordered(flat.astype(np.uint32), 0), offsets,
                                                _codec_errors(errors))
-        return super().decode_batch(RaggedBatch(np.asarray(ids, np.uint32), offsets), errors,
-                                    num_threads)
+        ids = self._reordered(np.asarray(ids, np.uint32), 1)
+        return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads)
+
+    def codec_order(self, ids) -> np.ndarray:
+        """Base ids (a uint32 array) as the codec numbers them: each byte's token at the
+        byte's value (0-255), other ids moved to make room; the same ids for gpubpe's own
+        vocabularies. What ``metrics.bitlevel_report`` reads (byte tokens: ids < 256)."""
+        return self._reordered(np.asarray(ids, dtype=np.uint32), 0)
+
+    def _reordered(self, ids, way: int):
+        """Base ids (host or device) into the codec's order (way 0: each byte's token at the
+        byte's value) or back (way 1); codec ids unchanged. Identity for gpubpe's own
+        vocabularies."""
+        if self._byte_order is None:
+            return ids
+        xp = array_module(ids)
+        if xp is not np or is_device_array(ids):
+            if self._device_byte_order is None:
+                self._device_byte_order = tuple(to_device(xp, table) for table in self._byte_order)
+            table = self._device_byte_order[way]
+        else:
+            table = self._byte_order[way]
+        n = self.codec.base_vocab_size
+        return xp.where(ids < n, table[xp.minimum(ids, n - 1)], ids).astype(np.uint32)
 
     def _codec_ids(self, ids) -> np.ndarray:
         return self._id_array(ids).astype(np.uint32)
@@ -1821,6 +1848,28 @@ class BitLevelTokenizer(Tokenizer):
     def to_tiktoken(self, name: str = "gpubpe"):
         raise ConfigError("a bit-level tokenizer cannot be exported to tiktoken (no sub-byte "
                           "ids); export the base tokenizer and apply the codec apart")
+
+
+def _codec_byte_order(vocab: Vocabulary, n_ids: int):
+    """(into, back): uint32 permutations of the base ids that put each byte's token at the
+    byte's value, as the codec reads ids (0-255 the bytes), and back; None where they are
+    there already (gpubpe's own vocabularies). Imports number their byte tokens otherwise
+    (GPT-2's, cl100k's in GPT-2's character order; Llama 2's <0xXX> at 3-258): before
+    this, the codec re-encoded ids 0-255 as if they were the bytes (merged tokens
+    included), a reversible id shuffle that left the real byte fallbacks as they were."""
+    byte_ids = vocab.byte_ids()
+    if np.array_equal(byte_ids, np.arange(256)):
+        return None
+    if (byte_ids < 0).any():
+        missing = int(np.flatnonzero(byte_ids < 0)[0])
+        raise ConfigError(f"byte {missing:#04x} has no token in this vocabulary; the bit-level "
+                          "codec needs all 256 byte tokens")
+    into = np.arange(n_ids, dtype=np.uint32)
+    into[byte_ids] = np.arange(256, dtype=np.uint32)
+    into[np.setdiff1d(np.arange(256), byte_ids)] = np.setdiff1d(byte_ids, np.arange(256))
+    back = np.empty_like(into)
+    back[into] = np.arange(n_ids, dtype=np.uint32)
+    return into, back
 
 
 def _codec_errors(errors: str) -> str:

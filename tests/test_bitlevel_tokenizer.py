@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -81,3 +83,34 @@ def test_tokenizer_round_trips_through_hf_and_tiktoken(tok, tmp_path):
     encoding = tok.to_tiktoken()
     assert encoding.encode_ordinary(text) == tok.encode(text)
     assert gpubpe.Tokenizer.from_tiktoken(encoding).encode(text) == tok.encode(text)
+
+
+# The paper's §3.3 bytes (test_bitlevel.PAPER_BYTES): E4 BC 97 E5 94 A4 E4 BC 97.
+PAPER_TEXT = bytes([0xE4, 0xBC, 0x97, 0xE5, 0x94, 0xA4, 0xE4, 0xBC, 0x97]).decode()
+
+
+def test_the_papers_golden_where_the_byte_tokens_are_not_ids_0_255(tmp_path):
+    """Imported vocabularies number their byte tokens their own way (GPT-2's character
+    order in GPT-2's and cl100k's, 3-258 in Llama 2's). The codec must read the bytes those
+    ids stand for: a tiktoken file of the 256 bytes alone, in GPT-2's order, gives the
+    paper's ids on the paper's bytes, and decodes them back."""
+    from gpubpe.bytes_order import BYTE_TO_CHAR
+
+    order = sorted(range(256), key=lambda b: ord(BYTE_TO_CHAR[b]))  # GPT-2's byte ids
+    ranks = tmp_path / "bytes.tiktoken"
+    ranks.write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {rank}\n"
+                             for rank, b in enumerate(order)))
+    base = gpubpe.Tokenizer.from_tiktoken(str(ranks), pattern="gpt2")
+    assert base.encode(PAPER_TEXT)[:3] == [order.index(0xE4), order.index(0xBC),
+                                           order.index(0x97)]
+    coded = base.with_bitlevel(PAPER_LEAD_BYTES)
+    codec = coded.codec
+    values = [0x05E, 0x097, 0x0CA, 0x0A4, 0x05E, 0x097]
+    golden = [codec.prefix_id(0x39)] + [codec.value_id(v) for v in values]
+    assert coded.encode(PAPER_TEXT) == golden
+    assert coded.decode(golden) == PAPER_TEXT
+    assert coded.decode_batch([golden, [], golden[:3]]) == [PAPER_TEXT, "", PAPER_TEXT[:1]]
+    on_device = coded.with_backend("cuda")  # the simulator here; codec kernels on the device
+    batch = on_device.encode_arrays([PAPER_TEXT, "x"], device=True)
+    assert on_device.decode_batch(batch) == [PAPER_TEXT, "x"]
+    assert on_device.encode_batch([PAPER_TEXT]) == [golden]
