@@ -901,13 +901,14 @@ def _run_bitlevel_report(args) -> int:
     tok, files = _tokenizer_and_corpus(args)
     leads = PAPER_LEAD_BYTES if args.paper_leads else range(0xE0, 0xF0)
     coded = tok.with_bitlevel(leads)  # its codec, and the base ids in the codec's order
+    is_byte = _fallback_bytes(tok.vocabulary)
     print("| corpus | tokens | after | Δ% | byte tokens | after | Δ% | eff. | after | "
           "byte eff. | after | gain |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path in files:
         ids, offsets = corpus_ids(tok, [path])
         r = bitlevel_report(coded.codec_order(ids), coded.codec, offsets=offsets,
-                            alpha=args.alpha)
+                            alpha=args.alpha, base_is_byte=is_byte)
         print(f"| {path.name} | {r.tokens_before:,} | {r.tokens_after:,} | "
               f"{-r.token_reduction_pct:.2f} | {r.byte_tokens_before:,} | "
               f"{r.byte_tokens_after:,} | {-r.byte_token_reduction_pct:.2f} | "
@@ -915,6 +916,18 @@ def _run_bitlevel_report(args) -> int:
               f"{r.byte_efficiency_before:.4f} | {r.byte_efficiency_after:.4f} | "
               f"{r.relative_gain:.4f} |")
     return 0
+
+
+def _fallback_bytes(vocab):
+    """Which ids, in the codec's order, are byte fallbacks: ids 0-255, but in a
+    SentencePiece-style vocabulary only the bytes its <0xXX> tokens stand for (an ASCII
+    byte with a character token of its own, "a" or "▁", is that character's token)."""
+    import numpy as np
+
+    layout = vocab.layout
+    is_byte = np.ones(256, dtype=bool) if layout is None or layout.byte_fallback_ids is None \
+        else vocab.byte_ids() == layout.byte_fallback_ids
+    return lambda ids: (ids < 256) & is_byte[np.minimum(ids, 255)]
 
 
 # ---------------------------------------------------------------- count once, train many

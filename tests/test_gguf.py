@@ -359,8 +359,9 @@ def test_a_file_without_tokens_or_merges_is_refused(tmp_path):
 
 def test_bitlevel_report_reads_llama_2s_byte_fallbacks(models, tmp_path, capsys):
     """The paper's Table 3 setting on a real byte-fallback vocabulary (Llama 2's <0xXX>
-    tokens are ids 3-258): the byte tokens counted are those ids, and the codec shortens
-    runs of 3-byte characters the vocabulary lacks."""
+    tokens are ids 3-258): the byte tokens counted are those ids (not "▁" or "x", one-byte
+    characters with tokens of their own), and the codec shortens runs of 3-byte characters
+    the vocabulary lacks."""
     from gpubpe.compare import corpus_ids
 
     path = models / "ggml-vocab-llama-spm.gguf"
@@ -368,7 +369,7 @@ def test_bitlevel_report_reads_llama_2s_byte_fallbacks(models, tmp_path, capsys)
     corpus.write_text("㐀㐁㐂 众 ☃☄ 中文 text\n" * 4, encoding="utf-8")
     tok = gpubpe.Tokenizer.from_gguf(path)
     ids, _ = corpus_ids(tok, [corpus])
-    byte_tokens = int(np.isin(ids, tok.vocabulary.byte_ids()).sum())
+    byte_tokens = int(np.isin(ids, tok.vocabulary.layout.byte_fallback_ids).sum())
     assert byte_tokens >= 4 * 15  # 㐀㐁㐂 ☃☄: five characters of three <0xXX> ids each
     assert main(["bitlevel-report", "-t", str(path), str(corpus)]) == 0
     row = capsys.readouterr().out.strip().splitlines()[-1].split("|")
