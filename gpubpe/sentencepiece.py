@@ -124,6 +124,12 @@ def text_rules(data: dict, where: str, issue) -> tuple[bool, str, str | None]:
         raise ModelFormatError(f"{where}: a SentencePiece-style file (model.byte_fallback) "
                                "whose normalizer does not turn spaces into '▁' and that has "
                                "no Metaspace pre-tokenizer; gpubpe reads those that do")
+    normalized = [token.get("content") for token in data.get("added_tokens") or []
+                  if isinstance(token, dict) and token.get("normalized")]
+    if normalizers and normalized:
+        issue(f"added token {normalized[0]!r} has normalized: true, so HF matches it in the "
+              "text after the normalizer, its own text normalized too ('▁' for its spaces, "
+              "one before it); gpubpe matches added tokens in the text as written")
     if prefix_space and not _strips_space(data.get("decoder")):
         issue("the decoder keeps the prefix space the text gets; gpubpe's decode drops it")
     return prefix_space, rule, pattern

@@ -143,6 +143,22 @@ def test_text_handling_it_does_not_follow_is_named(trained, change, message):
         interop.from_hf(data)
 
 
+def test_an_added_token_hf_matches_after_the_normalizer_is_named(trained):
+    """HF matches a normalized added token in the normalized text, its content normalized
+    too ("[INST]" becomes "▁[INST]" under Llama 2's Prepend): gpubpe matches as written."""
+    added = [*trained["added_tokens"], {"id": 2256, "content": "[INST]", "single_word": False,
+                                         "lstrip": False, "rstrip": False, "normalized": True,
+                                         "special": True}]
+    data = variant(trained, added_tokens=added, **VARIANTS["llama2-normalizer"])
+    with pytest.raises(ModelFormatError, match="'\\[INST\\]' has normalized: true"):
+        interop.from_hf(data)
+    vocab = interop.from_hf(data, strict=False)
+    assert "[INST]" in vocab.special_tokens
+    assert any("normalized: true" in note for note in vocab.metadata["hf_import_notes"])
+    # Metaspace files have no normalizer: the flag changes nothing there.
+    interop.from_hf(variant(trained, added_tokens=added, **VARIANTS["metaspace-first"]))
+
+
 def test_a_file_without_every_byte_token_is_refused(trained):
     vocab = {text: i for text, i in trained["model"]["vocab"].items() if text != "<0x41>"}
     data = variant(trained, model={**trained["model"], "vocab": vocab}, **VARIANTS["no-prefix"])
