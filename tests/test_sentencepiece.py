@@ -230,3 +230,19 @@ def test_the_device_encodes_and_decodes_it_as_hf_does(trained):
     out, bounds = (to_host(array, "a test") for array in
                    tok.decode_arrays(on_device.ids, on_device.offsets))
     assert [out[a:b].tobytes().decode() for a, b in zip(bounds[:-1], bounds[1:])] == texts_back
+
+
+def test_transformers_loads_the_exported_folder(trained, tmp_path):
+    """``gpubpe export -o folder``: transformers' AutoTokenizer gives gpubpe's ids and text."""
+    transformers = pytest.importorskip("transformers", reason="needs the 'dev' extra")
+    from gpubpe.cli import main
+
+    tok = gpubpe.Tokenizer(interop.from_hf(variant(trained, **VARIANTS["llama2-normalizer"])))
+    tok.save(tmp_path / "spm.json")
+    assert main(["export", "-t", str(tmp_path / "spm.json"), "-o", str(tmp_path / "hf"),
+                 "--bos-token", "<s>", "--eos-token", "</s>"]) == 0
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    texts = [text for text in TEXTS if text] + documents(CORPUS, 10)
+    ids = tok.encode_batch(texts, allowed_special="all")
+    assert [auto(text, add_special_tokens=False)["input_ids"] for text in texts] == ids
+    assert auto.batch_decode(ids) == tok.decode_batch(ids)
