@@ -96,8 +96,8 @@ def _character_rules(characters, token_bytes: list[bytes], output: list[int],
 def text_rules(data: dict, where: str, issue) -> tuple[bool, str, str | None]:
     """(prefix_space, prefix_rule, pattern) of a SentencePiece-style file's normalizer and
     pre-tokenizer: Prepend("▁") and Replace(" " -> "▁") (Llama 2's), a Metaspace step
-    (prepend_scheme always / first / never, split or not), or both. ``issue(message)``
-    reports what gpubpe does not follow (``strict``)."""
+    (prepend_scheme always / first / never, split or not), or both; Gemma's Split at " "
+    after the Replace. ``issue(message)`` reports what gpubpe does not follow (``strict``)."""
     normalizers = _steps(data.get("normalizer"), "normalizers")
     pre_tokenizers = _steps(data.get("pre_tokenizer"), "pretokenizers")
     prefix_space, rule, pattern, replaced = False, "unless-space", None, False
@@ -111,6 +111,8 @@ def text_rules(data: dict, where: str, issue) -> tuple[bool, str, str | None]:
             issue(f"normalizer step {step} is not read (gpubpe reads Prepend('▁') and "
                   "Replace(' ', '▁') in a SentencePiece-style file)")
     for step in pre_tokenizers:
+        if replaced and step.get("type") == "Split" and step.get("pattern") == {"String": " "}:
+            continue  # Gemma's: a split at spaces after they became "▁" splits nothing
         if step.get("type") != "Metaspace" or step.get("replacement", METASPACE) != METASPACE:
             raise ModelFormatError(f"{where}: pre-tokenizer step {step} is not one gpubpe reads "
                                    "in a SentencePiece-style file (Metaspace with '▁', or none)")

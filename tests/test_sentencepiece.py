@@ -4,10 +4,11 @@ characters the vocabulary lacks), imported with HF's ids.
 The oracle is HF's tokenizers: a vocabulary it trains (BpeTrainer over Metaspace words,
 with byte fallback), run in each text handling such files use: Llama 2's normalizer
 (Prepend("▁") + Replace), a Metaspace pre-tokenizer with prepend_scheme "first" or
-"always", split or not; gpubpe must give HF's ids and decode as HF decodes, on documents in
-many scripts and on texts made to meet the edges (leading spaces, "▁" in the text, special
-tokens where the prefix would go, characters the vocabulary lacks). llama.cpp's Llama 2
-and Phi-3 files (real vocabularies, with HF's ids) are in ``test_gguf.py``.
+"always", split or not, Gemma's (Replace, then a Split at spaces, which finds none), a
+Replace alone. gpubpe must give HF's ids and decode as HF decodes, on documents in many
+scripts and on texts made to meet the edges (leading spaces, "▁" in the text, special
+tokens where the prefix would go, characters the vocabulary lacks). llama.cpp's Llama 2,
+Phi-3 and Gemma 4 files (real vocabularies, with HF's ids) are in ``test_gguf.py``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ VARIANTS = {
     "metaspace-first": dict(normalizer=None, pre_tokenizer=METASPACE, decoder=LLAMA2_DECODER),
     "metaspace-always-split": dict(normalizer=None, pre_tokenizer={
         **METASPACE, "prepend_scheme": "always", "split": True}, decoder=LLAMA2_DECODER),
+    "gemma": dict(normalizer={"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+                  pre_tokenizer={"type": "Split", "pattern": {"String": " "},
+                                 "behavior": "MergedWithPrevious", "invert": False},
+                  decoder={**LLAMA2_DECODER, "decoders": LLAMA2_DECODER["decoders"][:3]}),
     "no-prefix": dict(normalizer={"type": "Replace", "pattern": {"String": " "},
                                   "content": "▁"}, pre_tokenizer=None,
                       decoder={**LLAMA2_DECODER, "decoders": LLAMA2_DECODER["decoders"][:3]}),
