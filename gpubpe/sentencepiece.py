@@ -50,18 +50,21 @@ def tokens(texts: list[str], ids: np.ndarray, special_ids: set[int], where: str)
             pieces.append((hf_id, text, text.replace(METASPACE, " ").encode("utf-8")))
         except UnicodeEncodeError:
             raise ModelFormatError(f"{where}: token {text!r} is not valid Unicode") from None
-    if (fallback < 0).any():
-        missing = int(np.flatnonzero(fallback < 0)[0])
-        raise ModelFormatError(f"{where}: model.byte_fallback is set but the vocab lacks "
-                               f"<0x{missing:02X}>; gpubpe needs all 256 byte tokens")
     pieces.sort()
-    output = fallback.tolist()
-    token_bytes = [bytes([b]) for b in range(256)]
     internal: dict[str, int] = {}
     for hf_id, text, raw in pieces:
         if len(raw) == 1:
-            output[raw[0]] = hf_id
+            fallback[raw[0]] = hf_id if fallback[raw[0]] < 0 else fallback[raw[0]]
             internal[text] = raw[0]
+    if (fallback < 0).any():  # a byte with neither <0xXX> nor a character (Gemma: "\t")
+        missing = int(np.flatnonzero(fallback < 0)[0])
+        raise ModelFormatError(f"{where}: model.byte_fallback is set but the vocab lacks "
+                               f"<0x{missing:02X}>; gpubpe needs all 256 byte tokens")
+    output = fallback.tolist()
+    token_bytes = [bytes([b]) for b in range(256)]
+    for hf_id, _, raw in pieces:
+        if len(raw) == 1:
+            output[raw[0]] = hf_id
     rules = _character_rules([piece for piece in pieces if len(piece[1]) == 1 and
                               len(piece[2]) > 1], token_bytes, output, internal)
     for hf_id, text, raw in pieces:
