@@ -308,7 +308,9 @@ class Tokenizer:
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
-        """The rules in rank order as ``(left_bytes, right_bytes)``."""
+        """The rules in rank order as ``(left_bytes, right_bytes)``. A SentencePiece-style
+        vocabulary's start with those building its multi-byte characters from their bytes
+        (``gpubpe.sentencepiece``; its "▁" are spaces here)."""
         pieces = self._vocab.token_bytes
         return [(pieces[left], pieces[right]) for left, right, _ in self._vocab.rules.tolist()]
 
