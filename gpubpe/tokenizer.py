@@ -267,6 +267,8 @@ class Tokenizer:
         self._cache = None
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
+        # The layout whose text rules ``_quick_ids`` writes (a prefix space, "▁"), or None.
+        self._source_layout = vocab.layout if self._rewrites_text() else None
         self._quick = self._quick_scanner()
         self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
         self._all_specials = frozenset(self._special_ids)
@@ -489,8 +491,8 @@ class Tokenizer:
             return None
         try:
             data = text.encode("utf-8") if type(text) is str else text
-            if self._rewrites_text():
-                data = _source_text(data, self._vocab.layout)
+            if self._source_layout is not None:
+                data = _source_text(data, self._source_layout)
         except UnicodeEncodeError:
             return None
         if len(data) > _QUICK_MAX_BYTES:
