@@ -251,7 +251,7 @@ def bpe_heap_word(symbols, n, rules, nxt, prv, heap, value):
 
 
 @hot
-def _emit_output_ids(symbols, count, rules, out, out_at):
+def emit_output_ids(symbols, count, rules, out, out_at):
     """Write the output ids of ``symbols[:count]`` at ``out[out_at:]``; returns how many."""
     if rules.output_ids.size:
         for k in range(count):
@@ -304,7 +304,7 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
             n = 1
         elif n > 1:
             n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
-        offsets[w + 1] = offsets[w] + _emit_output_ids(symbols, n, rules, ids, offsets[w])
+        offsets[w + 1] = offsets[w] + emit_output_ids(symbols, n, rules, ids, offsets[w])
     return ids[:offsets[n_words]], offsets
 
 

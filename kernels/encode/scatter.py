@@ -6,9 +6,10 @@ import numpy as np
 from numba import njit
 
 from .._jit import hot_nogil
-from ..pretok import split_ends
+from ..pretok import piece_end
 from ._shared import inlined
-from .bpe import encode_word_list_cpu
+from .bpe import bpe_word, emit_output_ids, encode_word_list_cpu
+from .rules import whole_token
 from .words import word_refs_scan_cpu
 
 # ---------------------------------------------------------------- ragged output
@@ -97,20 +98,40 @@ def encode_pieces_serial_cpu(data, piece_start, piece_end, piece_special, scanne
 @njit(cache=True, nogil=True)
 def encode_short_text_cpu(data, scanner, table, rules):
     """The ids (uint32) of one short text holding no special token: its words split by a
-    named pattern's ``scanner`` and each encoded (``encode_word_list_cpu``), no word cache.
+    named pattern's ``scanner`` and each encoded as ``encode_word_list_cpu`` does, no word
+    cache.
 
     What ``Tokenizer.encode`` runs on a text of up to ~1 KB: one kernel call, no cache
     lock, nothing to admit. The general path (``encode_pieces_serial_cpu`` with the word
     cache, admission, the checks of a batch) took ~20 us a call for "hello world"
     against tiktoken's 0.6; this takes ~3. Without the cache every word is merged, so
     from ~1 KB of English the general path is faster again.
+
+    One pass, each word encoded as it is scanned, and three allocations (the ids, one
+    int64 block cut into the BPE's arrays, its int32 keys): the split into a word list
+    first, then ``encode_word_list_cpu``, made eleven, and the kernel took 828 ns of a 2.8 us
+    ``encode("Hello world")`` under cl100k (session 19, RESULTS).
     """
-    if data.size == 0:
-        return np.zeros(0, np.uint32)
-    word_end = split_ends(data, np.zeros(1, np.int64), np.full(1, data.size, np.int64),
-                          scanner, table)
-    word_at = np.empty_like(word_end)
-    word_at[0] = 0
-    word_at[1:] = word_end[:-1]
-    ids, _ = encode_word_list_cpu(data, word_at, word_end - word_at, rules)
-    return ids
+    size = data.size
+    ids = np.empty(size, np.uint32)  # never more ids than bytes
+    scratch = np.empty(6 * size + 1, np.int64)
+    symbols, nxt, prv, value = (scratch[:size], scratch[size:2 * size],
+                                scratch[2 * size:3 * size], scratch[3 * size:4 * size])
+    heap = scratch[4 * size:]
+    scan_keys = np.empty(size + 16, np.int32)
+    count = 0
+    start = 0
+    while start < size:
+        end = piece_end(scanner, data, start, size, table)
+        n = end - start
+        for i in range(n):
+            symbols[i] = data[start + i]
+        token = whole_token(data, start, n, rules)
+        if token >= 0:
+            symbols[0] = token
+            n = 1
+        elif n > 1:
+            n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
+        count += emit_output_ids(symbols, n, rules, ids, count)
+        start = end
+    return ids[:count]
