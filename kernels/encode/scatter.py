@@ -121,6 +121,9 @@ def encode_short_text_cpu(data, scanner, table, rules):
     scan_keys = np.empty(size + 16, np.int32)
     count = 0
     start = 0
+    # The word's steps are ``encode_word_list_cpu``'s, written out again on purpose: as a
+    # shared helper (a call passing ten arrays) "hello world" took 2.34 us and 256 B 6.96
+    # against 2.20 and 5.41; inlined at Numba IR level, 17.45 at 256 B (session 19).
     while start < size:
         end = piece_end(scanner, data, start, size, table)
         n = end - start
