@@ -226,11 +226,16 @@ class Vocabulary:
             offsets = np.zeros(emits.size + 1, dtype=np.int64)
             np.cumsum(emits, out=offsets[1:])
             return outputs[emits].astype(np.uint32), offsets
-        pieces = [[output] if output >= 0 else fallback[list(self.token_bytes[internal])].tolist()
-                  for internal, output in enumerate(outputs.tolist())]
-        offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=offsets[1:])
-        return np.fromiter(itertools.chain.from_iterable(pieces), np.uint32, offsets[-1]), offsets
+        parts = np.flatnonzero(outputs < 0)  # parts of characters: their bytes' <0xXX> ids
+        lengths = np.ones(outputs.size, dtype=np.int64)
+        lengths[parts] = [len(self.token_bytes[t]) for t in parts.tolist()]
+        offsets = np.zeros(outputs.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.empty(offsets[-1], dtype=np.uint32)
+        ids[offsets[:-1][outputs >= 0]] = outputs[outputs >= 0]
+        for t in parts.tolist():
+            ids[offsets[t]:offsets[t + 1]] = fallback[list(self.token_bytes[t])]
+        return ids, offsets
 
     @classmethod
     def from_tokens(cls, token_bytes: list[bytes], rules, layout: IdLayout,

@@ -39,7 +39,7 @@ def tokens(texts: list[str], ids: np.ndarray, special_ids: set[int], where: str)
     for text, hf_id in zip(texts, ids.tolist()):
         if hf_id in special_ids:
             continue
-        match = _FALLBACK.fullmatch(text)
+        match = _FALLBACK.fullmatch(text) if text[:3] == "<0x" else None
         if match:
             fallback[int(match.group(1), 16)] = hf_id
             continue
