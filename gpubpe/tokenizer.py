@@ -1442,7 +1442,7 @@ def _scanner_of(vocab: Vocabulary, scanner: int | None) -> _Scanner:
     layout = vocab.layout
     if scanner is None and vocab.pattern is None and vocab.bitlevel_leads is None and (
             layout is None or not (layout.whole_tokens or layout.rank_by_token)):
-        return _Scanner(JOINS, vocab.byte_pair_joins())
+        return _Scanner(JOINS, vocab.join_table())
     scanner = GPT2 if scanner is None else scanner
     return _Scanner(scanner, scanner_table(scanner))
 

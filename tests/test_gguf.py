@@ -375,3 +375,23 @@ def test_bitlevel_report_reads_llama_2s_byte_fallbacks(models, tmp_path, capsys)
     row = capsys.readouterr().out.strip().splitlines()[-1].split("|")
     before, after = (int(cell.replace(",", "")) for cell in row[5:7])
     assert before == byte_tokens and after < before
+
+
+def test_cutting_where_no_token_joins_gives_the_ids_of_each_whole_text(models):
+    """Llama 2's vocabulary splits no text: gpubpe cuts it where no token joins two
+    characters (``kernels.pretok.JOINS``). The ids must be BPE's over each whole text,
+    invalid UTF-8 included (HF takes only str), on the host and on the device (the
+    simulator here), whose cuts come from ``is_safe_cut``."""
+    from gpubpe.kernels.pretok import GPT2
+    from gpubpe.tokenizer import _Scanner
+
+    tok = gpubpe.Tokenizer.from_gguf(models / "ggml-vocab-llama-spm.gguf")
+    whole = gpubpe.Tokenizer(tok.vocabulary)  # each text one word, as HF runs it
+    whole._scanner, whole._scan, whole._quick = None, _Scanner(GPT2, np.zeros(0, np.uint8)), None
+    texts = [t.encode() for t in documents(CORPUS, 30)] + [
+        b"\xe4\xb8 \xe4\xb8\xad\xe6 x\xff\xfe\xe4\xb8\xad\xe6\x96\x87\xe4", "ok 中文".encode(),
+        "▁中▁文 ▁".encode() + b"\x80\x80\xe4\xb8\xad", "日本語のテキスト、中文。".encode() * 3]
+    want = whole.encode_batch(texts)
+    assert tok.encode_batch(texts) == want
+    assert [tok.encode(text) for text in texts[-4:]] == want[-4:]
+    assert tok.with_backend("cuda").encode_batch(texts[-4:]) == want[-4:]
