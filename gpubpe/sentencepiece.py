@@ -177,15 +177,20 @@ def hf_sections(vocab, layout) -> dict:
     from characters), the text handling of ``layout``."""
     pieces = [token.decode("utf-8", "replace").replace(" ", METASPACE)
               for token in vocab.token_bytes]
-    fallback = layout.byte_fallback_ids.tolist()
-    table = {f"<0x{byte:02X}>": fallback[byte] for byte in range(256)}
-    table.update((pieces[internal], output)
-                 for internal, output in enumerate(layout.output_ids.tolist())
-                 if output >= 0 and not (internal < 256 and output == fallback[internal]))
-    table.update(vocab.special_ids())  # in the model's vocab too, as HF's files have them
+    outputs, fallback = layout.output_ids.tolist(), layout.byte_fallback_ids.tolist()
     whole = [_characters(token) >= 2 for token in vocab.token_bytes]
-    merges = [[pieces[left], pieces[right]] for left, right, result in vocab.rules.tolist()
-              if whole[result]]
+    rules = [(left, right) for left, right, result in vocab.rules.tolist() if whole[result]]
+    # A byte whose id is its fallback's is named <0xXX>, unless a merge joins it: then it
+    # was a character of the vocabulary (Gemma's converter names <0x09> "\t"), and HF
+    # finds merges by their strings.
+    merged = {part for rule in rules for part in rule if part < 256}
+    table = {f"<0x{byte:02X}>": fallback[byte] for byte in range(256)
+             if byte not in merged or outputs[byte] != fallback[byte]}
+    table.update((pieces[internal], output) for internal, output in enumerate(outputs)
+                 if output >= 0 and (internal >= 256 or internal in merged
+                                     or output != fallback[internal]))
+    table.update(vocab.special_ids())  # in the model's vocab too, as HF's files have them
+    merges = [[pieces[left], pieces[right]] for left, right in rules]
     model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
              "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
              "ignore_merges": False, "vocab": dict(sorted(table.items(), key=lambda kv: kv[1])),
