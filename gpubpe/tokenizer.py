@@ -470,7 +470,7 @@ class Tokenizer:
         """The scanner ``_quick_ids`` splits with, or None where a short text needs the
         general path: a custom pattern (``regex``), text to normalise first, a device
         asked to take every batch. (A prefix space and "▁" are written by ``_quick_ids``:
-        Llama 2's "Hello world" 25.8 -> 3.3 us a call, HF 2.3; RESULTS, session 19.)"""
+        Llama 2's "Hello world" 25.8 -> 3.6 us a call, HF 2.3; RESULTS, session 19.)"""
         layout = self._vocab.layout
         if self._scanner is None or (layout is not None and layout.normalizer):
             return None
