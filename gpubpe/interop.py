@@ -455,11 +455,10 @@ def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json", pattern=
 
 def _sentencepiece_text(data: dict, layout: IdLayout, where: str, strict: bool,
                         notes: list[str]):
-    """The split pattern of a SentencePiece-style file, its prefix space and "▁" set on
-    ``layout`` (``gpubpe.sentencepiece.text_rules``)."""
+    """The split pattern of a SentencePiece-style file, its prefix space set on ``layout``
+    (``gpubpe.sentencepiece.text_rules``)."""
     layout.prefix_space, layout.prefix_rule, pattern = sentencepiece.text_rules(
         data, where, lambda message: _strict_issue(message, where, strict, notes))
-    layout.metaspace = True
     return pattern
 
 

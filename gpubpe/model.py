@@ -14,6 +14,7 @@ in the same folder, then rename)::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -52,18 +53,22 @@ class IdLayout:
     special_flags: dict[str, list[str]] = field(default_factory=dict)
     # Which text pieces get the prefix space (``PREFIX_RULES``).
     prefix_rule: str = "unless-space"
-    # SentencePiece-style BPE (HF ``byte_fallback``): a space is the source's "▁" (tokens'
-    # "▁" are spaces here, and a "▁" in text encodes as one), and decoding drops the
-    # prefix space again. ``byte_fallback_ids``: the output id of each byte's <0xXX> token;
-    # a token with no output id of its own (part of a character the source lacks) emits
-    # these ids of its bytes.
-    metaspace: bool = False
+    # SentencePiece-style BPE (HF ``byte_fallback``; ``metaspace``): the output id of each
+    # byte's <0xXX> token; a token with no output id of its own (part of a character the
+    # source lacks) emits these ids of its bytes.
     byte_fallback_ids: np.ndarray | None = None  # int64[256]
 
     def not_special_tokens(self) -> frozenset[str]:
         """The added tokens the source does not call special (flag "not_special")."""
         return frozenset(token for token, flags in self.special_flags.items()
                          if "not_special" in flags)
+
+    @property
+    def metaspace(self) -> bool:
+        """A SentencePiece-style vocabulary: a space is the source's "▁" (tokens' "▁" are
+        spaces here, and a "▁" in text encodes as one), and decoding drops the prefix
+        space again."""
+        return self.byte_fallback_ids is not None
 
     @property
     def strips_space(self) -> bool:
@@ -77,7 +82,6 @@ class IdLayout:
                 "rank_by_token": self.rank_by_token, "whole_tokens": self.whole_tokens,
                 "prefix_space": self.prefix_space, "normalizer": self.normalizer,
                 "special_flags": self.special_flags, "prefix_rule": self.prefix_rule,
-                "metaspace": self.metaspace,
                 "byte_fallback_ids": None if fallback is None else fallback.tolist()}
 
 
@@ -201,8 +205,10 @@ class Vocabulary:
             return np.arange(256, dtype=np.int64)
         return self.layout.output_ids[:256].copy()
 
+    @functools.cached_property
     def join_table(self) -> np.ndarray:
-        """What ``kernels.pretok.JOINS`` cuts text by: uint8 per byte pair ``256 * left +
+        """What ``kernels.pretok.JOINS`` cuts text by (made once a vocabulary: each
+        ``Tokenizer`` of it, ``with_backend``'s too, reads it; Gemma 4's takes 0.12 s): uint8 per byte pair ``256 * left +
         right``, 1 where the pair lies inside a token (no BPE symbol spans a pair left 0);
         for a SentencePiece-style vocabulary, whose tokens are whole characters (or parts
         of one), then the set of character pairs inside its tokens, which cuts finer.
@@ -210,26 +216,19 @@ class Vocabulary:
         Measured (``bench/hf_file_bench.py --gguf``, one thread, cold cache): the byte
         pairs cut Gemma 4's Chinese into words of 9.7 characters on average (distinct
         words), the character pairs into 4.1; RESULTS, session 19."""
-        from .kernels.pretok import char_pair_key, char_pair_set
+        from .kernels.pretok import char_pair_set
 
-        lengths = np.fromiter(map(len, self.token_bytes), np.int64, len(self.token_bytes))
-        pool = np.frombuffer(b"".join(self.token_bytes), dtype=np.uint8).astype(np.int64)
-        ends = np.cumsum(lengths)[:-1]
-        inside = np.ones(max(pool.size - 1, 0), dtype=bool)  # pairs within one token
-        inside[ends[ends <= inside.size] - 1] = False
         joins = np.zeros(1 << 16, dtype=np.uint8)
-        joins[(pool[:-1] * 256 + pool[1:])[inside]] = 1
+        pool = np.frombuffer(b"".join(self.token_bytes), dtype=np.uint8).astype(np.int64)
+        pairs = _pairs_within(pool, map(len, self.token_bytes), len(self.token_bytes))
+        joins[pairs[0] * 256 + pairs[1]] = 1
         if self.layout is None or not self.layout.metaspace:
             return joins
-        pairs = set()
-        for token in self.token_bytes[256:]:
-            try:
-                text = token.decode("utf-8")
-            except UnicodeDecodeError:  # a part of one character
-                continue
-            pairs.update(zip(map(ord, text), map(ord, text[1:])))
-        keys = np.fromiter((char_pair_key(a, b) for a, b in pairs), np.uint64, len(pairs))
-        return np.concatenate([joins, char_pair_set(keys)])
+        texts = [text for text in map(_utf8_or_none, self.token_bytes[256:]) if text]
+        codes = np.frombuffer("".join(texts).encode("utf-32-le"), np.uint32).astype(np.int64)
+        left, right = _pairs_within(codes, map(len, texts), len(texts))
+        keys = np.unique(((left + 1) << 21) | (right + 1))  # kernels.pretok.char_pair_key
+        return np.concatenate([joins, char_pair_set(keys.astype(np.uint64))])
 
     def output_map(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(ids, offsets): output ids of internal id t at ids[offsets[t]:offsets[t+1]], or Nones.
@@ -376,12 +375,29 @@ def _layout_field(data: dict, where: str) -> IdLayout:
                         [int(i) for i in fields["special_ids"]],
                         bool(fields.get("rank_by_token")), bool(fields.get("whole_tokens")),
                         bool(fields.get("prefix_space")), fields.get("normalizer"), flags,
-                        fields.get("prefix_rule", "unless-space"), bool(fields.get("metaspace")),
+                        fields.get("prefix_rule", "unless-space"),
                         None if fields.get("byte_fallback_ids") is None else
                         np.array(fields["byte_fallback_ids"], dtype=np.int64))
     except (TypeError, KeyError, ValueError, AttributeError):
         raise ModelFormatError(f"{where}: 'layout' must hold output_ids and special_ids "
                                "lists of ints") from None
+
+
+def _pairs_within(values: np.ndarray, lengths, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) of every two neighbours of ``values`` that lie in one of its runs of
+    ``lengths`` (``count`` runs, end to end)."""
+    ends = np.cumsum(np.fromiter(lengths, np.int64, count))[:-1]
+    inside = np.ones(max(values.size - 1, 0), dtype=bool)
+    inside[ends[ends <= inside.size] - 1] = False
+    return values[:-1][inside], values[1:][inside]
+
+
+def _utf8_or_none(token: bytes) -> str | None:
+    """A token's text; None for a part of one character."""
+    try:
+        return token.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _check_tokens(token_bytes: list[bytes], rules: np.ndarray) -> None:

@@ -51,20 +51,17 @@ def tokens(texts: list[str], ids: np.ndarray, special_ids: set[int], where: str)
         except UnicodeEncodeError:
             raise ModelFormatError(f"{where}: token {text!r} is not valid Unicode") from None
     pieces.sort()
-    internal: dict[str, int] = {}
-    for hf_id, text, raw in pieces:
-        if len(raw) == 1:
-            fallback[raw[0]] = hf_id if fallback[raw[0]] < 0 else fallback[raw[0]]
-            internal[text] = raw[0]
-    if (fallback < 0).any():  # a byte with neither <0xXX> nor a character (Gemma: "\t")
+    single = [(raw[0], hf_id, text) for hf_id, text, raw in pieces if len(raw) == 1]
+    internal = {text: byte for byte, _, text in single}
+    output = fallback.copy()  # a byte's own character where it has one, else <0xXX>
+    output[[byte for byte, _, _ in single]] = [hf_id for _, hf_id, _ in single]
+    fallback = np.where(fallback < 0, output, fallback)  # named by its character (Gemma: "\t")
+    if (fallback < 0).any():
         missing = int(np.flatnonzero(fallback < 0)[0])
         raise ModelFormatError(f"{where}: model.byte_fallback is set but the vocab lacks "
                                f"<0x{missing:02X}>; gpubpe needs all 256 byte tokens")
-    output = fallback.tolist()
+    output = output.tolist()
     token_bytes = [bytes([b]) for b in range(256)]
-    for hf_id, _, raw in pieces:
-        if len(raw) == 1:
-            output[raw[0]] = hf_id
     rules = _character_rules([piece for piece in pieces if len(piece[1]) == 1 and
                               len(piece[2]) > 1], token_bytes, output, internal)
     for hf_id, text, raw in pieces:

@@ -267,16 +267,18 @@ class Tokenizer:
         self._cache = None
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
-        # The layout whose text rules ``_quick_ids`` writes (a prefix space, "▁"), or None.
-        self._source_layout = vocab.layout if self._rewrites_text() else None
+        # The layout whose text rules change the text pieces before the split (HF's prefix
+        # space, "▁"), or None.
+        layout = vocab.layout
+        self._source_layout = layout if layout is not None and (
+            layout.prefix_space or layout.metaspace) else None
         self._quick = self._quick_scanner()
         self._quick_kernel = None  # _quick_ids' compiled kernel (``_compiled_entry``)
         self._all_specials = frozenset(self._special_ids)
         # Decoding drops each sequence's leading space (HF's SentencePiece-style decoders).
-        self._strips_space = vocab.layout is not None and vocab.layout.strips_space
+        self._strips_space = layout is not None and layout.strips_space
         # Added tokens HF does not call special: matched whatever ``allowed_special`` says.
-        self._always_matched = frozenset() if vocab.layout is None else \
-            vocab.layout.not_special_tokens()
+        self._always_matched = frozenset() if layout is None else layout.not_special_tokens()
         # The special tokens' first two characters, and bytes: a text holds a token only
         # if it holds its start ("<|" for tiktoken's and Llama's; one character would send
         # every text with a "<" to the general path). What ``_quick_ids`` looks for.
@@ -584,13 +586,8 @@ class Tokenizer:
         """Whether encoding needs the text on the host: NFC, HF's prefix space, or special
         tokens with HF's flags (imported vocabularies)."""
         layout = self._vocab.layout
-        return layout is not None and (layout.normalizer == "NFC" or self._rewrites_text()
-                                       or specials and layout.special_flags)
-
-    def _rewrites_text(self) -> bool:
-        """Whether the text pieces change before the split (HF's prefix space, "▁")."""
-        layout = self._vocab.layout
-        return layout is not None and (layout.prefix_space or layout.metaspace)
+        return layout is not None and (layout.normalizer == "NFC" or self._source_layout
+                                       is not None or specials and layout.special_flags)
 
     def clear_cache(self) -> None:
         """Forget the word encodings kept across calls (for timing; results never change)."""
@@ -626,7 +623,7 @@ class Tokenizer:
         on_device = self._device_batches(array.size)
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed,
                                                1 if on_device else threads)
-        if self._rewrites_text():
+        if self._source_layout is not None:
             array, pieces = _source_pieces(array, pieces, doc_first_piece, layout)
         if on_device:
             found = self._device.encode_pieces(self._device.upload(array), pieces,
@@ -725,7 +722,7 @@ class Tokenizer:
                 match_at, match_len, match_id = _apply_special_flags(
                     array, doc_start, doc_end, match_at, match_len, match_id, flags)
         cut_bytes = 0
-        if self._scanner is not None and threads > 1 and not self._rewrites_text():  # a cut would get a prefix space
+        if self._scanner is not None and threads > 1 and self._source_layout is None:  # a cut would get a prefix space
             cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
             if doc_start.size and int((doc_end - doc_start).max()) <= cut_bytes:
                 cut_bytes = 0  # no document to cut: no pass over them (16 threads, lines: 1.7 ms)
@@ -1442,7 +1439,7 @@ def _scanner_of(vocab: Vocabulary, scanner: int | None) -> _Scanner:
     layout = vocab.layout
     if scanner is None and vocab.pattern is None and vocab.bitlevel_leads is None and (
             layout is None or not (layout.whole_tokens or layout.rank_by_token)):
-        return _Scanner(JOINS, vocab.join_table())
+        return _Scanner(JOINS, vocab.join_table)
     scanner = GPT2 if scanner is None else scanner
     return _Scanner(scanner, scanner_table(scanner))
 
