@@ -6,6 +6,8 @@
 #
 #   run(command="bash bench/device_call.sh", carry=[".whl"], timeout_s=600)
 #   run(command="bash bench/device_call.sh --only-cpu-sweep", carry=[".whl"])  # issue 18 alone
+# At most 8 files come back from $OUT: the machine-readable ones (.json, .xml) are packed
+# into one gpu_node.tgz at the end.
 set -uo pipefail
 
 out="${OUT:-bench/out/device-call}"
@@ -18,4 +20,7 @@ export PYTHONPATH="$PWD:/tmp/site"
 python3 -c "import gpubpe, numpy, numba; print('gpubpe from', gpubpe.__file__, '| numpy',
 numpy.__version__, '| numba', numba.__version__)" || exit 2
 PYTHON=python3 bench/gpu_node.sh --out "$out" "$@" 2>&1 | tee "$out/gpu_node.log"
-exit "${PIPESTATUS[0]}"
+status="${PIPESTATUS[0]}"
+(cd "$out" && ls ./*.json ./*.xml >/dev/null 2>&1 && tar czf gpu_node.tgz ./*.json ./*.xml \
+    && rm -f ./*.json ./*.xml)
+exit "$status"

@@ -3,7 +3,8 @@
 #
 #   bench/gpu_node.sh [--wheels DIR] [--extra cuda12|cuda13] [--out DIR]
 #                     [--corpus FILE] [--megabytes N] [--vocab-size N] [--simulator]
-#                     [--only-cpu-sweep]
+#                     [--only-cpu-sweep] [--sweep-megabytes "8 64"] [--test-workers N]
+#                     [--caps "SWEEP TESTS BENCH GPU_BENCH"]
 #
 # Run from the repository root after the README install (`pip install -e ".[cuda12,dev]"`
 # in a venv), or pass --wheels DIR to install offline from a folder of wheels first
@@ -20,12 +21,17 @@
 # On a GPU node of this workplace (the `device` tool): bench/device_wheels.sh here, then
 # bench/device_call.sh there (it installs the carried wheels and calls this script).
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
+# --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5). --test-workers:
+# pytest-xdist processes for the CUDA tests (one GPU serves them all). --caps: each step's
+# limit in seconds (a step cut short says so in its file; the steps after it still run): a
+# leased machine's minutes are few (the device tool: 15 a session, the start included).
 # --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
 # file; give a tiny --corpus, --megabytes 0.02 and --vocab-size 300: the simulator trains
 # 8,192 tokens for over 20 minutes): its numbers mean nothing.
 set -uo pipefail
 
 wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0 only_sweep=0
+sweep_megabytes="8 64" test_workers=0 caps="0 0 0 0"
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) wheels="$2"; shift 2 ;;
@@ -36,7 +42,10 @@ while [ $# -gt 0 ]; do
         --vocab-size) vocab_size="$2"; shift 2 ;;
         --simulator) simulator=1; shift ;;
         --only-cpu-sweep) only_sweep=1; shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        --sweep-megabytes) sweep_megabytes="$2"; shift 2 ;;
+        --test-workers) test_workers="$2"; shift 2 ;;
+        --caps) caps="$2"; shift 2 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -67,12 +76,31 @@ if grep -q '^str kernels: not in use' "$out/doctor.txt"; then
 fi
 echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
 lscpu > "$out/lscpu.txt" 2>&1
-sweep_size=()
-[ "$simulator" -eq 1 ] && sweep_size=(--megabytes 0.05 --repeats 2)
-"$python" bench/encode_bench.py --sweep "${sweep_size[@]}" | tee "$out/cpu_sweep.md"
-if [ "$simulator" -eq 0 ]; then  # long lists: where the shares grow (issue 18)
-    "$python" bench/encode_bench.py --sweep --megabytes 64 --repeats 3 | tee -a "$out/cpu_sweep.md"
-fi
+read -r sweep_cap tests_cap bench_cap gpu_bench_cap <<< "$caps"
+capped() {  # capped SECONDS command...: the command, stopped after SECONDS (0: no limit)
+    local seconds="$1"; shift
+    if [ "$seconds" -eq 0 ]; then "$@"; return; fi
+    # a shell function too: its text goes with it into the shell that timeout starts
+    timeout --kill-after=10 "$seconds" bash -c "$(declare -f "$1" 2>/dev/null)
+\"\$@\"" capped "$@"
+    local status=$?
+    [ "$status" -eq 124 ] && echo "gpu_node.sh: stopped after its cap of $seconds s: $*"
+    return "$status"
+}
+export python simulator sweep_megabytes
+sweep_all() {
+    local megabytes
+    for megabytes in $sweep_megabytes; do
+        if [ "$simulator" -eq 1 ]; then
+            "$python" bench/encode_bench.py --sweep --megabytes 0.05 --repeats 2
+        elif [ "$megabytes" -ge 64 ]; then  # long lists: where the shares grow (issue 18)
+            "$python" bench/encode_bench.py --sweep --megabytes "$megabytes" --repeats 3
+        else
+            "$python" bench/encode_bench.py --sweep --megabytes "$megabytes"
+        fi
+    done
+}
+capped "$sweep_cap" sweep_all 2>&1 | tee "$out/cpu_sweep.md"
 
 [ "$only_sweep" -eq 1 ] && { echo "== wrote $out/cpu_sweep.md"; exit 0; }
 
@@ -82,20 +110,22 @@ if [ "$simulator" -eq 0 ] && ! grep -q '^backend cuda: available$' "$out/doctor.
 fi
 
 echo "== CUDA tests on the device"
-"$python" -m pytest -p no:cacheprovider -rs --junitxml "$out/tests.xml" "${tests[@]}" 2>&1 \
-    | tee "$out/tests.txt"
+workers=()
+[ "$test_workers" -gt 0 ] && workers=(-n "$test_workers")
+capped "$tests_cap" "$python" -m pytest -p no:cacheprovider -rs "${workers[@]}" \
+    --junitxml "$out/tests.xml" "${tests[@]}" 2>&1 | tee "$out/tests.txt"
 tests_status=${PIPESTATUS[0]}
 
 echo "== gpubpe bench (training and encoding: CPU, GPU, HF tokenizers, tiktoken)"
 bench_corpus=()
 [ -n "$corpus" ] && bench_corpus=("$corpus")
-"$python" -m gpubpe bench "${bench_corpus[@]}" --backend cpu,cuda --vocab-size "$vocab_size" \
+capped "$bench_cap" "$python" -m gpubpe bench "${bench_corpus[@]}" --backend cpu,cuda --vocab-size "$vocab_size" \
     --json "$out/bench.json" | tee "$out/bench.txt"
 
 echo "== bench/gpu_bench.py (encode, decode, bit-level codec: CPU vs GPU, device counts)"
 corpus_option=()
 [ -n "$corpus" ] && corpus_option=(--corpus "$corpus")
-"$python" bench/gpu_bench.py "${corpus_option[@]}" --megabytes "$megabytes" \
+capped "$gpu_bench_cap" "$python" bench/gpu_bench.py "${corpus_option[@]}" --megabytes "$megabytes" \
     --vocab-size "$vocab_size" --doctor "$out/doctor.json" --bench "$out/bench.json" \
     --tests "$out/tests.txt" --json "$out/gpu_bench.json" --markdown "$out/RESULTS.md"
 
