@@ -3,8 +3,8 @@
 #
 #   bench/gpu_node.sh [--wheels DIR] [--extra cuda12|cuda13] [--out DIR]
 #                     [--corpus FILE] [--megabytes N] [--vocab-size N] [--simulator]
-#                     [--only-cpu-sweep] [--sweep-megabytes "8 64"] [--test-workers N]
-#                     [--caps "SWEEP TESTS BENCH GPU_BENCH"]
+#                     [--only-cpu-sweep] [--steps "sweep tests bench gpu-bench"]
+#                     [--sweep-megabytes "8 64"] [--test-workers N] [--cap STEP=SECONDS]...
 #
 # Run from the repository root after the README install (`pip install -e ".[cuda12,dev]"`
 # in a venv), or pass --wheels DIR to install offline from a folder of wheels first
@@ -21,17 +21,21 @@
 # On a GPU node of this workplace (the `device` tool): bench/device_wheels.sh here, then
 # bench/device_call.sh there (it installs the carried wheels and calls this script).
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
-# --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5). --test-workers:
-# pytest-xdist processes for the CUDA tests (one GPU serves them all). --caps: each step's
-# limit in seconds (a step cut short says so in its file; the steps after it still run): a
-# leased machine's minutes are few (the device tool: 15 a session, the start included).
+# --steps: which steps run after doctor, in this order (default: all but merge-loop, the merge
+# loop's time per merge on CPU and GPU: bench/train_bench.py --merge-loop on the demo corpus,
+# merge-loop.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
+# --test-workers: pytest-xdist processes for the CUDA tests, a file each (one GPU serves them
+# all); each failure's traceback is written to failures.txt as it happens. --cap: a step's
+# limit in seconds (a step cut short says so; the steps after it still run): a leased
+# machine's minutes are few (the device tool: 15 a session, the start included).
 # --simulator: a dry run of the script itself without a GPU (Numba's CUDA simulator, one test
 # file; give a tiny --corpus, --megabytes 0.02 and --vocab-size 300: the simulator trains
 # 8,192 tokens for over 20 minutes): its numbers mean nothing.
 set -uo pipefail
 
-wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0 only_sweep=0
-sweep_megabytes="8 64" test_workers=0 caps="0 0 0 0"
+wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0
+sweep_megabytes="8 64" test_workers=0 steps="sweep tests bench gpu-bench"
+declare -A caps=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) wheels="$2"; shift 2 ;;
@@ -41,11 +45,12 @@ while [ $# -gt 0 ]; do
         --megabytes) megabytes="$2"; shift 2 ;;
         --vocab-size) vocab_size="$2"; shift 2 ;;
         --simulator) simulator=1; shift ;;
-        --only-cpu-sweep) only_sweep=1; shift ;;
+        --only-cpu-sweep) steps="sweep"; shift ;;
+        --steps) steps="$2"; shift 2 ;;
         --sweep-megabytes) sweep_megabytes="$2"; shift 2 ;;
         --test-workers) test_workers="$2"; shift 2 ;;
-        --caps) caps="$2"; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        --cap) caps["${2%%=*}"]="${2#*=}"; shift 2 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -74,11 +79,9 @@ if grep -q '^str kernels: not in use' "$out/doctor.txt"; then
     echo "gpu_node.sh: warning: the str kernels do not run on this Python (doctor.txt says" \
          "why): the CPU sweep's list-of-str rows measure the str.encode fallback" >&2
 fi
-echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
 lscpu > "$out/lscpu.txt" 2>&1
-read -r sweep_cap tests_cap bench_cap gpu_bench_cap <<< "$caps"
-capped() {  # capped SECONDS command...: the command, stopped after SECONDS (0: no limit)
-    local seconds="$1"; shift
+capped() {  # capped STEP command...: the command, stopped after the step's --cap
+    local seconds="${caps[$1]:-0}"; shift
     if [ "$seconds" -eq 0 ]; then "$@"; return; fi
     # a shell function too: its text goes with it into the shell that timeout starts
     timeout --kill-after=10 "$seconds" bash -c "$(declare -f "$1" 2>/dev/null)
@@ -100,34 +103,54 @@ sweep_all() {
         fi
     done
 }
-capped "$sweep_cap" sweep_all 2>&1 | tee "$out/cpu_sweep.md"
-
-[ "$only_sweep" -eq 1 ] && { echo "== wrote $out/cpu_sweep.md"; exit 0; }
-
-if [ "$simulator" -eq 0 ] && ! grep -q '^backend cuda: available$' "$out/doctor.txt"; then
+cuda_usable() {
+    [ "$simulator" -eq 1 ] || grep -q '^backend cuda: available$' "$out/doctor.txt" && return 0
     echo "gpu_node.sh: the CUDA backend is not usable here (see $out/doctor.txt); fix that first" >&2
-    exit 2
-fi
+    return 1
+}
 
-echo "== CUDA tests on the device"
-workers=()
-[ "$test_workers" -gt 0 ] && workers=(-n "$test_workers")
-capped "$tests_cap" "$python" -m pytest -p no:cacheprovider -rs "${workers[@]}" \
-    --junitxml "$out/tests.xml" "${tests[@]}" 2>&1 | tee "$out/tests.txt"
-tests_status=${PIPESTATUS[0]}
+tests_status=0
+for step in $steps; do
+    case "$step" in
+    sweep)
+        echo "== bench/encode_bench.py --sweep (CPU threads: 1, 2, every core; issue 18's 16-core rows)"
+        capped sweep sweep_all 2>&1 | tee "$out/cpu_sweep.md" ;;
+    merge-loop)
+        cuda_usable || exit 2
+        echo "== bench/train_bench.py --merge-loop (per merge: CPU, GPU cooperative, GPU phased)"
+        loop_size=(--sizes 4096)
+        [ "$simulator" -eq 1 ] && loop_size=(--sizes 300 --max-bytes 3000)
+        capped merge-loop "$python" bench/train_bench.py --merge-loop --repeats 1 \
+            --corpus "${corpus:-gpubpe/data/demo.txt}" "${loop_size[@]}" 2>&1 \
+            | tee "$out/merge-loop.md" ;;
+    tests)
+        cuda_usable || exit 2
+        echo "== CUDA tests on the device"
+        workers=()
+        [ "$test_workers" -gt 0 ] && workers=(-n "$test_workers" --dist loadfile)
+        GPUBPE_FAILURE_LOG="$out/failures.txt" PYTHONPATH="bench:${PYTHONPATH:-}" capped tests \
+            "$python" -m pytest -p no:cacheprovider -p pytest_failure_log -rs "${workers[@]}" \
+            --junitxml "$out/tests.xml" "${tests[@]}" 2>&1 | tee "$out/tests.txt"
+        tests_status=${PIPESTATUS[0]} ;;
+    bench)
+        cuda_usable || exit 2
+        echo "== gpubpe bench (training and encoding: CPU, GPU, HF tokenizers, tiktoken)"
+        bench_corpus=()
+        [ -n "$corpus" ] && bench_corpus=("$corpus")
+        capped bench "$python" -m gpubpe bench "${bench_corpus[@]}" --backend cpu,cuda \
+            --vocab-size "$vocab_size" --json "$out/bench.json" | tee "$out/bench.txt" ;;
+    gpu-bench)
+        cuda_usable || exit 2
+        echo "== bench/gpu_bench.py (encode, decode, bit-level codec: CPU vs GPU, device counts)"
+        corpus_option=()
+        [ -n "$corpus" ] && corpus_option=(--corpus "$corpus")
+        capped gpu-bench "$python" bench/gpu_bench.py "${corpus_option[@]}" \
+            --megabytes "$megabytes" --vocab-size "$vocab_size" --doctor "$out/doctor.json" \
+            --bench "$out/bench.json" --tests "$out/tests.txt" --json "$out/gpu_bench.json" \
+            --markdown "$out/RESULTS.md" ;;
+    *) echo "gpu_node.sh: unknown step $step (see --help)" >&2; exit 64 ;;
+    esac
+done
 
-echo "== gpubpe bench (training and encoding: CPU, GPU, HF tokenizers, tiktoken)"
-bench_corpus=()
-[ -n "$corpus" ] && bench_corpus=("$corpus")
-capped "$bench_cap" "$python" -m gpubpe bench "${bench_corpus[@]}" --backend cpu,cuda --vocab-size "$vocab_size" \
-    --json "$out/bench.json" | tee "$out/bench.txt"
-
-echo "== bench/gpu_bench.py (encode, decode, bit-level codec: CPU vs GPU, device counts)"
-corpus_option=()
-[ -n "$corpus" ] && corpus_option=(--corpus "$corpus")
-capped "$gpu_bench_cap" "$python" bench/gpu_bench.py "${corpus_option[@]}" --megabytes "$megabytes" \
-    --vocab-size "$vocab_size" --doctor "$out/doctor.json" --bench "$out/bench.json" \
-    --tests "$out/tests.txt" --json "$out/gpu_bench.json" --markdown "$out/RESULTS.md"
-
-echo "== wrote $out/RESULTS.md and $out/cpu_sweep.md (paste them into bench/RESULTS.md)"
+echo "== wrote $out (paste its .md files into bench/RESULTS.md)"
 [ "$tests_status" -eq 0 ] || exit 1
