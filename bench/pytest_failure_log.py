@@ -13,7 +13,8 @@ _LONGEST = 4000  # characters of each traceback: its end, where the error is
 
 def pytest_runtest_logreport(report):
     path = os.environ.get("GPUBPE_FAILURE_LOG")
-    if not path or not report.failed:
+    in_worker = "PYTEST_XDIST_WORKER" in os.environ  # its controller writes it once
+    if not path or not report.failed or in_worker:
         return
     text = report.longreprtext
     with open(path, "a", encoding="utf-8") as log:

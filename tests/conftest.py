@@ -44,6 +44,24 @@ def cap_device_bytes(monkeypatch):
             pass
 
 
+@pytest.fixture
+def chunk_budget(monkeypatch):
+    """Give every device chunk ``n`` bytes for one test: ``chunk_budget(n)``.
+
+    It sets what the device reports free, not ``GPUBPE_DEVICE_BYTES``: that cap bounds all
+    gpubpe holds, and on a GPU a call's uploaded text and pieces count against it before
+    its chunks are planned (the simulator holds nothing), so no cap set before the call
+    gives one budget on both (seen on an H200, 2026-11-27).
+    """
+    from gpubpe import device
+
+    def set_budget(n: int) -> None:
+        free = int((device.DEVICE_CHUNK_RESERVE + n) / device.DEVICE_MEMORY_SHARE) + 1
+        monkeypatch.setattr(device, "free_device_bytes", lambda backend: free)
+
+    return set_budget
+
+
 @pytest.fixture(scope="session")
 def cl100k():
     """The real cl100k_base of tiktoken (the offline copy in the 'dev' extra)."""

@@ -103,13 +103,7 @@ def test_long_words_go_to_the_cpu_and_keep_their_place(cpu_tok):
     assert launches("encode_words_kernel") == before + 1  # the short words went to the device
 
 
-def cap_for_budget(budget: int) -> int:
-    """The GPUBPE_DEVICE_BYTES that leaves a chunk ``budget`` bytes beyond what is held now."""
-    held = device.held_device_bytes(resolve_backend("cuda"))
-    return held + int((device.DEVICE_CHUNK_RESERVE + budget) / device.DEVICE_MEMORY_SHARE) + 1
-
-
-def test_chunks_follow_free_device_memory(cpu_tok, lines, cap_device_bytes):
+def test_chunks_follow_free_device_memory(cpu_tok, lines, chunk_budget):
     # The word list path (encode_words, and a batch's long words): chunks of words.
     gpu_tok = cpu_tok.with_backend("cuda")
     expected = cpu_tok.encode_arrays(lines[600:700])
@@ -117,7 +111,7 @@ def test_chunks_follow_free_device_memory(cpu_tok, lines, cap_device_bytes):
     expected_words = cpu_tok.encode_words(words)
     gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))  # tables on the device first
     before = launches("encode_words_kernel")
-    cap_device_bytes(cap_for_budget(3000))  # 3000 B per chunk
+    chunk_budget(3000)  # 3000 B per chunk
     assert gpu_tok.encode_words(words) == expected_words
     assert launches("encode_words_kernel") - before >= 3
     got = expected
@@ -299,12 +293,12 @@ def test_device_batches_equal_tiktoken_and_the_cpu(tiktoken_pair):
     assert gpu_tok.decode_batch(got) == DOCS
 
 
-def test_device_chunks_equal_tiktoken(tiktoken_pair, cap_device_bytes):
+def test_device_chunks_equal_tiktoken(tiktoken_pair, chunk_budget):
     from gpubpe.kernels.encode import batch_cuda
 
     encoding, gpu_tok = tiktoken_pair
     gpu_tok.encode("warm up")
-    cap_device_bytes(cap_for_budget(40 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE))
+    chunk_budget(40 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE)
     before = launches("item_lookup_kernel")
     got = gpu_tok.encode_arrays(DOCS, allowed_special="all")
     assert launches("item_lookup_kernel") - before >= 3  # documents in several chunks
@@ -352,7 +346,7 @@ def test_invalid_utf8_on_the_device_equals_the_cpu(tiktoken_pair):
     assert [gpu_tok.decode_bytes(ids) for ids in got.tolist()] == docs
 
 
-def test_documents_across_device_chunks_equal_one_chunk(cpu_tok, cap_device_bytes):
+def test_documents_across_device_chunks_equal_one_chunk(cpu_tok, chunk_budget):
     from gpubpe.kernels.encode import batch_cuda
 
     docs = ["first doc here", "", "second one, a bit longer", "x", SPECIAL + " tail", "end"]
@@ -360,7 +354,7 @@ def test_documents_across_device_chunks_equal_one_chunk(cpu_tok, cap_device_byte
     gpu_tok = cpu_tok.with_backend("cuda")
     gpu_tok.encode("warm up")
     per_doc = 30 * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE  # about two documents per chunk
-    cap_device_bytes(cap_for_budget(per_doc))
+    chunk_budget(per_doc)
     before = launches("item_lookup_kernel")
     got = gpu_tok.encode_arrays(docs, allowed_special="all")
     assert launches("item_lookup_kernel") - before >= 3

@@ -94,18 +94,15 @@ def test_a_batch_costs_the_same_syncs_for_3_or_60_documents(tok):
                                          "batch id count": 1}
 
 
-def test_chunked_encoding_and_decoding_count_per_chunk(tok, cap_device_bytes):
-    from gpubpe import device
+def test_chunked_encoding_and_decoding_count_per_chunk(tok, chunk_budget):
     from gpubpe.kernels.encode import batch_cuda
 
     texts = DATA.read_text(encoding="utf-8").split("\n")[340:352]
     gpu_tok = tok.with_backend("cuda")
     gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))
     gpu_tok.clear_cache()
-    held = device.held_device_bytes(CUDA)
-    budget = max(len(t.encode()) for t in texts) * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE + 200
-    cap_device_bytes(held + int((device.DEVICE_CHUNK_RESERVE + budget)
-                                / device.DEVICE_MEMORY_SHARE))
+    chunk_budget(max(len(t.encode()) for t in texts) * batch_cuda.BATCH_DEVICE_BYTES_PER_BYTE
+                 + 200)
     with gpubpe.device_stats() as encoding:
         batch = gpu_tok.encode_arrays(texts)
     chunks = encoding.launches["item_lookup_kernel"]
@@ -114,7 +111,7 @@ def test_chunked_encoding_and_decoding_count_per_chunk(tok, cap_device_bytes):
     assert (sites["batch items"], sites["batch new words"], sites["batch id count"]) == \
         (chunks, chunks, chunks)
     assert (sites["batch ids"], sites["batch offsets"]) == (1, 1)  # the chunks join on the device
-    cap_device_bytes(held + int((device.DEVICE_CHUNK_RESERVE + 2000) / device.DEVICE_MEMORY_SHARE))
+    chunk_budget(2000)
     with gpubpe.device_stats() as decoding:
         assert gpu_tok.decode_batch(batch) == texts
     chunks = decoding.launches["copy_token_bytes_kernel"]
