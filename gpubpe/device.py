@@ -44,8 +44,8 @@ kept, as ``find_specials_cpu`` keeps them). A custom pattern, NFC, HF's prefix
 space or special-token flags, or a disallowed special token found (the host
 path raises with its message) copy the text to the host once. Decoding device ids
 (``gather_device_bytes``) checks the ids and sizes its output in one read.
-The word-list steps (``encode_words``; ``gather_bytes`` for host ids) remain
-as before: a chunk's offsets then its ids, three reads per decode chunk.
+The word-list step (``encode_words``) remains as before. Host ids are decoded
+on the host (``Tokenizer._gather_bytes`` says why).
 
 Everything runs in chunks sized from the device's free memory at the time
 (never a constant): a batch plans ``BATCH_DEVICE_BYTES_PER_BYTE`` per input
@@ -119,13 +119,11 @@ from .kernels._cuda import (
     wait_on_device,
 )
 from .kernels.encode import (
-    DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_DEVICE_BYTES_PER_BYTE,
     ENCODE_DEVICE_BYTES_PER_WORD,
     RuleTable,
     encode_word_list_cpu,
     encode_word_list_cuda,
-    gather_token_bytes_cuda,
     interleaved_word_lists,
     join_word_lists,
     pack_words_cpu,
@@ -241,13 +239,6 @@ def chunk_bounds(costs: np.ndarray, budget: int) -> list[tuple[int, int]]:
         bounds.append((lo, max(hi, lo + 1)))
         lo = bounds[-1][1]
     return bounds
-
-
-def even_chunk_bounds(n_items: int, cost: int, budget: int) -> list[tuple[int, int]]:
-    """``chunk_bounds`` for items that all cost ``cost`` (no array of costs)."""
-    _check_fits(cost, budget)
-    step = budget // cost
-    return [(lo, min(lo + step, n_items)) for lo in range(0, n_items, step)]
 
 
 def _check_fits(largest: int, budget: int) -> None:
@@ -687,26 +678,6 @@ class DeviceCodec:
             self._byte_table = (kernel_view(to_device(xp, table_bytes)),
                                 to_device(xp, table_offsets))
         return self._byte_table
-
-    def gather_bytes(self, ids: np.ndarray, doc_offsets: np.ndarray, table_bytes: np.ndarray,
-                     table_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The bytes of valid int64 ids, and each document's byte offsets (host arrays)."""
-        xp = self.backend.xp
-        with reporting_device_errors(f"decoding {ids.size:,} ids"):
-            longest = int(np.diff(table_offsets).max()) if table_offsets.size > 1 else 0
-            bounds = even_chunk_bounds(ids.size, DECODE_DEVICE_BYTES_PER_ID + longest,
-                                       self._budget())
-            device_bytes, device_offsets = self._device_byte_table(table_bytes, table_offsets)
-            pieces, positions = [], [np.zeros(1, dtype=np.int64)]
-            for lo, hi in bounds:
-                out, chunk_positions = gather_token_bytes_cuda(
-                    to_device(xp, ids[lo:hi]), device_bytes, device_offsets, xp)
-                pieces.append(to_host(out, "decoded bytes"))  # sync
-                positions.append(to_host(chunk_positions[1:], "decoded byte positions")
-                                 + positions[-1][-1])  # sync
-        positions = np.concatenate(positions)
-        out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
-        return out, positions[doc_offsets]
 
 
 class HostBatchStream:

@@ -881,7 +881,8 @@ class Tokenizer:
         """The bytes of a ragged batch of ids: ``(bytes uint8, byte offsets int64, B+1)``.
 
         Device ids (CuPy; any integer dtype) with ``backend="cuda"`` give device
-        arrays, gathered there with one read (the size); host ids give host arrays.
+        arrays, gathered there with one read (the size); host ids give host arrays,
+        gathered on the host.
         ``offsets``: the batch's int64 offsets (default: one sequence).
         """
         if offsets is None:
@@ -940,9 +941,8 @@ class Tokenizer:
                       num_threads: int | None = 1):
         """``decode_batch`` of host ids written straight into new str objects
         (``_pystr.decode_texts``), the documents it leaves (invalid UTF-8) decoded by
-        CPython with ``errors``; None where it cannot run (this
-        interpreter's str layout is not the one checked, the gather runs on the device, or
-        there are fewer than ``_TEXT_KERNEL_MIN_IDS`` ids).
+        CPython with ``errors``; None where it cannot run (this interpreter's str layout is
+        not the one checked, or there are fewer than ``_TEXT_KERNEL_MIN_IDS`` ids).
 
         Measured against the byte gather followed by CPython's UTF-8 decoder per document
         (``bench/encode_bench.py --decode``, one core, 8 MB of ~2 KB documents, five runs):
@@ -950,7 +950,7 @@ class Tokenizer:
         1.8-1.9x, mixed scripts under cl100k_base 1.05-1.2x (a quarter of its ids split
         CJK characters and take the fill's slower path); on 2 threads 1.5-1.8x more (the
         old path's decoder holds the GIL). bench/RESULTS.md."""
-        if self._gathers_on_device(flat) or flat.size < _TEXT_KERNEL_MIN_IDS:
+        if flat.size < _TEXT_KERNEL_MIN_IDS:
             return None
         if self._text_tables is None:
             self._text_tables = TextTables(*self._byte_table(), self._gather_tables()[1])
@@ -971,17 +971,18 @@ class Tokenizer:
                 texts[d] = text
         return texts
 
-    def _gathers_on_device(self, flat) -> bool:
-        return self._device is not None and len(flat) >= max(self._device_min_work, 1)
-
     def _gather_bytes(self, flat: np.ndarray, doc_offsets) -> tuple[np.ndarray, np.ndarray]:
-        """The bytes of a 1-D integer array of ids and each document's byte offsets, on the
-        backend; ValueError (``_id_array``'s) naming the first id that is no token."""
+        """The bytes of a 1-D integer array of host ids and each document's byte offsets;
+        ValueError (``_id_array``'s) naming the first id that is no token.
+
+        On the host whatever the backend. Host ids once went to the device (with enough of
+        them) and their bytes came back; on an H200 node (2026-11-27, 67 MB of ~54-byte
+        lines) decode_batch that way ran at 88 MB/s on 1, 2 and 16 threads alike, the
+        strs then made by CPython one document at a time on the calling thread, where
+        the host path writes them with the str kernels on every thread (255 MB/s on one
+        core of the 2-vCPU build VM). The output is host strs or bytes either way."""
         table_bytes, table_offsets = self._byte_table()
         doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
-        if self._gathers_on_device(flat):
-            return self._device.gather_bytes(self._id_array(flat).astype(np.int64), doc_offsets,
-                                             table_bytes, table_offsets)
         out, bounds, bad = gather_token_bytes_cpu(flat, doc_offsets, table_bytes, table_offsets,
                                                   *self._gather_tables())
         if bad >= 0:
@@ -1010,7 +1011,7 @@ class Tokenizer:
         a gap or no int: the general path names it). One token at a time, as a streaming
         decoder asks: 3.2 -> ~0.5 us a call (tiktoken 0.29; RESULTS, session 16)."""
         if type(ids) is not list or not ids or len(ids) > _QUICK_MAX_IDS \
-                or type(ids[0]) is bool or self._gathers_on_device(ids):
+                or type(ids[0]) is bool:
             return None
         pieces = self._id_pieces
         if pieces is None:

@@ -66,7 +66,9 @@ def test_cuda_tokenizer_encodes_real_text_as_the_cpu_does(cpu_tok, lines):
     assert launches("encode_words_kernel") == before[0] + 1
     assert launches("write_output_kernel") == before[1] + 1
     copies = launches("copy_token_bytes_kernel")
-    assert gpu_tok.decode_batch(gpu) == lines[600:]
+    assert gpu_tok.decode_batch(gpu) == lines[600:]  # host ids: decoded on the host
+    assert launches("copy_token_bytes_kernel") == copies
+    assert gpu_tok.decode_batch(gpu_tok.encode_arrays(lines[600:], device=True)) == lines[600:]
     assert launches("copy_token_bytes_kernel") == copies + 1
 
 
@@ -106,7 +108,6 @@ def test_long_words_go_to_the_cpu_and_keep_their_place(cpu_tok):
 def test_chunks_follow_free_device_memory(cpu_tok, lines, chunk_budget):
     # The word list path (encode_words, and a batch's long words): chunks of words.
     gpu_tok = cpu_tok.with_backend("cuda")
-    expected = cpu_tok.encode_arrays(lines[600:700])
     words = sorted({w for line in lines[600:700] for w in line.encode().split()})
     expected_words = cpu_tok.encode_words(words)
     gpu_tok.decode_batch(gpu_tok.encode_arrays(["warm up"]))  # tables on the device first
@@ -114,10 +115,6 @@ def test_chunks_follow_free_device_memory(cpu_tok, lines, chunk_budget):
     chunk_budget(3000)  # 3000 B per chunk
     assert gpu_tok.encode_words(words) == expected_words
     assert launches("encode_words_kernel") - before >= 3
-    got = expected
-    copies = launches("copy_token_bytes_kernel")
-    assert gpu_tok.decode_batch(got) == lines[600:700]
-    assert launches("copy_token_bytes_kernel") - copies > 1
 
 
 def test_too_little_device_memory_is_a_clear_error(cpu_tok, cap_device_bytes):
@@ -137,7 +134,6 @@ def test_a_device_bytes_cap_that_is_not_a_number_is_a_config_error(cpu_tok, monk
 def test_chunk_bounds_fit_the_budget():
     costs = np.array([5, 5, 5, 9, 1, 1, 1, 10], dtype=np.int64)
     assert device.chunk_bounds(costs, 10) == [(0, 2), (2, 3), (3, 5), (5, 7), (7, 8)]
-    assert device.even_chunk_bounds(7, 3, 10) == [(0, 3), (3, 6), (6, 7)]
     with pytest.raises(DeviceError, match="one item needs 11"):
         device.chunk_bounds(np.array([11]), 10)
 

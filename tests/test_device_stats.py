@@ -94,7 +94,7 @@ def test_a_batch_costs_the_same_syncs_for_3_or_60_documents(tok):
                                          "batch id count": 1}
 
 
-def test_chunked_encoding_and_decoding_count_per_chunk(tok, chunk_budget):
+def test_chunked_encoding_counts_per_chunk(tok, chunk_budget):
     from gpubpe.kernels.encode import batch_cuda
 
     texts = DATA.read_text(encoding="utf-8").split("\n")[340:352]
@@ -111,13 +111,9 @@ def test_chunked_encoding_and_decoding_count_per_chunk(tok, chunk_budget):
     assert (sites["batch items"], sites["batch new words"], sites["batch id count"]) == \
         (chunks, chunks, chunks)
     assert (sites["batch ids"], sites["batch offsets"]) == (1, 1)  # the chunks join on the device
-    chunk_budget(2000)
     with gpubpe.device_stats() as decoding:
         assert gpu_tok.decode_batch(batch) == texts
-    chunks = decoding.launches["copy_token_bytes_kernel"]
-    assert chunks >= 2
-    assert decoding.sync_sites == {"decode output size": chunks, "decoded bytes": chunks,
-                                   "decoded byte positions": chunks}
+    assert decoding.launches == {} and decoding.sync_sites == {}  # host ids: on the host
 
 
 def test_bitlevel_codec_reads_the_device_once_per_call_and_copies_results_back():
@@ -213,8 +209,7 @@ def test_encoding_decoding_and_the_codec_run_on_guarded_arrays(tok, monkeypatch)
             return function(*args, **kwargs)
         return wrapped
 
-    for name in ("encode_word_list_cuda", "gather_token_bytes_cuda"):
-        monkeypatch.setattr(device, name, spy(getattr(device, name)))
+    monkeypatch.setattr(device, "encode_word_list_cuda", spy(device.encode_word_list_cuda))
     for name in ("bitlevel_encode_cuda", "bitlevel_decode_cuda"):
         monkeypatch.setattr(bitpack, name, spy(getattr(bitpack, name)))
     gpu_tok = tok.with_backend("cuda")
@@ -223,5 +218,5 @@ def test_encoding_decoding_and_the_codec_run_on_guarded_arrays(tok, monkeypatch)
     codec = BitLevelCodec(1000, backend="cuda")
     assert codec.decode(codec.encode([0xE4, 0xB8, 0xAD, 65])) == [0xE4, 0xB8, 0xAD, 65]
     assert seen == [(name, "SimulatedDeviceArray") for name in (
-        "encode_word_list_cuda", "gather_token_bytes_cuda", "bitlevel_encode_cuda",
+        "encode_word_list_cuda", "bitlevel_encode_cuda",
         "bitlevel_decode_cuda")]

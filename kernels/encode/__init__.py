@@ -37,8 +37,8 @@ ids never depend on how many shards there are or where they start.
 
 On a GPU (``backend="cuda"``), steps 1-5 run on the device for the whole batch
 (``batch_cuda``; step 3 as ``encode_word_list_cuda``, a thread per word, the same
-``merge_by_scan``), and decoding as ``gather_token_bytes_cuda``;
-``gpubpe.device`` feeds them chunks.
+``merge_by_scan``), and decoding device ids as ``copy_token_bytes_kernel``
+(``Device.gather_device_bytes``); ``gpubpe.device`` feeds them chunks.
 
 One word of up to 255 bytes is encoded by ``bpe_scan_word``: the rule of
 each live adjacent pair sits at its left position (linked list, no id moves),
@@ -174,12 +174,10 @@ from .cache import (
     empty_word_cache,
 )
 from .cuda import (
-    DECODE_DEVICE_BYTES_PER_ID,
     ENCODE_CUDA_SIGNATURES,
     ENCODE_DEVICE_BYTES_PER_BYTE,
     ENCODE_DEVICE_BYTES_PER_WORD,
     encode_word_list_cuda,
-    gather_token_bytes_cuda,
     pack_words_cpu,
 )
 from .decode import (
@@ -216,4 +214,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["ADMIT_IN_PARTS_FROM", "PREFIX_ALWAYS", "PREFIX_FIRST", "PREFIX_NONE", "PREFIX_UNLESS_SPACE", "DECODE_DEVICE_BYTES_PER_ID", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_short_text_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "gather_token_bytes_cuda", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "source_pieces_cpu", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]
+__all__ = ["ADMIT_IN_PARTS_FROM", "PREFIX_ALWAYS", "PREFIX_FIRST", "PREFIX_NONE", "PREFIX_UNLESS_SPACE", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_short_text_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "source_pieces_cpu", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu"]

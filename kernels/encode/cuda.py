@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, njit
 
-from .._cuda import device_empty, device_function, exclusive_scan, launch, read_scalar
+from .._cuda import device_empty, device_function, exclusive_scan, launch
 from ._shared import RuleTable
 from .batch_cuda import BATCH_CUDA_SIGNATURES, interleaved_find_on_device, word_key_on_device
 from .bpe import merge_by_scan
@@ -24,8 +24,6 @@ from .bpe import merge_by_scan
 # offset: 8 each, plus the sort's scratch).
 ENCODE_DEVICE_BYTES_PER_BYTE = 17
 ENCODE_DEVICE_BYTES_PER_WORD = 64
-# Device bytes per id decoded (the id, its length, its output position), plus its bytes.
-DECODE_DEVICE_BYTES_PER_ID = 24
 
 
 @njit(cache=True, nogil=True)
@@ -142,19 +140,6 @@ def encode_word_list_cuda(word_bytes, word_start, rules: RuleTable, xp):
     launch(write_output_kernel, n_words, symbols, word_start, n_symbols, rules.demolish_ids,
            rules.demolish_offsets, offsets, ids)
     return ids, offsets
-
-
-def gather_token_bytes_cuda(ids, table_bytes, table_offsets, xp):
-    """The bytes of device ids (int64, valid) end to end: device ``(bytes, positions)``.
-
-    ``positions`` (int64, one more than the ids) is where each id's bytes start.
-    One host read: the total, to size the output (its ``# sync``).
-    """
-    lengths = table_offsets[ids + 1] - table_offsets[ids]
-    positions = exclusive_scan(xp, lengths)
-    out = device_empty(xp, read_scalar(positions, -1, "decode output size"), xp.uint8)  # sync
-    launch(copy_token_bytes_kernel, ids.size, ids, table_bytes, table_offsets, positions, out)
-    return out, positions
 
 
 # Every @cuda.jit kernel of this module with the signature it is launched with; the
