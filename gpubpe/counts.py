@@ -286,7 +286,7 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
     import time
     import warnings
 
-    from .backend import resolve_backend
+    from .backend import resolve_training_backend
     from .errors import CorpusError
     from .tokenizer import Tokenizer
     from .trainer import check_train_args, vocabulary_from_counts
@@ -296,7 +296,7 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
         raise ConfigError(f"scaffold=True needs vocab_size above 256 (got {vocab_size})")
     if counts.total_bytes == 0:
         raise CorpusError("the counts hold no text to train on")
-    chosen = resolve_backend(backend)
+    chosen = resolve_training_backend(backend)
     started = time.perf_counter()
     word_counts = counts.as_dict()
     loaded = time.perf_counter()

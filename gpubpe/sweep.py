@@ -267,12 +267,12 @@ def sweep(counts, vocab_sizes: Iterable[int], variants: Iterable[str] = VARIANTS
           backend: str = "auto", progress: bool = True, trainer: Trainer | None = None):
     """Train every variant once at the largest size, cut the others, measure each on
     ``eval_corpus``: a list of :class:`SweepRow` (sorted by variant, then size)."""
-    from .backend import resolve_backend
+    from .backend import resolve_training_backend
     from .counts import as_counts
 
     counts = as_counts(counts)
     sizes = parse_sizes(vocab_sizes)
-    trainer = trainer or fast_trainer(resolve_backend(backend), progress)
+    trainer = trainer or fast_trainer(resolve_training_backend(backend), progress)
     word_counts = counts.as_dict()
     variants = list(dict.fromkeys(variants))
     for variant in variants:  # load the JIT cache before any clock starts

@@ -192,3 +192,22 @@ def test_doctor_json_reports_devices_versions_and_the_probe(monkeypatch, capsys)
     text = capsys.readouterr().out
     assert "device 0: Test GPU, 80.0 GiB (79.0 free), compute capability 9.0, 132 SMs" in text
     assert f"cuda probe: {report['probe']}" in text
+
+
+# --- what "auto" trains on -------------------------------------------------------------
+
+def test_auto_trains_on_the_cpu_even_where_a_device_is_usable(monkeypatch):
+    # On an H200 the device's merge loop was 3.9x slower a merge than the CPU's (RESULTS,
+    # session 20): "auto" encodes large batches on a device but trains on the CPU.
+    import gpubpe
+    from gpubpe import backend as backend_module
+
+    def device_found(name: str = "auto"):
+        return backend_module.Backend("cuda", np, "a usable device (this test's stand-in)")
+
+    monkeypatch.setattr(backend_module, "resolve_backend", device_found)
+    assert backend_module.resolve_training_backend("auto").name == "cpu"
+    assert backend_module.resolve_training_backend("cuda").name == "cuda"
+    tok = gpubpe.train(["low lower lowest"] * 20, 262, progress=False)
+    assert tok.vocabulary.metadata["backend"] == "cpu"
+    assert tok.vocabulary.vocab_size == 262
