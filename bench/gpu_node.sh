@@ -23,7 +23,8 @@
 # Exit status: 0 when every step passed, 1 when tests failed, 2 when the CUDA stack is unusable.
 # --steps: which steps run after doctor, in this order (default: all but merge-loop, the merge
 # loop's time per merge on CPU and GPU: bench/train_bench.py --merge-loop on the demo corpus,
-# merge-loop.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
+# merge-loop.md; and merge-phases, each phase kernel of the phased launcher timed by ncu,
+# merge-phases.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
 # --test-workers: pytest-xdist processes for the CUDA tests, a file each (one GPU serves them
 # all); each failure's traceback is written to failures.txt as it happens. --cap: a step's
 # limit in seconds (a step cut short says so; the steps after it still run): a leased
@@ -123,6 +124,37 @@ for step in $steps; do
         capped merge-loop "$python" bench/train_bench.py --merge-loop --repeats 1 \
             --corpus "${corpus:-gpubpe/data/demo.txt}" "${loop_size[@]}" 2>&1 \
             | tee "$out/merge-loop.md" ;;
+    merge-phases)  # where a merge's time goes: each phase its own kernel, timed by ncu
+        cuda_usable || exit 2
+        echo "== ncu over the phased launcher's kernels (merge-phases.csv: duration of each)"
+        ncu_path=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        if [ -z "$ncu_path" ]; then echo "gpu_node.sh: no ncu here; merge-phases skipped"; continue; fi
+        capped merge-phases "$ncu_path" --clock-control none --metrics gpu__time_duration.sum \
+            --csv --print-units base --launch-skip 200 --launch-count 600 \
+            -k 'regex:refresh|decide|find_starts|count_deltas|write_merges|rescan' \
+            "$python" bench/train_bench.py --merge-loop --repeats 1 --sizes 1024 \
+            --launchers phased --corpus "${corpus:-gpubpe/data/demo.txt}" \
+            > "$out/merge-phases.csv" 2> "$out/merge-phases.log"
+        "$python" - "$out/merge-phases.csv" <<'PY' | tee "$out/merge-phases.md"
+import csv, re, statistics, sys
+from collections import defaultdict
+rows = [line for line in open(sys.argv[1], encoding="utf-8") if line.startswith('"')]
+times = defaultdict(list)
+for row in csv.DictReader(rows):
+    if row.get("Metric Name") == "gpu__time_duration.sum":
+        name = re.search(r"(refresh|decide|find_starts|count_deltas|write_merges|rescan)",
+                         row["Kernel Name"])
+        per_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                  "msecond": 1e3}[row["Metric Unit"]]
+        times[name.group(1) if name else row["Kernel Name"][:40]].append(
+            float(row["Metric Value"].replace(",", "")) * per_us)
+print("| phase kernel | launches | median us | mean us |")
+print("|---|---:|---:|---:|")
+for name, values in times.items():
+    print(f"| {name} | {len(values)} | {statistics.median(values):.2f} | "
+          f"{statistics.fmean(values):.2f} |")
+PY
+        ;;
     tests)
         cuda_usable || exit 2
         echo "== CUDA tests on the device"

@@ -129,11 +129,15 @@ def main() -> None:
                         help="time the merge loop alone, CPU and device, with launch/sync counts")
     parser.add_argument("--max-bytes", type=int, help="--merge-loop: use the corpus' first bytes")
     parser.add_argument("--step", type=int, help="--merge-loop: merges per step")
+    parser.add_argument("--launchers", nargs="+", default=["cooperative", "phased"],
+                        choices=["cooperative", "phased"],
+                        help="--merge-loop: the device's launchers to time (default: both)")
     parser.add_argument("--pattern", default="gpt2", help="the split's name (default: gpt2)")
     args = parser.parse_args()
     corpus = corpus_path(args.corpus)
     if args.merge_loop:
-        return merge_loop(corpus, args.sizes, args.max_bytes, args.step, args.repeats)
+        return merge_loop(corpus, args.sizes, args.max_bytes, args.step, args.repeats,
+                          args.launchers)
     if args.child:
         return child(args.child, corpus, args.sizes[0], args.threads, args.pattern)
     with tempfile.TemporaryDirectory() as empty_cache:
@@ -181,7 +185,7 @@ def print_table(corpus: Path, threads: int, jit_seconds: tuple, rows: list[dict]
 
 
 def merge_loop(corpus: Path, sizes: list[int], max_bytes: int | None, step: int | None,
-               repeats: int) -> None:
+               repeats: int, launchers: list[str]) -> None:
     """Per-merge time, launches and syncs of the merge loop on each backend available."""
     import numba
 
@@ -197,8 +201,7 @@ def merge_loop(corpus: Path, sizes: list[int], max_bytes: int | None, step: int 
     simulated = bool(numba.config.ENABLE_CUDASIM)
     runs = [("cpu", None, None)]
     try:
-        runs += [("cuda", launcher, resolve_backend("cuda")) for launcher in ("cooperative",
-                                                                              "phased")]
+        runs += [("cuda", launcher, resolve_backend("cuda")) for launcher in launchers]
     except BackendUnavailable as error:
         print(f"cuda: {error}")
     print(f"corpus: {corpus.name}{f' (first {max_bytes} bytes)' if max_bytes else ''}, "
