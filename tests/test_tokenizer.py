@@ -224,6 +224,7 @@ def test_decode_takes_any_sequence_of_ints_and_names_a_bad_item(tok):
         assert tok.decode(form) == "hello world"
     for bad, message in (([True, False], "position 0 is True"), ([1, 2.0], "position 1 is 2.0"),
                          ([1, -1], "id -1 at position 1 is out of range"),
+                         ([-1], "id -1 at position 0 is out of range"),  # one id: a path of its own
                          ([2**40], "out of range"), ([1, "a"], "position 1 is 'a'")):
         with pytest.raises((TypeError, ValueError), match=re.escape(message)):
             tok.decode(bad)
