@@ -622,10 +622,12 @@ class Tokenizer:
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
         threads = _thread_count(num_threads, array.size)
         on_device = self._device_batches(array.size)
-        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed,
-                                               1 if on_device else threads)
+        piece_threads = 1 if on_device else threads
+        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, piece_threads)
         if self._source_layout is not None:
             array, pieces = _source_pieces(array, pieces, doc_first_piece, layout)
+            pieces, doc_first_piece = self._cut_source_pieces(array, pieces, doc_first_piece,
+                                                              piece_threads)
         if on_device:
             found = self._device.encode_pieces(self._device.upload(array), pieces,
                                                doc_first_piece, *self._scan_args(), out_dtype,
@@ -734,6 +736,24 @@ class Tokenizer:
             array, doc_start, doc_end, match_at, match_len, match_id, cut_bytes,
             *self._scan_args())
         return (piece_start, piece_end, piece_special), doc_first_piece
+
+    def _cut_source_pieces(self, array, pieces, doc_first_piece, threads: int):
+        """Long text pieces of a rewritten text (``_source_pieces``) cut at points safe for
+        the scanner, for ``threads`` shares; special pieces stay whole, with their ids.
+
+        ``_pieces`` cannot cut these before the rewrite (a cut piece would get a prefix
+        space), so a long document of a SentencePiece-style vocabulary was one piece, one
+        thread's work. The scanner cuts the rewritten text, the text it splits anyway."""
+        piece_start, piece_end, piece_special = pieces
+        cut_bytes = max(_MIN_CUT_BYTES, array.size // (4 * threads))
+        if threads <= 1 or self._scanner is None or piece_start.size == 0 \
+                or int((piece_end - piece_start).max()) <= cut_bytes:
+            return pieces, doc_first_piece
+        none = np.zeros(0, dtype=np.int64)
+        cut_start, cut_end, _, first_cut = build_pieces_cpu(
+            array, piece_start, piece_end, none, none, none, cut_bytes, *self._scan_args())
+        cut_special = np.repeat(piece_special, np.diff(first_cut))  # -1 for each text part
+        return (cut_start, cut_end, cut_special), first_cut[doc_first_piece]
 
     def _scan_args(self) -> _Scanner:
         """The scanner for the kernels (GPT-2's for a custom pattern: its cuts are never used)."""

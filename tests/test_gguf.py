@@ -395,3 +395,29 @@ def test_cutting_where_no_token_joins_gives_the_ids_of_each_whole_text(models):
     assert tok.encode_batch(texts) == want
     assert [tok.encode(text) for text in texts[-4:]] == want[-4:]
     assert tok.with_backend("cuda").encode_batch(texts[-4:]) == want[-4:]
+
+
+@pytest.mark.parametrize("name", ["llama-spm", "gemma-4"])
+def test_a_long_document_is_cut_for_threads_after_its_rewrite(models, name, monkeypatch):
+    """A SentencePiece-style text is rewritten first (prefix space, "▁" as a space), so a
+    long document is cut for threads after that, in the rewritten text
+    (``Tokenizer._cut_source_pieces``): the same ids as one thread and as HF's on it."""
+    import gpubpe.tokenizer as tokenizer_module
+
+    path = models / f"ggml-vocab-{name}.gguf"
+    tok = gpubpe.Tokenizer.from_gguf(path).with_backend("cpu")
+    text = DEMO.read_text(encoding="utf-8")[:150_000] + " ▁▁ 中文▁x" + "日本語 " * 3000
+    cuts, build_pieces = [], tokenizer_module.build_pieces_cpu
+
+    def spied(*args):
+        found = build_pieces(*args)
+        cuts.append(found[0].size)
+        return found
+
+    monkeypatch.setattr(tokenizer_module, "build_pieces_cpu", spied)
+    two = tok.encode_batch([text, "short ▁ one"], num_threads=2)
+    assert cuts and cuts[-1] > 2  # the long document went out in several pieces
+    assert two == tok.encode_batch([text, "short ▁ one"], num_threads=1)
+    hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
+                                                                    str(path))))
+    assert two == hf_ids(hf, [text, "short ▁ one"])
