@@ -80,12 +80,13 @@ from .kernels.encode import (
     join_word_lists,
     new_words_of_part,
     rule_table,
-    source_pieces_cpu,
+    source_piece_lengths,
     whole_tokens_of_words_cpu,
     word_parts,
     word_refs_given_cpu,
     word_refs_scan_cpu,
     write_piece_tokens_cpu,
+    write_source_pieces,
 )
 from .kernels.pretok import GPT2, JOINS
 from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_path
@@ -625,7 +626,8 @@ class Tokenizer:
         piece_threads = 1 if on_device else threads
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, piece_threads)
         if self._source_layout is not None:
-            array, pieces = _source_pieces(array, pieces, doc_first_piece, layout)
+            array, pieces = _source_pieces(array, pieces, doc_first_piece, layout,
+                                           piece_threads)
             pieces, doc_first_piece = self._cut_source_pieces(array, pieces, doc_first_piece,
                                                               piece_threads)
         if on_device:
@@ -1196,16 +1198,26 @@ def _source_text(data: bytes, layout: IdLayout) -> bytes:
 _METASPACE_UTF8 = "▁".encode()
 
 
-def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout):
-    """The pieces as HF's normalizer and pre-tokenizer see them (``source_pieces_cpu``): a
-    space before those ``layout.prefix_rule`` names, each "▁" of text a space (metaspace).
-    Returns a new buffer and the pieces' ranges in it."""
+def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: int):
+    """The pieces as HF's normalizer and pre-tokenizer see them: a space before those
+    ``layout.prefix_rule`` names, each "▁" of text a space (metaspace). Returns a new buffer
+    and the pieces' ranges in it; two passes (``source_piece_lengths``, then
+    ``write_source_pieces``), each on ``threads`` shares of the pieces.
+
+    One pass on the calling thread before: Llama 2's GGUF, 16 MB of ~54-byte lines, 60 ms
+    of the 460 of one thread's encode_arrays, all of it on the calling thread at 2 threads."""
     piece_start, piece_end, piece_special = pieces
     first_piece = np.zeros(piece_start.size, dtype=bool)
     first_piece[doc_first_piece[:-1][np.diff(doc_first_piece) > 0]] = True
     rule = _PREFIX_CODES[layout.prefix_rule] if layout.prefix_space else PREFIX_NONE
-    out, new_start, new_end = source_pieces_cpu(array, piece_start, piece_end, piece_special,
-                                                first_piece, rule, layout.metaspace)
+    rewrite = (array, piece_start, piece_end, piece_special, first_piece, rule, layout.metaspace)
+    shares = _shares(piece_end - piece_start, threads)
+    lengths = np.empty(piece_start.size, dtype=np.int64)
+    _run_all(source_piece_lengths, [(*rewrite, lo, hi, lengths) for lo, hi in shares])
+    new_end = np.cumsum(lengths)
+    new_start = new_end - lengths
+    out = np.empty(int(new_end[-1]) if new_end.size else 0, dtype=np.uint8)
+    _run_all(write_source_pieces, [(*rewrite, new_start, out, lo, hi) for lo, hi in shares])
     return _readonly_bytes(out), (new_start, new_end, piece_special)
 
 

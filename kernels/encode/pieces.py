@@ -178,17 +178,14 @@ def _gets_prefix(data, start, end, special, first, rule, metaspace):
 
 
 @njit(cache=True, nogil=True)
-def source_pieces_cpu(data, piece_start, piece_end, piece_special, first_piece, rule, metaspace):
-    """Text pieces as HF's normalizer and pre-tokenizer see them: a space before those
-    ``rule`` names (``first_piece``: whether each piece starts its document, for
-    ``PREFIX_FIRST``), and with ``metaspace`` each "▁" of a text piece as one space.
-    ``(buffer, piece_start, piece_end)``: a new buffer and the pieces' ranges in it
-    (special pieces copied as they are). Two passes: the lengths, then the copy."""
-    n = piece_start.size
-    new_start = np.empty(n, np.int64)
-    new_end = np.empty(n, np.int64)
-    total = 0
-    for k in range(n):
+def source_piece_lengths(data, piece_start, piece_end, piece_special, first_piece, rule,
+                         metaspace, lo, hi, lengths):
+    """Pass 1 of the pieces as HF's normalizer and pre-tokenizer see them, for pieces
+    [lo, hi) (a thread's share): each one's length once rewritten (``lengths[k]``): a
+    space before those ``rule`` names (``first_piece``: whether each piece starts its
+    document, for ``PREFIX_FIRST``), and with ``metaspace`` each "▁" of a text piece as one
+    space; special pieces as they are."""
+    for k in range(lo, hi):
         start, end, special = piece_start[k], piece_end[k], piece_special[k]
         length = end - start
         if special < 0 and metaspace:
@@ -201,11 +198,15 @@ def source_pieces_cpu(data, piece_start, piece_end, piece_special, first_piece, 
                     i += 1
         if _gets_prefix(data, start, end, special, first_piece[k], rule, metaspace):
             length += 1
-        new_start[k] = total
-        total += length
-        new_end[k] = total
-    out = np.empty(total, np.uint8)
-    for k in range(n):
+        lengths[k] = length
+
+
+@njit(cache=True, nogil=True)
+def write_source_pieces(data, piece_start, piece_end, piece_special, first_piece, rule,
+                        metaspace, new_start, out, lo, hi):
+    """Pass 2: pieces [lo, hi) rewritten into ``out`` from ``new_start`` (the lengths of
+    pass 1 summed)."""
+    for k in range(lo, hi):
         start, end, special = piece_start[k], piece_end[k], piece_special[k]
         at = new_start[k]
         if _gets_prefix(data, start, end, special, first_piece[k], rule, metaspace):
@@ -220,4 +221,3 @@ def source_pieces_cpu(data, piece_start, piece_end, piece_special, first_piece, 
                 out[at] = data[i]
                 i += 1
             at += 1
-    return out, new_start, new_end
