@@ -620,8 +620,8 @@ class Tokenizer:
         layout = self._vocab.layout
         if layout is not None and layout.normalizer == "NFC":
             array, doc_start, doc_end = _nfc_documents(array, doc_start, doc_end)
-        self._raise_on_disallowed(array, doc_start, doc_end, disallowed)
         threads = _thread_count(num_threads, array.size)
+        self._raise_on_disallowed(array, doc_start, doc_end, disallowed, threads)
         on_device = self._device_batches(array.size)
         piece_threads = 1 if on_device else threads
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, piece_threads)
@@ -718,8 +718,9 @@ class Tokenizer:
         match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
         if allowed:
             token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
-            match_at, match_token = find_specials_cpu(array, doc_start, doc_end, token_bytes,
-                                                      token_offsets, first_byte, np.int64(2**62))
+            match_at, match_token = _find_specials(array, doc_start, doc_end,
+                                                   (token_bytes, token_offsets, first_byte),
+                                                   2**62, threads)
             match_len = np.diff(token_offsets)[match_token]
             match_id = token_ids[match_token]
             flags = self._flags_by_id()
@@ -868,12 +869,14 @@ class Tokenizer:
                                          offsets, first_byte, ids)
         return self._special_tables[key]
 
-    def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: frozenset[str]) -> None:
+    def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: frozenset[str],
+                             threads: int) -> None:
         if not disallowed:
             return
         token_bytes, token_offsets, first_byte, token_ids = self._special_table(disallowed)
-        match_at, match_token = find_specials_cpu(array, doc_start, doc_end, token_bytes,
-                                                  token_offsets, first_byte, np.int64(1))
+        match_at, match_token = _find_specials(array, doc_start, doc_end,
+                                               (token_bytes, token_offsets, first_byte), 1,
+                                               threads)
         if match_at.size == 0:
             return
         at = int(match_at[0])
@@ -1445,6 +1448,20 @@ def _run_all(function, calls: list[tuple]) -> list:
     others = [pool.submit(function, *args) for args in calls[1:]]
     first = function(*calls[0])  # the calling thread is awake already: one hand-off fewer
     return [first, *(future.result() for future in others)]
+
+
+def _find_specials(array, doc_start, doc_end, table, limit: int, threads: int):
+    """``find_specials_cpu`` over the documents on ``threads`` shares of them, at most
+    ``limit`` matches a share, joined in the documents' order (a token never spans two
+    documents): the first ``limit`` of them are the ones one scan would find.
+
+    One scan on the calling thread before: ~1.4 ms a MB (Llama 2's added tokens, always
+    matched), 22 of the 460 ms of a 16 MB batch of lines on one thread."""
+    found = _run_all(find_specials_cpu, [
+        (array, doc_start[lo:hi], doc_end[lo:hi], *table, np.int64(limit))
+        for lo, hi in _shares(doc_end - doc_start, threads)])
+    return (np.concatenate([at for at, _ in found]),
+            np.concatenate([token for _, token in found]))
 
 
 def _shares(weights: np.ndarray, threads: int) -> list[tuple[int, int]]:

@@ -297,10 +297,14 @@ def test_other_patterns_equal_reference(lines, pattern):
                                                            for s in sample]
     raw = [b"caf\xc3\xa9 \xff\xfeab 12", b"\xe4\xb8\xad\xe6 x"]  # invalid UTF-8 inside
     assert tok.encode_batch(raw) == [reference_ids(tok, r, regex_text) for r in raw]
-    # Named patterns split with their Numba scanner; only a custom one goes through regex.
-    split_kernel = kernels.word_refs_scan_cpu if pattern in NAMED_PATTERNS else \
-        kernels.word_refs_given_cpu
+    # Named patterns split with their Numba scanner, no pattern with the one that cuts where
+    # no token joins (JOINS); only a custom one goes through regex. (The signatures of a
+    # process: this asked for word_refs_given_cpu under None, and passed only where another
+    # test had compiled it first.)
+    split_kernel = kernels.word_refs_given_cpu if pattern == SKIPPING else \
+        kernels.word_refs_scan_cpu
     assert split_kernel.signatures
+    assert (tok._scanner is None) == (pattern == SKIPPING)
 
 
 def test_scaffold_demolish_map_is_applied_per_word():
