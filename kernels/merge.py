@@ -226,8 +226,9 @@ def merge_batch_cpu(rules, events, vocab_size, min_count, scaffold_mode, sizes, 
                         token_start, pool, token_len[left] + token_len[right], vocab_keys):
             sizes[NEED] = room + token_len[left] + token_len[right] + 3
             break
-        merged, merged_hash = token_for_merge(left, right, pool, token_start, token_len,
-                                              token_hash, vocab_keys, vocab_values)
+        merged, merged_hash, hash_listed = token_for_merge(left, right, pool, token_start,
+                                                           token_len, token_hash, vocab_keys,
+                                                           vocab_values)
         if merged >= 0 and scaffold[merged]:
             # The pair would make a scaffold token: re-admit it; the pair stays at the head.
             readmit(merged, sizes, events, scaffold)
@@ -236,9 +237,9 @@ def merge_batch_cpu(rules, events, vocab_size, min_count, scaffold_mode, sizes, 
         if merged < 0:
             merged = sizes[N_TOKENS]
             sizes[N_TOKENS] += 1
-            sizes[POOL_USED] = append_token(left, right, merged_hash, merged, sizes[POOL_USED],
-                                            pool, token_start, token_len, token_hash,
-                                            vocab_keys, vocab_values)
+            sizes[POOL_USED] = append_token(left, right, merged_hash, hash_listed, merged,
+                                            sizes[POOL_USED], pool, token_start, token_len,
+                                            token_hash, vocab_keys, vocab_values)
             token_freq[merged] = 0
             scaffold[merged] = 0
             sizes[N_NORMAL] += 1

@@ -11,27 +11,32 @@ f(t) and scaffold flags, per-chunk maxima of the candidates, an int64
 and events. ``control``, ``rules`` and ``events`` are views of one array, so
 the host reads a batch's results in one copy.
 
-One iteration is five phases separated by grid-wide syncs:
+One iteration is three or four phases separated by grid-wide syncs:
 
-1. ``refresh_chunks``: candidates (pair slots, then scaffold tokens) are cut
-   into chunks of ``CHUNK`` whose maxima are kept; each block reduces the
-   chunk maxima its threads own to one block maximum. The argmax never
-   rescans the table: only chunks a merge touched are rescanned (step 5).
-2. ``decide`` (one block): the best over the block maxima (HF's order), then
-   one thread takes ``train_policy``'s decisions: last merge's scaffold marks
-   (threshold: this head's priority, i.e. after the last merge's count updates
-   and before its marks, DESIGN §3), stop, re-admit, existing or new token,
+1. ``decide`` (one block): the head is the best of the groups' maxima (HF's
+   order; candidates, pair slots then scaffold tokens, are cut into chunks of
+   ``CHUNK`` and the chunks into about ``GROUPS`` groups, each keeping its
+   maximum, so the argmax never rescans the table), then one thread takes
+   ``train_policy``'s decisions: last merge's scaffold marks (threshold: this
+   head's priority, i.e. after the last merge's count updates and before its
+   marks, DESIGN §3), stop, re-admit, existing or new token (its place, length,
+   hash and table entry; its bytes are copied by the next phase's threads),
    the rule and its events.
-3. ``find_starts``: where the merge begins. ``left != right``: every
-   ``left right``; ``left == right``: the first position of each run walks it
-   and pairs it up left to right (``a a a a a`` -> ``aa aa a``), as the CPU.
-4. ``count_deltas``: every pair next to a merge: the old one subtracted, the
-   new one added (int64 atomics; new keys claimed with atomicCAS); thread 0
-   updates f(t). Since the counts are a function of the words, this equals
-   the CPU's sequential deltas, whatever the order. Every chunk whose
-   candidates changed is listed once (``mark_dirty``).
-5. ``write_merges``: the left half takes the merged id and skips its partner;
-   ``rescan_dirty``: a block per listed chunk recomputes its maximum.
+2. ``find_runs``, only when ``left == right`` (~2% of merges): the first
+   position of each run walks it and pairs it up left to right (``a a a a a``
+   -> ``aa aa a``), as the CPU. When ``left != right`` no two merges overlap
+   and phase 3 finds them itself, so a merge pays one grid sync and one pass
+   over the positions fewer.
+3. ``count_deltas``: where merges begin (mark 1) and their right halves (mark
+   2), and every pair next to a merge: the old one subtracted, the new one
+   added (int64 atomics; new keys claimed with atomicCAS); f(t) of the merged
+   token and its parts (atomics of each thread's sum). Since the counts are a
+   function of the words, this equals the CPU's sequential deltas, whatever
+   the order. Every chunk whose candidates changed is listed once, in its
+   group's list (``mark_dirty``).
+4. ``write_merges``: the left half takes the merged id and skips its partner;
+   ``rescan_dirty``: a block per listed group rescans its listed chunks (a
+   thread a candidate) and then takes the group's maximum.
 
 Two launchers run the same phases: ``train_steps_kernel`` is a persistent
 cooperative kernel (``grid.sync()`` between phases, up to K iterations per
@@ -40,8 +45,16 @@ own kernel, K times, with no host read in between. The simulator runs blocks
 one after another and its ``grid.sync()`` waits for nothing but its own
 block: there the cooperative kernel runs with one block only.
 
-Performance notes (no GPU in the session that wrote this; counts, not times):
-- Per batch: 1 launch (cooperative) or 1 + 5K launches (phased), 1 sync.
+Performance notes (counts, not times; the one timing is in bench/GPU_NOTES.md):
+- Per batch: 1 launch (cooperative) or 1 + 4K launches (phased), 1 sync.
+- Per merge, in the persistent kernel: 3 grid syncs (4 when left == right), 2 passes over
+  the positions (3). Until session 21 it was 5 and 3: a phase that reduced every chunk
+  maximum to a block maximum before the decision (its own sync; now the groups' maxima
+  are kept by the rescan, one group a block, so no grid-wide pass is left there), and a
+  phase that found the starts for every merge. The new token's bytes were copied by the
+  deciding thread, one dependent load and store a byte while every other block waited;
+  now the next phase's threads copy them, a byte each. On an H200 the five-phase kernel
+  took 50.4 us a merge (demo corpus); the three-phase one is not timed yet.
 - A dirty chunk was first rescanned by one thread walking its 64 candidates:
   64 memory round trips in sequence on the critical path (~13-30 us on an
   H100 by GPU_FACTS' floors). Now a block rescans it, a thread a candidate:
@@ -61,7 +74,6 @@ import numpy as np
 from numba import cuda, njit
 
 from ._cuda import (
-    MAX_BLOCKS,
     SIMULATOR_THREADS,
     THREADS_PER_BLOCK,
     device_function,
@@ -75,10 +87,10 @@ from .train_policy import (
     EVENT_READMIT,
     EVENT_RULE,
     STOP_NONE,
-    append_token_inline,
     is_rare_child_inline,
     pair_order_inline,
     ranks_above_inline,
+    register_token_inline,
     stop_reason_inline,
     token_for_merge_inline,
 )
@@ -91,11 +103,15 @@ COOPERATIVE_MAX_BLOCKS = 4096
 STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goes on
 
 # Indices into ``control``.
-(STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, MERGED_COUNT, PENDING_MARKS,
- N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE,
- REFRESH_BLOCKS, N_DIRTY) = range(19)
+(STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, NEW_TOKEN, PENDING_MARKS,
+ N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE, GRID_BLOCKS,
+ N_DIRTY, GROUP_CHUNKS) = range(20)
 CONTROL_LENGTH = 20
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
+# About this many groups of chunks: the head is the best of their maxima, which the deciding
+# block reads (a few loads a thread); more groups would make that longer, fewer would make
+# a group's rescan (its chunks one after another, on one block) longer.
+GROUPS = 512
 
 STATE = {  # name -> Numba type, in kernel argument order
     "tokens": "uint32[::1]", "next_pos": "int64[::1]", "prev_pos": "int64[::1]",
@@ -105,7 +121,8 @@ STATE = {  # name -> Numba type, in kernel argument order
     "token_hash": "uint64[::1]", "vocab_keys": "uint64[::1]", "vocab_values": "int64[::1]",
     "token_freq": "int64[::1]", "scaffold": "uint8[::1]",
     "chunk_priority": "int64[::1]", "chunk_order": "uint64[::1]", "chunk_item": "int64[::1]",
-    "chunk_dirty": "uint32[::1]", "dirty_chunks": "int64[::1]", "control": "int64[::1]", "rules": "int64[::1]",
+    "chunk_dirty": "uint32[::1]", "dirty_chunks": "int64[::1]", "group_fill": "int64[::1]",
+    "dirty_groups": "int64[::1]", "control": "int64[::1]", "rules": "int64[::1]",
     "events": "int64[::1]",
 }
 
@@ -150,99 +167,107 @@ def candidate(item, table_keys, slot_count, byte_rank, token_freq, scaffold):
 
 
 @device_phase
-def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chunks, control):
+def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chunks,
+             group_fill, dirty_groups, control):
     """Add ``delta`` to pair (left, right), claiming its cell with atomicCAS when new."""
     key = (np.uint64(left) << np.uint64(32)) | np.uint64(right)
     cell, _ = claim_cell(table_keys, key)
     cuda.atomic.add(slot_count, cell, delta)
-    mark_dirty(np.int64(cell // np.uint64(CHUNK)), chunk_dirty, dirty_chunks, control)
+    mark_dirty(np.int64(cell // np.uint64(CHUNK)), chunk_dirty, dirty_chunks, group_fill,
+               dirty_groups, control)
 
 
 @device_phase
-def mark_dirty(chunk, chunk_dirty, dirty_chunks, control):
-    """List a chunk for rescanning, once (the first thread to flag it lists it)."""
+def mark_dirty(chunk, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control):
+    """List a chunk for rescanning, once (the first thread to flag it lists it), in its
+    group's list; the chunk that opens a group's list lists the group."""
     if chunk_dirty[chunk] == 0 and cuda.atomic.cas(chunk_dirty, chunk, 0, 1) == 0:
-        dirty_chunks[cuda.atomic.add(control, N_DIRTY, 1)] = chunk
-
-
-# ------------------------------------------------------------ the phases
-
-
-@device_phase
-def count_pairs(thread, n_threads, tokens, next_pos, position_count, table_keys, slot_count,
-                chunk_dirty, dirty_chunks, control):
-    """Initial pair counts: every adjacent pair of every word, weighted by its count."""
-    for i in range(thread, tokens.size, n_threads):
-        after = next_pos[i]
-        if tokens[i] != HOLE and after >= 0:
-            add_pair(tokens[i], tokens[after], position_count[i], table_keys, slot_count,
-                     chunk_dirty, dirty_chunks, control)
+        group_size = control[GROUP_CHUNKS]
+        group = chunk // group_size
+        at = cuda.atomic.add(group_fill, group, 1)
+        dirty_chunks[group * group_size + at] = chunk
+        if at == 0:
+            dirty_groups[cuda.atomic.add(control, N_DIRTY, 1)] = group
 
 
 @device_phase
-def refresh_chunks(thread, n_threads, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-                   control, shared_priority, shared_order, shared_item):
-    """Phase 1: each block's best over the chunk maxima its threads own, written at
-    ``n_chunks + block``; the chunks were rescanned at the end of the last iteration.
-
-    Every thread of every block must call it (it syncs its block).
-    """
-    n_chunks = chunk_dirty.size
+def thread_best(first, end, chunk_priority, chunk_order, chunk_item):
+    """This thread's best of the maxima at first + threadIdx.x, + blockDim.x, ... below end:
+    (priority, order, item), item -1 when none holds a candidate."""
     best_priority = np.int64(0)
     best_order = np.uint64(0)
     best_item = np.int64(-1)
-    for chunk in range(thread, n_chunks, n_threads):
-        if chunk_item[chunk] >= 0 and (best_item < 0 or _ranks_above(
-                chunk_priority[chunk], chunk_order[chunk], best_priority, best_order)):
-            best_priority, best_order = chunk_priority[chunk], chunk_order[chunk]
-            best_item = chunk_item[chunk]
+    for at in range(first + cuda.threadIdx.x, end, cuda.blockDim.x):
+        if chunk_item[at] >= 0 and (best_item < 0 or _ranks_above(
+                chunk_priority[at], chunk_order[at], best_priority, best_order)):
+            best_priority, best_order, best_item = chunk_priority[at], chunk_order[at], \
+                chunk_item[at]
+    return best_priority, best_order, best_item
+
+
+@device_phase
+def rescan_chunk(chunk, table_keys, slot_count, byte_rank, token_freq, scaffold,
+                 chunk_priority, chunk_order, chunk_item, chunk_dirty, shared_priority,
+                 shared_order, shared_item):
+    """One block: the best candidate of ``chunk`` (item -1: none), a thread a candidate
+    (one memory round trip and a block reduction, where one thread walking the chunk would
+    pay CHUNK round trips in sequence). Every thread of the block must call it."""
+    n_items = table_keys.size + token_freq.size
+    best_priority = np.int64(0)
+    best_order = np.uint64(0)
+    best_item = np.int64(-1)
+    end = (chunk + 1) * CHUNK
+    if end > n_items:  # (not min(): a builtin overload would need a device to compile)
+        end = n_items
+    for item in range(chunk * CHUNK + cuda.threadIdx.x, end, cuda.blockDim.x):
+        priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
+                                    scaffold)
+        if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
+                                                           best_order)):
+            best_priority, best_order, best_item = priority, order, item
     block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
                  shared_item)
-    at = n_chunks + cuda.blockIdx.x
-    if thread == 0:
-        control[REFRESH_BLOCKS] = cuda.gridDim.x  # how many block maxima phase 2 reads
-        control[N_DIRTY] = 0  # the list was drained by the last rescan
-    if cuda.threadIdx.x == 0 and at < chunk_item.size:
-        chunk_priority[at] = shared_priority[0]
-        chunk_order[at] = shared_order[0]
-        chunk_item[at] = shared_item[0]
+    if cuda.threadIdx.x == 0:
+        chunk_priority[chunk] = shared_priority[0]
+        chunk_order[chunk] = shared_order[0]
+        chunk_item[chunk] = shared_item[0]
+        chunk_dirty[chunk] = 0
+    cuda.syncthreads()  # the shared arrays are reused; the maximum is read by the block
 
 
 @device_phase
 def rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
-                 shared_order, shared_item):
-    """End of an iteration: the best candidate of every listed chunk (item -1: none).
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
+                 control, shared_priority, shared_order, shared_item):
+    """End of an iteration: a block per listed group (grid-stride over the list) rescans the
+    group's listed chunks, then takes the group's maximum over its chunks' (written at
+    ``n_chunks + group``), so the next head is read from the groups' maxima alone.
 
-    A block per listed chunk (grid-stride over the list), a thread per candidate:
-    one memory round trip and a block reduction, where one thread walking the
-    chunk would pay CHUNK round trips in sequence. Every thread of every block
-    must call it (the list's length is the same for all, so the block syncs
-    stay uniform).
+    Every thread of every block must call it (the lists' lengths are the same for all, so
+    the block syncs stay uniform).
     """
-    n_items = table_keys.size + token_freq.size
+    n_chunks = chunk_dirty.size
+    group_size = control[GROUP_CHUNKS]
     for k in range(cuda.blockIdx.x, control[N_DIRTY], cuda.gridDim.x):
-        chunk = dirty_chunks[k]
-        best_priority = np.int64(0)
-        best_order = np.uint64(0)
-        best_item = np.int64(-1)
-        end = (chunk + 1) * CHUNK
-        if end > n_items:  # (not min(): a builtin overload would need a device to compile)
-            end = n_items
-        for item in range(chunk * CHUNK + cuda.threadIdx.x, end, cuda.blockDim.x):
-            priority, order = candidate(item, table_keys, slot_count, byte_rank, token_freq,
-                                        scaffold)
-            if priority > 0 and (best_item < 0 or _ranks_above(priority, order, best_priority,
-                                                               best_order)):
-                best_priority, best_order, best_item = priority, order, item
+        group = dirty_groups[k]
+        first = group * group_size
+        for j in range(group_fill[group]):
+            rescan_chunk(dirty_chunks[first + j], table_keys, slot_count, byte_rank,
+                         token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
+                         chunk_dirty, shared_priority, shared_order, shared_item)
+        end = first + group_size
+        if end > n_chunks:
+            end = n_chunks
+        best_priority, best_order, best_item = thread_best(first, end, chunk_priority,
+                                                           chunk_order, chunk_item)
         block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
                      shared_item)
         if cuda.threadIdx.x == 0:
-            chunk_priority[chunk] = shared_priority[0]
-            chunk_order[chunk] = shared_order[0]
-            chunk_item[chunk] = shared_item[0]
-            chunk_dirty[chunk] = 0
-        cuda.syncthreads()  # the shared arrays are reused by the next chunk
+            chunk_priority[n_chunks + group] = shared_priority[0]
+            chunk_order[n_chunks + group] = shared_order[0]
+            chunk_item[n_chunks + group] = shared_item[0]
+            group_fill[group] = 0
+        cuda.syncthreads()  # the shared arrays are reused by the next group
 
 
 @device_phase
@@ -279,63 +304,76 @@ def _log_event(control, events, kind, value):
 
 
 @njit(inline="always")
-def _list_dirty(chunk, chunk_dirty, dirty_chunks, control):
-    """``mark_dirty`` for the one deciding thread (no other thread lists in phase 2)."""
+def _list_dirty(chunk, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control):
+    """``mark_dirty`` for the one deciding thread (no other thread lists in phase 1)."""
     if chunk_dirty[chunk] == 0:
         chunk_dirty[chunk] = 1
-        dirty_chunks[control[N_DIRTY]] = chunk
-        control[N_DIRTY] += 1
+        group_size = control[GROUP_CHUNKS]
+        group = chunk // group_size
+        dirty_chunks[group * group_size + group_fill[group]] = chunk
+        group_fill[group] += 1
+        if group_fill[group] == 1:
+            dirty_groups[control[N_DIRTY]] = group
+            control[N_DIRTY] += 1
 
 
 @njit(inline="always")
 def _mark_if_rare(child, threshold, control, events, table_size, token_freq, scaffold,
-                  chunk_dirty, dirty_chunks):
+                  chunk_dirty, dirty_chunks, group_fill, dirty_groups):
     if is_rare_child_inline(child, threshold, token_freq, scaffold):
         scaffold[child] = 1
         control[N_NORMAL] -= 1
-        _list_dirty((table_size + child) // CHUNK, chunk_dirty, dirty_chunks, control)
+        _list_dirty((table_size + child) // CHUNK, chunk_dirty, dirty_chunks, group_fill,
+                    dirty_groups, control)
         _log_event(control, events, EVENT_MARK, child)
 
 
 @njit(inline="always")
-def _readmit(token, control, events, table_size, scaffold, chunk_dirty, dirty_chunks):
+def _readmit(token, control, events, table_size, scaffold, chunk_dirty, dirty_chunks,
+             group_fill, dirty_groups):
     scaffold[token] = 0
     control[N_NORMAL] += 1
-    _list_dirty((table_size + token) // CHUNK, chunk_dirty, dirty_chunks, control)
+    _list_dirty((table_size + token) // CHUNK, chunk_dirty, dirty_chunks, group_fill,
+                dirty_groups, control)
     _log_event(control, events, EVENT_READMIT, token)
 
 
 @njit(inline="always")
 def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_len, token_hash,
                  vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty, dirty_chunks,
-                 control, rules,
-                 events):
-    """Phase 2b, one thread: ``train_policy``'s decisions for the head; sets control[APPLY]."""
+                 group_fill, dirty_groups, control, rules, events):
+    """Phase 1b, one thread: ``train_policy``'s decisions for the head; sets control[APPLY]
+    (and control[NEW_TOKEN] when the merge makes a token: its bytes are copied by the next
+    phase's threads, not by this one thread, byte after byte)."""
     table_size = table_keys.size
     control[APPLY] = 0
+    control[NEW_TOKEN] = 0
     if control[STOP] != STOP_NONE:
         return
     if control[PENDING_MARKS] != 0:  # the last merge's children, against this head
         control[PENDING_MARKS] = 0
         _mark_if_rare(control[LEFT], head_priority, control, events, table_size, token_freq,
-                      scaffold, chunk_dirty, dirty_chunks)
+                      scaffold, chunk_dirty, dirty_chunks, group_fill, dirty_groups)
         if control[RIGHT] != control[LEFT]:
             _mark_if_rare(control[RIGHT], head_priority, control, events, table_size,
-                          token_freq, scaffold, chunk_dirty, dirty_chunks)
+                          token_freq, scaffold, chunk_dirty, dirty_chunks, group_fill,
+                          dirty_groups)
     stop = stop_reason_inline(control[N_NORMAL], control[VOCAB_SIZE], head_priority,
                               control[MIN_COUNT])
     if stop != STOP_NONE:
         control[STOP] = stop
         return
     if head_item >= table_size:  # a scaffold token at the head is re-admitted
-        _readmit(head_item - table_size, control, events, table_size, scaffold, chunk_dirty, dirty_chunks)
+        _readmit(head_item - table_size, control, events, table_size, scaffold, chunk_dirty,
+                 dirty_chunks, group_fill, dirty_groups)
         return
     left = np.int64(table_keys[head_item] >> np.uint64(32))
     right = np.int64(table_keys[head_item] & LOW32)
-    merged, merged_hash = token_for_merge_inline(left, right, pool, token_start, token_len,
-                                                 token_hash, vocab_keys, vocab_values)
+    merged, merged_hash, hash_listed = token_for_merge_inline(
+        left, right, pool, token_start, token_len, token_hash, vocab_keys, vocab_values)
     if merged >= 0 and scaffold[merged] != 0:  # re-admitted; the pair stays at the head
-        _readmit(merged, control, events, table_size, scaffold, chunk_dirty, dirty_chunks)
+        _readmit(merged, control, events, table_size, scaffold, chunk_dirty, dirty_chunks,
+                 group_fill, dirty_groups)
         return
     if merged < 0:
         if control[POOL_USED] + token_len[left] + token_len[right] > pool.size:
@@ -344,10 +382,11 @@ def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_
             return
         merged = control[N_TOKENS]
         control[N_TOKENS] += 1
-        control[POOL_USED] = append_token_inline(left, right, merged_hash, merged,
-                                                 control[POOL_USED], pool, token_start,
-                                                 token_len, token_hash, vocab_keys,
-                                                 vocab_values)
+        control[POOL_USED] = register_token_inline(left, right, merged_hash, hash_listed,
+                                                   merged, control[POOL_USED], token_start,
+                                                   token_len, token_hash, vocab_keys,
+                                                   vocab_values)
+        control[NEW_TOKEN] = 1
         token_freq[merged] = 0
         scaffold[merged] = 0
         control[N_NORMAL] += 1
@@ -357,7 +396,6 @@ def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_
     _log_event(control, events, EVENT_RULE, control[RULES_TOTAL])
     control[RULES_TOTAL] += 1
     control[LEFT], control[RIGHT], control[MERGED] = left, right, merged
-    control[MERGED_COUNT] = 0
     control[PENDING_MARKS] = control[SCAFFOLD_MODE]
     control[APPLY] = 1
 
@@ -365,44 +403,63 @@ def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_
 _decide_merge = device_function(decide_merge)
 
 
+# ------------------------------------------------------------ the phases
+
+
+@device_phase
+def count_pairs(thread, n_threads, tokens, next_pos, position_count, table_keys, slot_count,
+                chunk_dirty, dirty_chunks, group_fill, dirty_groups, control):
+    """Initial pair counts: every adjacent pair of every word, weighted by its count."""
+    for i in range(thread, tokens.size, n_threads):
+        after = next_pos[i]
+        if tokens[i] != HOLE and after >= 0:
+            add_pair(tokens[i], tokens[after], position_count[i], table_keys, slot_count,
+                     chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
+
+
 @device_phase
 def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
            token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-           dirty_chunks, control, rules, events, shared_priority, shared_order, shared_item):
-    """Phase 2, one block: the head over phase 1's block maxima, then thread 0 decides."""
-    best_priority = np.int64(0)
-    best_order = np.uint64(0)
-    best_item = np.int64(-1)
-    first = chunk_dirty.size
-    for at in range(first + cuda.threadIdx.x, first + control[REFRESH_BLOCKS], cuda.blockDim.x):
-        if chunk_item[at] >= 0 and (best_item < 0 or _ranks_above(
-                chunk_priority[at], chunk_order[at], best_priority, best_order)):
-            best_priority, best_order, best_item = chunk_priority[at], chunk_order[at], \
-                chunk_item[at]
+           dirty_chunks, group_fill, dirty_groups, control, rules, events, shared_priority,
+           shared_order, shared_item):
+    """Phase 1, one block: the head over the groups' maxima, then thread 0 decides."""
+    n_chunks = chunk_dirty.size
+    n_groups = (n_chunks + control[GROUP_CHUNKS] - 1) // control[GROUP_CHUNKS]
+    best_priority, best_order, best_item = thread_best(n_chunks, n_chunks + n_groups,
+                                                       chunk_priority, chunk_order, chunk_item)
     block_reduce(best_priority, best_order, best_item, shared_priority, shared_order,
                  shared_item)
     if cuda.threadIdx.x == 0:
+        control[N_DIRTY] = 0  # the listed groups were rescanned at the end of the last one
         head_priority = shared_priority[0] if shared_item[0] >= 0 else np.int64(0)
         _decide_merge(shared_item[0], head_priority, table_keys, pool, token_start, token_len,
                       token_hash, vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty,
-                      dirty_chunks, control, rules, events)
+                      dirty_chunks, group_fill, dirty_groups, control, rules, events)
 
 
 @device_phase
-def find_starts(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark, control):
-    """Phase 3: mark[i] = 1 where a merge begins, 2 on its right half; sums the merged count."""
-    if control[APPLY] == 0:
-        return
+def add_merged_count(count, token_freq, control):
+    """f(t) of the merged token and its parts, for ``count`` merged positions (int64 atomics:
+    the same sums in any order)."""
+    if count != 0:
+        cuda.atomic.add(token_freq, control[MERGED], count)
+        cuda.atomic.add(token_freq, control[LEFT], -count)
+        cuda.atomic.add(token_freq, control[RIGHT], -count)
+
+
+@device_phase
+def find_runs(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark, token_freq,
+              control):
+    """Phase 2, only when left == right: the first position of each run walks it and pairs
+    it up left to right (``a a a a a`` -> ``aa aa a``, as the CPU): mark[i] = 1 where a
+    merge begins, 2 on its right half. (When left != right no two merges overlap, and
+    ``count_deltas`` finds them itself: one grid sync and one pass fewer.)"""
     left = control[LEFT]
-    right = control[RIGHT]
+    if control[APPLY] == 0 or control[RIGHT] != left:
+        return
+    merged_count = np.int64(0)
     for i in range(thread, tokens.size, n_threads):
         if tokens[i] != left:
-            continue
-        if left != right:
-            after = next_pos[i]
-            if after >= 0 and tokens[after] == right:
-                mark[i], mark[after] = 1, 2
-                cuda.atomic.add(control, MERGED_COUNT, position_count[i])
             continue
         before = prev_pos[i]
         if before >= 0 and tokens[before] == left:
@@ -413,51 +470,92 @@ def find_starts(thread, n_threads, tokens, next_pos, prev_pos, position_count, m
             if after < 0 or tokens[after] != left:
                 break
             mark[at], mark[after] = 1, 2
-            cuda.atomic.add(control, MERGED_COUNT, position_count[at])
+            merged_count += position_count[at]
             at = next_pos[after]
             if at >= 0 and tokens[at] != left:
                 break
+    add_merged_count(merged_count, token_freq, control)
 
 
 @device_phase
-def count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, table_keys,
-                 slot_count, token_freq, chunk_dirty, dirty_chunks, control):
-    """Phase 4: each pair next to a merge leaves (old) or arrives (new), once per position;
-    thread 0 updates f(t) of the merged token and its parts."""
+def merge_starts_at(at, runs, tokens, next_pos, mark, left, right):
+    """Whether a merge begins at position ``at`` (>= 0): read from ``find_runs``' marks when
+    left == right (``runs``), else from the tokens."""
+    if runs:
+        return mark[at] == 1
+    after = next_pos[at]
+    return tokens[at] == left and after >= 0 and tokens[after] == right
+
+
+@device_phase
+def copy_new_token(thread, n_threads, pool, token_start, token_len, control):
+    """The bytes of the token the decision made (``NEW_TOKEN``), a thread a byte."""
+    if control[NEW_TOKEN] == 0:
+        return
+    left, right, merged = control[LEFT], control[RIGHT], control[MERGED]
+    n_left = token_len[left]
+    start = token_start[merged]
+    for i in range(thread, token_len[merged], n_threads):
+        source = token_start[left] + i if i < n_left else token_start[right] + i - n_left
+        pool[start + i] = pool[source]
+
+
+@device_phase
+def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
+                 table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
+                 dirty_groups, control):
+    """Phase 3: each pair next to a merge leaves (old) or arrives (new), once per position;
+    f(t) of the merged token and its parts. When left != right the merges are found here
+    (mark[i] = 1 where one begins, 2 on its right half, for ``write_merges``)."""
     if control[APPLY] == 0:
         return
-    merged = control[MERGED]
+    merged, left, right = control[MERGED], control[LEFT], control[RIGHT]
+    runs = left == right
     if thread == 0:
+        control[GRID_BLOCKS] = cuda.gridDim.x
         table_size = table_keys.size
-        merged_count = control[MERGED_COUNT]
-        token_freq[merged] += merged_count
-        token_freq[control[LEFT]] -= merged_count
-        token_freq[control[RIGHT]] -= merged_count
-        mark_dirty((table_size + merged) // CHUNK, chunk_dirty, dirty_chunks, control)
-        mark_dirty((table_size + control[LEFT]) // CHUNK, chunk_dirty, dirty_chunks, control)
-        mark_dirty((table_size + control[RIGHT]) // CHUNK, chunk_dirty, dirty_chunks, control)
+        for token in (merged, left, right):
+            mark_dirty((table_size + token) // CHUNK, chunk_dirty, dirty_chunks, group_fill,
+                       dirty_groups, control)
+    merged_count = np.int64(0)
     for k in range(thread, tokens.size, n_threads):
-        if tokens[k] == HOLE:
+        token = tokens[k]
+        if token == HOLE:
             continue
-        here = mark[k]
         after = next_pos[k]
-        if after >= 0 and (here != 0 or mark[after] == 1):
-            add_pair(tokens[k], tokens[after], -position_count[k], table_keys, slot_count,
-                     chunk_dirty, dirty_chunks, control)
+        if runs:
+            here = mark[k]
+        elif merge_starts_at(k, runs, tokens, next_pos, mark, left, right):
+            here = 1
+            mark[k] = 1
+            merged_count += position_count[k]
+        elif token == right and prev_pos[k] >= 0 and tokens[prev_pos[k]] == left:
+            here = 2
+            mark[k] = 2
+        else:
+            here = 0
+        if after >= 0 and (here != 0 or merge_starts_at(after, runs, tokens, next_pos, mark,
+                                                         left, right)):
+            add_pair(token, tokens[after], -position_count[k], table_keys, slot_count,
+                     chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
         if here == 2:
             continue  # merged away: no new pair starts here
         if here == 1:
             after = next_pos[after]
-        if after >= 0 and (here == 1 or mark[after] == 1):
-            left = merged if here == 1 else np.int64(tokens[k])
-            right = merged if mark[after] == 1 else np.int64(tokens[after])
-            add_pair(left, right, position_count[k], table_keys, slot_count, chunk_dirty,
-                     dirty_chunks, control)
+        if after >= 0:
+            after_starts = merge_starts_at(after, runs, tokens, next_pos, mark, left, right)
+            if here == 1 or after_starts:
+                pair_left = merged if here == 1 else np.int64(token)
+                pair_right = merged if after_starts else np.int64(tokens[after])
+                add_pair(pair_left, pair_right, position_count[k], table_keys, slot_count,
+                         chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
+    if not runs:
+        add_merged_count(merged_count, token_freq, control)
 
 
 @device_phase
 def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control):
-    """Phase 5 (with ``rescan_dirty``): merged ids written, right halves unlinked."""
+    """Phase 4 (with ``rescan_dirty``): merged ids written, right halves unlinked."""
     if control[APPLY] == 0:
         return
     merged = control[MERGED]
@@ -485,10 +583,10 @@ def count_pairs_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
     """Launch: a thread per position, grid-stride. The initial pair table."""
     count_pairs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, table_keys,
-                slot_count, chunk_dirty, dirty_chunks, control)
+                slot_count, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
 
 
 @cuda.jit
@@ -496,14 +594,15 @@ def rescan_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: a block per listed chunk, grid-stride over the list. The chunk maxima."""
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Launch: a block per listed group, grid-stride over the list. The chunk and group
+    maxima."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
-                 shared_order, shared_item)
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
+                 control, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
@@ -511,7 +610,7 @@ def begin_batch_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
     """Launch: one thread. Empties the batch's rules and events; lifts a pool-room stop."""
     if cuda.grid(1) == 0:
         control[N_RULES] = 0
@@ -521,44 +620,31 @@ def begin_batch_kernel(
 
 
 @cuda.jit
-def refresh_kernel(
-        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: a thread per chunk, grid-stride (phase 1)."""
-    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
-    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    if control[STOP] == STOP_NONE:  # the same for every thread: the block syncs stay uniform
-        refresh_chunks(cuda.grid(1), cuda.gridsize(1), chunk_priority, chunk_order, chunk_item,
-                       chunk_dirty, control, shared_priority, shared_order, shared_item)
-
-
-@cuda.jit
 def decide_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: exactly one block (phase 2)."""
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Launch: exactly one block (phase 1)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
            token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-           dirty_chunks, control, rules, events, shared_priority, shared_order, shared_item)
+           dirty_chunks, group_fill, dirty_groups, control, rules, events, shared_priority,
+           shared_order, shared_item)
 
 
 @cuda.jit
-def find_starts_kernel(
+def find_runs_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: a thread per position, grid-stride (phase 3)."""
-    find_starts(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, position_count,
-                mark, control)
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Launch: a thread per position, grid-stride (phase 2; it returns at once unless the
+    merge's two tokens are one)."""
+    find_runs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, position_count,
+              mark, token_freq, control)
 
 
 @cuda.jit
@@ -566,10 +652,13 @@ def count_deltas_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: a thread per position, grid-stride (phase 4)."""
-    count_deltas(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, mark,
-                 table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, control)
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Launch: a thread per position, grid-stride (phase 3, and the new token's bytes)."""
+    thread, n_threads = cuda.grid(1), cuda.gridsize(1)
+    copy_new_token(thread, n_threads, pool, token_start, token_len, control)
+    count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
+                 table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
+                 dirty_groups, control)
 
 
 @cuda.jit
@@ -577,16 +666,16 @@ def write_merges_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Launch: a thread per position, grid-stride (phase 5: the merges written, the listed
-    chunks rescanned, a block per chunk)."""
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Launch: a thread per position, grid-stride (phase 4: the merges written, the listed
+    groups rescanned, a block per group)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, control)
     rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, control, shared_priority,
-                 shared_order, shared_item)
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
+                 control, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
@@ -594,11 +683,12 @@ def train_steps_kernel(
         n_steps, tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, control, rules, events):
-    """Up to ``n_steps`` iterations in one launch: the five phases, ``grid_sync()`` between.
+        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+    """Up to ``n_steps`` iterations in one launch: the phases, ``grid_sync()`` between
+    (three a merge, four when its two tokens are one).
 
     Launch: a cooperative grid (every block resident); grid-stride over
-    positions and chunks. Block 0 decides. On the simulator: one block only
+    positions and groups. Block 0 decides. On the simulator: one block only
     (its grid sync waits for nothing else).
     """
     thread = cuda.grid(1)
@@ -609,33 +699,33 @@ def train_steps_kernel(
     for _ in range(n_steps):
         if control[STOP] != STOP_NONE:  # read by all after the same sync: a uniform exit
             break
-        refresh_chunks(thread, n_threads, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-                       control, shared_priority, shared_order, shared_item)
-        grid_sync()
         if cuda.blockIdx.x == 0:
             decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys,
                    vocab_values, token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
-                   chunk_dirty, dirty_chunks, control, rules, events, shared_priority,
-                   shared_order, shared_item)
+                   chunk_dirty, dirty_chunks, group_fill, dirty_groups, control, rules, events,
+                   shared_priority, shared_order, shared_item)
         grid_sync()
-        find_starts(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
-                    control)
-        grid_sync()
-        count_deltas(thread, n_threads, tokens, next_pos, position_count, mark, table_keys,
-                     slot_count, token_freq, chunk_dirty, dirty_chunks, control)
+        if control[APPLY] != 0 and control[LEFT] == control[RIGHT]:  # the same for all
+            find_runs(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
+                      token_freq, control)
+            grid_sync()
+        copy_new_token(thread, n_threads, pool, token_start, token_len, control)
+        count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
+                     table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
+                     dirty_groups, control)
         grid_sync()
         write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control)
         rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                     chunk_order, chunk_item, chunk_dirty, dirty_chunks, control,
-                     shared_priority, shared_order, shared_item)
+                     chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill,
+                     dirty_groups, control, shared_priority, shared_order, shared_item)
         grid_sync()
 
 
 _STATE_SIGNATURE = ", ".join(STATE.values())
 TRAIN_CUDA_SIGNATURES = {
     kernel: f"void({_STATE_SIGNATURE})"
-    for kernel in (count_pairs_kernel, rescan_kernel, begin_batch_kernel, refresh_kernel,
-                   decide_kernel, find_starts_kernel, count_deltas_kernel, write_merges_kernel)
+    for kernel in (count_pairs_kernel, rescan_kernel, begin_batch_kernel, decide_kernel,
+                   find_runs_kernel, count_deltas_kernel, write_merges_kernel)
 }
 TRAIN_CUDA_SIGNATURES[train_steps_kernel] = f"void(int64, {_STATE_SIGNATURE})"
 
@@ -663,18 +753,16 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
     table = table_size_for(n_positions, n_words)
     vocab_table = 1 << max(4, int(4 * max_tokens - 1).bit_length())
     chunks = (table + max_tokens + CHUNK - 1) // CHUNK
+    groups = -(-chunks // group_chunks(chunks))
     return (n_positions * (4 + 8 + 8 + 8 + 1) + table * 16 + 256 * 8 + pool_bytes
             + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16
-            + chunks * 25 + refresh_blocks(chunks) * 24
+            + chunks * 36 + groups * 40
             + 8 * (CONTROL_LENGTH + rows * (3 + 2 * EVENTS_PER_ITERATION)))
 
 
-def refresh_blocks(n_chunks: int) -> int:
-    """The most blocks phase 1 runs with under either launcher (``launch``'s grid over the
-    chunks, or the cooperative grid, at most one block per multiprocessor)."""
-    by_launch = min((n_chunks + block_threads() - 1) // block_threads(),
-                    2 if numba.config.ENABLE_CUDASIM else MAX_BLOCKS)
-    return max(by_launch, 1 if numba.config.ENABLE_CUDASIM else COOPERATIVE_MAX_BLOCKS)
+def group_chunks(n_chunks: int) -> int:
+    """Chunks a group: a power of two, for about GROUPS groups."""
+    return 1 << max(0, int(-(-n_chunks // GROUPS) - 1).bit_length())
 
 
 def host_word_positions(tokens, word_start, word_len, word_count):
@@ -716,15 +804,22 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["table_keys"] = xp.full(table, EMPTY_KEY, dtype=xp.uint64)
     state["slot_count"] = xp.zeros(table, dtype=xp.int64)
     chunks = (table + host["token_freq"].size + CHUNK - 1) // CHUNK
-    entries = chunks + refresh_blocks(chunks)  # the chunk maxima, then phase 1's block maxima
+    group_size = group_chunks(chunks)
+    groups = -(-chunks // group_size)
+    entries = chunks + groups  # the chunk maxima, then the groups' maxima
     state["chunk_priority"] = xp.zeros(entries, dtype=xp.int64)
     state["chunk_order"] = xp.zeros(entries, dtype=xp.uint64)
     state["chunk_item"] = xp.full(entries, -1, dtype=xp.int64)
     state["chunk_dirty"] = xp.ones(chunks, dtype=xp.uint32)  # every chunk listed, once
-    state["dirty_chunks"] = xp.arange(chunks, dtype=xp.int64)
+    state["dirty_chunks"] = xp.arange(chunks, dtype=xp.int64)  # group g's from g * size
+    fill = np.full(groups, group_size, np.int64)
+    fill[-1] = chunks - (groups - 1) * group_size
+    state["group_fill"] = to_device(xp, fill)
+    state["dirty_groups"] = xp.arange(groups, dtype=xp.int64)
     state["mark"] = xp.zeros(n_positions, dtype=xp.uint8)
     control = host["control"].copy()
-    control[N_DIRTY] = chunks
+    control[N_DIRTY] = groups
+    control[GROUP_CHUNKS] = group_size
     out = to_device(xp, np.concatenate([control, np.zeros(
         rows * (3 + 2 * EVENTS_PER_ITERATION), np.int64)]))
     state["out"] = out
@@ -732,7 +827,7 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["rules"] = out[CONTROL_LENGTH:CONTROL_LENGTH + 3 * rows]
     state["events"] = out[CONTROL_LENGTH + 3 * rows:]
     launch(count_pairs_kernel, n_positions, *state_args(state))
-    launch(rescan_kernel, chunks * block_threads(), *state_args(state))
+    launch(rescan_kernel, groups * block_threads(), *state_args(state))
     return state
 
 
@@ -741,14 +836,13 @@ def state_args(state: dict) -> list:
 
 
 def run_phased(state: dict, n_iterations: int) -> None:
-    """A batch as separate launches: 1 + 5 per iteration, no host read."""
+    """A batch as separate launches: 1 + 4 per iteration, no host read."""
     args = state_args(state)
-    n_positions, n_chunks = state["tokens"].size, state["chunk_dirty"].size
+    n_positions = state["tokens"].size
     launch(begin_batch_kernel, 1, *args)
     for _ in range(n_iterations):
-        launch(refresh_kernel, n_chunks, *args)
         launch(decide_kernel, block_threads(), *args)
-        launch(find_starts_kernel, n_positions, *args)
+        launch(find_runs_kernel, n_positions, *args)
         launch(count_deltas_kernel, n_positions, *args)
         launch(write_merges_kernel, n_positions, *args)
 

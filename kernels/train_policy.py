@@ -63,46 +63,58 @@ def _is_rare_child(child, threshold, token_freq, scaffold):
     return child >= 256 and scaffold[child] == 0 and token_freq[child] < threshold
 
 
-def _token_rules(find, put, concat):
-    """``token_for_merge`` and ``append_token`` over the given table and hash helpers."""
+def _token_rules(find, put, concat, build):
+    """``token_for_merge``, ``register_token`` and ``append_token`` over the given table and
+    hash helpers, each compiled by ``build``."""
 
     def token_for_merge(left, right, pool, token_start, token_len, token_hash, vocab_keys,
                         vocab_values):
-        """The id of bytes(left) + bytes(right): (an existing token or -1 if new, its hash)."""
+        """The id of bytes(left) + bytes(right): (an existing token or -1 if new, its hash,
+        whether the hash is in the table already: a new token then stays out of it)."""
         merged_hash = concat(token_hash[left], token_hash[right], token_len[right])
         found = find(vocab_keys, vocab_values, merged_hash)
         if found < 0 or token_len[found] != token_len[left] + token_len[right]:
-            return -1, merged_hash
+            return -1, merged_hash, found >= 0
         at = token_start[found]
         for i in range(token_len[left]):
             if pool[at] != pool[token_start[left] + i]:
-                return -1, merged_hash  # a 64-bit hash collision: treat as new
+                return -1, merged_hash, True  # a 64-bit hash collision: treat as new
             at += 1
         for i in range(token_len[right]):
             if pool[at] != pool[token_start[right] + i]:
-                return -1, merged_hash
+                return -1, merged_hash, True
             at += 1
-        return found, merged_hash
+        return found, merged_hash, True
 
-    def append_token(left, right, merged_hash, new_id, pool_used, pool, token_start, token_len,
-                     token_hash, vocab_keys, vocab_values):
-        """Write token ``new_id`` = bytes(left) + bytes(right) at pool[pool_used:] (the pool
-        must have room); returns the pool's new fill."""
+    def register_token(left, right, merged_hash, hash_listed, new_id, pool_used, token_start,
+                       token_len, token_hash, vocab_keys, vocab_values):
+        """Token ``new_id`` = bytes(left) + bytes(right), its bytes to go at pool[pool_used:]
+        (which must have room): its start, length, hash and table entry, not the bytes;
+        returns the pool's new fill."""
+        token_start[new_id] = pool_used
+        token_len[new_id] = token_len[left] + token_len[right]
+        token_hash[new_id] = merged_hash
+        if not hash_listed:
+            put(vocab_keys, vocab_values, merged_hash, new_id)
+        return pool_used + token_len[new_id]
+
+    register = build(register_token)
+
+    def append_token(left, right, merged_hash, hash_listed, new_id, pool_used, pool,
+                     token_start, token_len, token_hash, vocab_keys, vocab_values):
+        """``register_token``, and its bytes written; returns the pool's new fill."""
+        end = register(left, right, merged_hash, hash_listed, new_id, pool_used, token_start,
+                       token_len, token_hash, vocab_keys, vocab_values)
         at = pool_used
-        token_start[new_id] = at
         for i in range(token_len[left]):
             pool[at] = pool[token_start[left] + i]
             at += 1
         for i in range(token_len[right]):
             pool[at] = pool[token_start[right] + i]
             at += 1
-        token_len[new_id] = at - pool_used
-        token_hash[new_id] = merged_hash
-        if find(vocab_keys, vocab_values, merged_hash) < 0:
-            put(vocab_keys, vocab_values, merged_hash, new_id)
-        return at
+        return end
 
-    return token_for_merge, append_token
+    return build(token_for_merge), register, build(append_token)
 
 
 # CPU builds (the Numba merge loop).
@@ -110,14 +122,13 @@ ranks_above = hot(_ranks_above)
 pair_order = hot(_pair_order)
 stop_reason = hot(_stop_reason)
 is_rare_child = hot(_is_rare_child)
-token_for_merge, append_token = (njit(_nrt=False)(f)
-                                 for f in _token_rules(table_find, table_put, hash_concat))
+token_for_merge, _, append_token = _token_rules(table_find, table_put, hash_concat,
+                                                njit(_nrt=False))
 
 # CUDA builds (inlined into the kernels; the simulator runs them compiled for the CPU).
 ranks_above_inline = inline(_ranks_above)
 pair_order_inline = inline(_pair_order)
 stop_reason_inline = inline(_stop_reason)
 is_rare_child_inline = inline(_is_rare_child)
-token_for_merge_inline, append_token_inline = (
-    inline(f) for f in _token_rules(table_find_inline, inline(table_put.py_func),
-                                    inline(hash_concat.py_func)))
+token_for_merge_inline, register_token_inline, _ = _token_rules(
+    table_find_inline, inline(table_put.py_func), inline(hash_concat.py_func), inline)

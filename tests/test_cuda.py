@@ -69,8 +69,8 @@ def test_pair_histogram_kernel_equals_cpu(word_counts):
 @given(small_words, st.integers(257, 275), st.booleans())
 def test_phased_device_training_equals_cpu(word_counts, vocab_size, scaffold):
     # The phased launcher named: the default is the persistent kernel where the device has
-    # grid sync (an H200 does; the simulator does not), which launches no find-starts.
-    before = _cuda.launch_counts["find_starts_kernel"]
+    # grid sync (an H200 does; the simulator does not), which launches no find-runs.
+    before = _cuda.launch_counts["find_runs_kernel"]
     cpu = train_from_counts(word_counts, vocab_size, scaffold=scaffold, progress=False)
     gpu = train_from_counts(word_counts, vocab_size, scaffold=scaffold, progress=False,
                             backend=CUDA, launcher="phased")
@@ -80,8 +80,8 @@ def test_phased_device_training_equals_cpu(word_counts, vocab_size, scaffold):
     else:
         assert gpu.tolist() == cpu.tolist()
         merges = len(cpu)
-    # The phased launcher: a find-starts launch per iteration (re-admits included).
-    assert _cuda.launch_counts["find_starts_kernel"] >= before + merges
+    # The phased launcher: a find-runs launch per iteration (re-admits included).
+    assert _cuda.launch_counts["find_runs_kernel"] >= before + merges
 
 
 def test_runs_of_one_token_merge_by_parity():

@@ -90,8 +90,8 @@ def test_phased_launcher_runs_over_two_blocks_and_the_persistent_kernel_over_one
         state = _DeviceTrainState(word_counts, 266, 1, False, np, 4, launcher)
         rules = np.concatenate([state.run(4)[0] for _ in range(4)])
         assert rules.tolist() == cpu.tolist()
-        # Phase 1 records the grid it ran with: its block maxima are what phase 2 reads.
-        assert to_host(state.state["control"], "test")[dev.REFRESH_BLOCKS] == blocks
+        # The count phase records the grid it ran with.
+        assert to_host(state.state["control"], "test")[dev.GRID_BLOCKS] == blocks
 
 
 def random_words(n_words: int, seed: int) -> dict[bytes, int]:
@@ -114,7 +114,7 @@ def test_the_persistent_kernel_over_many_blocks_equals_cpu(scaffold):
     assert_same(cpu, device, scaffold)
     state = _DeviceTrainState(word_counts, 1256, 1, scaffold, CUDA.xp, 64, "cooperative")
     state.run(64)
-    assert to_host(state.state["control"], "test")[dev.REFRESH_BLOCKS] > 1
+    assert to_host(state.state["control"], "test")[dev.GRID_BLOCKS] > 1
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -126,6 +126,39 @@ def test_long_runs_of_one_byte(launcher):
     assert device[0].tolist() == reference_rules(word_counts, 264)
     assert device[0][0].tolist() == [97, 97, 256]
 
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_chunks_kept_in_groups_of_several(monkeypatch, launcher):
+    # The head is the best of the groups' maxima; with GROUPS = 2 each group holds several
+    # chunks, so a group's rescan must find its listed chunks among others (the tests'
+    # small inputs otherwise get a group a chunk).
+    monkeypatch.setattr(dev, "GROUPS", 2)
+    word_counts = random_words(40, seed=5)
+    state = _DeviceTrainState(word_counts, 300, 1, True, CUDA.xp, 8, launcher)
+    assert to_host(state.state["control"], "test")[dev.GROUP_CHUNKS] > 2
+    cpu, device = train_both(word_counts, 300, True, launcher=launcher, step=16)
+    assert_same(cpu, device, True)
+
+
+@pytest.mark.skipif(not ON_SIMULATOR, reason="counts the simulator's calls of grid_sync()")
+def test_a_merge_pays_three_grid_syncs_four_when_its_two_tokens_are_one(monkeypatch):
+    """The persistent kernel's cost a merge that no launch count shows: its grid syncs
+    (~1.5-3 us each on an H100, bench/GPU_NOTES.md). Until session 21, five a merge."""
+    calls = []
+    simulated_sync = dev.grid_sync
+
+    def counted_sync():
+        calls.append(1)
+        simulated_sync()
+
+    monkeypatch.setattr(dev, "grid_sync", counted_sync)
+    for word_counts, syncs in (({b"abcd": 2}, 3), ({b"aaaa": 2}, 4)):
+        calls.clear()
+        state = _DeviceTrainState(word_counts, 257, 1, False, CUDA.xp, 4, "cooperative")
+        rules = state.run(4)[0]
+        word = next(iter(word_counts))
+        assert rules.tolist() == [[word[0], word[1], 256]]  # one merge, one iteration
+        assert len(calls) == syncs * dev.block_threads()  # every thread calls each sync
 
 @pytest.mark.parametrize("scaffold", [False, True])
 def test_word_counted_more_than_2_to_the_32(scaffold):
