@@ -24,7 +24,8 @@
 # --steps: which steps run after doctor, in this order (default: all but merge-loop, the merge
 # loop's time per merge on CPU and GPU: bench/train_bench.py --merge-loop on the demo corpus,
 # merge-loop.md; and merge-phases, each phase kernel of the phased launcher timed by ncu,
-# merge-phases.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
+# merge-phases.md; and cache, a new process's first CUDA calls with the kernels' disk cache
+# off, empty and filled: bench/kernel_cache_bench.py, kernel-cache.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
 # --test-workers: pytest-xdist processes for the CUDA tests, a file each (one GPU serves them
 # all); each failure's traceback is written to failures.txt as it happens. --cap: a step's
 # limit in seconds (a step cut short says so; the steps after it still run): a leased
@@ -51,7 +52,7 @@ while [ $# -gt 0 ]; do
         --sweep-megabytes) sweep_megabytes="$2"; shift 2 ;;
         --test-workers) test_workers="$2"; shift 2 ;;
         --cap) caps["${2%%=*}"]="${2#*=}"; shift 2 ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -124,6 +125,13 @@ for step in $steps; do
         capped merge-loop "$python" bench/train_bench.py --merge-loop --repeats 1 \
             --corpus "${corpus:-gpubpe/data/demo.txt}" "${loop_size[@]}" 2>&1 \
             | tee "$out/merge-loop.md" ;;
+    cache)  # GPUBPE_CUDA_CACHE: does a new process load the kernels instead of building them?
+        cuda_usable || exit 2
+        echo "== bench/kernel_cache_bench.py (first CUDA calls of new processes, cache off/on)"
+        copies=12
+        [ "$simulator" -eq 1 ] && copies=0.001
+        capped cache "$python" bench/kernel_cache_bench.py --copies "$copies" \
+            $([ "$simulator" -eq 1 ] && echo --simulator) 2>&1 | tee "$out/kernel-cache.md" ;;
     merge-phases)  # where a merge's time goes: each phase its own kernel, timed by ncu
         cuda_usable || exit 2
         echo "== ncu over the phased launcher's kernels (merge-phases.csv: duration of each)"

@@ -89,6 +89,9 @@ def _run_probe() -> str | None:
     except Exception as exc:
         return (f"running the test kernels (a plain and a grid-sync kernel, which needs "
                 f"libcudadevrt) failed: {type(exc).__name__}: {_first_lines(exc)}")
+    from .kernels.cuda_kernels import enable_disk_cache
+
+    enable_disk_cache()  # GPUBPE_CUDA_CACHE=1 only
     return None
 
 

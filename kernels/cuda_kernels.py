@@ -35,6 +35,32 @@ def all_cuda_kernels() -> list[tuple[object, str]]:
     return kernels
 
 
+CACHE_VARIABLE = "GPUBPE_CUDA_CACHE"
+
+
+def enable_disk_cache() -> list[str]:
+    """With ``GPUBPE_CUDA_CACHE=1``: every kernel's build kept on disk (Numba's
+    ``cache=True``: ``__pycache__`` beside the module, else ``~/.cache/numba``), so a new
+    process loads it instead of compiling; the names of the kernels switched.
+
+    Opt-in, and not yet tried on a GPU: on the H200 lent in session 20 each process compiled
+    every kernel it used (``gpubpe bench`` printed nothing in 60 s), and
+    ``bench/gpu_node.sh --steps cache`` times a second process against a first. The
+    persistent training kernel is left out: it needs a cooperative launch, which a build
+    loaded from the cache is not known to keep (its grid syncs would then never return).
+    """
+    if os.environ.get(CACHE_VARIABLE) != "1":
+        return []
+    from . import train_device
+
+    switched = []
+    for kernel, _ in all_cuda_kernels():
+        if kernel is not train_device.train_steps_kernel and hasattr(kernel, "enable_caching"):
+            kernel.enable_caching()
+            switched.append(kernel.py_func.__name__)
+    return switched
+
+
 @contextmanager
 def _target_architecture(arch):
     """Numba compiles the ``@njit`` helpers a kernel calls as device functions for the

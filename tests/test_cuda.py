@@ -146,6 +146,34 @@ def test_every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90():
         assert all(re.fullmatch(r"\d+ registers, \d+ B stack, .*", cost) for cost in costs), costs
 
 
+CACHE_SCRIPT = """
+from numba.cuda.dispatcher import CUDACache
+from gpubpe.kernels.cuda_kernels import all_cuda_kernels, enable_disk_cache
+switched = enable_disk_cache()
+cached = sorted(k.py_func.__name__ for k, _ in all_cuda_kernels()
+                if isinstance(k._cache, CUDACache))
+print(len(all_cuda_kernels()), sorted(switched) == cached, " ".join(cached))
+"""
+
+
+@pytest.mark.parametrize("variable", [None, "1"])
+def test_the_disk_cache_of_kernels_is_opt_in_and_leaves_the_cooperative_one_out(variable):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "GPUBPE_CUDA_CACHE")}
+    if variable is not None:
+        env["GPUBPE_CUDA_CACHE"] = variable
+    out = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    n_kernels, agrees, *cached = out.stdout.split()
+    assert agrees == "True"
+    if variable is None:
+        assert cached == []
+    else:  # every kernel but the persistent training kernel (a cooperative launch)
+        assert len(cached) == int(n_kernels) - 1 and "train_steps_kernel" not in cached
+        assert {"encode_words_kernel", "decide_kernel", "count_pairs_kernel"} <= set(cached)
+
+
 def test_assembled_reports_registers_and_refuses_bad_ptx():
     from gpubpe.kernels.cuda_kernels import AssemblyError, assembled, ptxas_path
 
