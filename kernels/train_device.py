@@ -27,16 +27,18 @@ One iteration is three or four phases separated by grid-wide syncs:
    -> ``aa aa a``), as the CPU. When ``left != right`` no two merges overlap
    and phase 3 finds them itself, so a merge pays one grid sync and one pass
    over the positions fewer.
-3. ``count_deltas``: where merges begin (mark 1) and their right halves (mark
-   2), and every pair next to a merge: the old one subtracted, the new one
-   added (int64 atomics; new keys claimed with atomicCAS); f(t) of the merged
-   token and its parts (atomics of each thread's sum). Since the counts are a
-   function of the words, this equals the CPU's sequential deltas, whatever
-   the order. Every chunk whose candidates changed is listed once, in its
-   group's list (``mark_dirty``).
-4. ``write_merges``: the left half takes the merged id and skips its partner;
-   ``rescan_dirty``: a block per listed group rescans its listed chunks (a
-   thread a candidate) and then takes the group's maximum.
+3. ``count_deltas``: a thread that finds a merge's start (only positions holding
+   the left token are read past their token) makes its pair deltas: the pair
+   merged and the pairs on its two sides leave, the pairs with the merged token
+   arrive (int64 atomics; new keys claimed with atomicCAS; of two merges side
+   by side the left one owns the pair between them, as the CPU's occurrences),
+   and lists the start; f(t) of the merged token and its parts (atomics of each
+   thread's sum). Since the counts are a function of the words, this equals the
+   CPU's sequential deltas, whatever the order. Every chunk whose candidates
+   changed is listed once, in its group's list (``mark_dirty``).
+4. ``write_merges``: a thread a listed start: the start takes the merged id
+   and skips its partner; ``rescan_dirty``: a block per listed group rescans
+   its listed chunks (a thread a candidate) and then takes the group's maximum.
 
 Two launchers run the same phases: ``train_steps_kernel`` is a persistent
 cooperative kernel (``grid.sync()`` between phases, up to K iterations per
@@ -47,22 +49,23 @@ block: there the cooperative kernel runs with one block only.
 
 Performance notes (counts, not times; the one timing is in bench/GPU_NOTES.md):
 - Per batch: 1 launch (cooperative) or 1 + 4K launches (phased), 1 sync.
-- Per merge, in the persistent kernel: 3 grid syncs (4 when left == right), 2 passes over
-  the positions (3). Until session 21 it was 5 and 3: a phase that reduced every chunk
-  maximum to a block maximum before the decision (its own sync; now the groups' maxima
-  are kept by the rescan, one group a block, so no grid-wide pass is left there), and a
-  phase that found the starts for every merge. The new token's bytes were copied by the
-  deciding thread, one dependent load and store a byte while every other block waited;
-  now the next phase's threads copy them, a byte each. On an H200 the five-phase kernel
-  took 50.4 us a merge (demo corpus); the three-phase one is not timed yet.
+- Per merge, in the persistent kernel: 3 grid syncs (4 when left == right) and one pass
+  over the positions that reads 4 bytes of each (the token), more only at the merge's
+  starts. Until session 21 it was 5 syncs and 3 passes of ~5-17 bytes a position: a
+  phase that reduced every chunk maximum to a block maximum before the decision (its own
+  sync; now the groups' maxima are kept by the rescan, one group a block), a phase that
+  found the starts for every merge (now only for runs), deltas taken position by position
+  (each read its neighbours' links and marks) and the merges written by another pass over
+  every position's mark (now by a thread a listed start). The new token's bytes were
+  copied by the deciding thread, one dependent load and store a byte while every other
+  block waited; now the next phase's threads copy them, a byte each. On an H200 the
+  five-phase kernel took 50.4 us a merge (demo corpus); this one is not timed yet.
 - A dirty chunk was first rescanned by one thread walking its 64 candidates:
   64 memory round trips in sequence on the critical path (~13-30 us on an
   H100 by GPU_FACTS' floors). Now a block rescans it, a thread a candidate:
   one round trip and a block reduction.
-- Per merge the position phases read every position (4 bytes of token and
-  1 of mark, ~5 MB for 1 M positions): ~2 us each on an H100 at 3 TB/s.
-  A list of the positions holding each pair (the CPU's postings) would cut
-  that; not done yet.
+- The pass over the positions could go too with a list of the positions holding each
+  token (the CPU's postings); not done.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goe
 # Indices into ``control``.
 (STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, NEW_TOKEN, PENDING_MARKS,
  N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE, GRID_BLOCKS,
- N_DIRTY, GROUP_CHUNKS) = range(20)
-CONTROL_LENGTH = 20
+ N_DIRTY, GROUP_CHUNKS, N_STARTS) = range(21)
+CONTROL_LENGTH = 21
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
 # About this many groups of chunks: the head is the best of their maxima, which the deciding
 # block reads (a few loads a thread); more groups would make that longer, fewer would make
@@ -122,7 +125,8 @@ STATE = {  # name -> Numba type, in kernel argument order
     "token_freq": "int64[::1]", "scaffold": "uint8[::1]",
     "chunk_priority": "int64[::1]", "chunk_order": "uint64[::1]", "chunk_item": "int64[::1]",
     "chunk_dirty": "uint32[::1]", "dirty_chunks": "int64[::1]", "group_fill": "int64[::1]",
-    "dirty_groups": "int64[::1]", "control": "int64[::1]", "rules": "int64[::1]",
+    "dirty_groups": "int64[::1]", "starts": "int64[::1]", "control": "int64[::1]",
+    "rules": "int64[::1]",
     "events": "int64[::1]",
 }
 
@@ -348,6 +352,7 @@ def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_
     table_size = table_keys.size
     control[APPLY] = 0
     control[NEW_TOKEN] = 0
+    control[N_STARTS] = 0
     if control[STOP] != STOP_NONE:
         return
     if control[PENDING_MARKS] != 0:  # the last merge's children, against this head
@@ -488,6 +493,15 @@ def merge_starts_at(at, runs, tokens, next_pos, mark, left, right):
 
 
 @device_phase
+def merge_ends_at(at, runs, tokens, prev_pos, mark, left, right):
+    """Whether position ``at`` (>= 0) is a merge's right half (as ``merge_starts_at``)."""
+    if runs:
+        return mark[at] == 2
+    before = prev_pos[at]
+    return tokens[at] == right and before >= 0 and tokens[before] == left
+
+
+@device_phase
 def copy_new_token(thread, n_threads, pool, token_start, token_len, control):
     """The bytes of the token the decision made (``NEW_TOKEN``), a thread a byte."""
     if control[NEW_TOKEN] == 0:
@@ -503,10 +517,13 @@ def copy_new_token(thread, n_threads, pool, token_start, token_len, control):
 @device_phase
 def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                  table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                 dirty_groups, control):
-    """Phase 3: each pair next to a merge leaves (old) or arrives (new), once per position;
-    f(t) of the merged token and its parts. When left != right the merges are found here
-    (mark[i] = 1 where one begins, 2 on its right half, for ``write_merges``)."""
+                 dirty_groups, starts, control):
+    """Phase 3: each merge's pair deltas, by the thread that finds its start (a position
+    holding the left token: every other position costs its token's 4 bytes, no more): the
+    pair merged and the pairs on its two sides leave, the pairs with the merged token
+    arrive. Of two merges side by side (``L R L R``) the left one owns the pair between
+    them. The start is listed (``starts``) for ``write_merges``; f(t) of the merged token
+    and its parts updated."""
     if control[APPLY] == 0:
         return
     merged, left, right = control[MERGED], control[LEFT], control[RIGHT]
@@ -519,57 +536,51 @@ def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, 
                        dirty_groups, control)
     merged_count = np.int64(0)
     for k in range(thread, tokens.size, n_threads):
-        token = tokens[k]
-        if token == HOLE:
+        if tokens[k] != left or not merge_starts_at(k, runs, tokens, next_pos, mark, left,
+                                                    right):
             continue
-        after = next_pos[k]
-        if runs:
-            here = mark[k]
-        elif merge_starts_at(k, runs, tokens, next_pos, mark, left, right):
-            here = 1
-            mark[k] = 1
-            merged_count += position_count[k]
-        elif token == right and prev_pos[k] >= 0 and tokens[prev_pos[k]] == left:
-            here = 2
-            mark[k] = 2
-        else:
-            here = 0
-        if after >= 0 and (here != 0 or merge_starts_at(after, runs, tokens, next_pos, mark,
-                                                         left, right)):
-            add_pair(token, tokens[after], -position_count[k], table_keys, slot_count,
-                     chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
-        if here == 2:
-            continue  # merged away: no new pair starts here
-        if here == 1:
-            after = next_pos[after]
+        count = position_count[k]
+        merged_count += count
+        starts[cuda.atomic.add(control, N_STARTS, 1)] = k
+        add_pair(left, right, -count, table_keys, slot_count, chunk_dirty, dirty_chunks,
+                 group_fill, dirty_groups, control)
+        before = prev_pos[k]
+        if before >= 0 and not merge_ends_at(before, runs, tokens, prev_pos, mark, left,
+                                             right):
+            add_pair(tokens[before], left, -count, table_keys, slot_count, chunk_dirty,
+                     dirty_chunks, group_fill, dirty_groups, control)
+            add_pair(tokens[before], merged, count, table_keys, slot_count, chunk_dirty,
+                     dirty_chunks, group_fill, dirty_groups, control)
+        after = next_pos[next_pos[k]]
         if after >= 0:
-            after_starts = merge_starts_at(after, runs, tokens, next_pos, mark, left, right)
-            if here == 1 or after_starts:
-                pair_left = merged if here == 1 else np.int64(token)
-                pair_right = merged if after_starts else np.int64(tokens[after])
-                add_pair(pair_left, pair_right, position_count[k], table_keys, slot_count,
-                         chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
+            add_pair(right, tokens[after], -count, table_keys, slot_count, chunk_dirty,
+                     dirty_chunks, group_fill, dirty_groups, control)
+            then = merged if merge_starts_at(after, runs, tokens, next_pos, mark, left,
+                                             right) else np.int64(tokens[after])
+            add_pair(merged, then, count, table_keys, slot_count, chunk_dirty, dirty_chunks,
+                     group_fill, dirty_groups, control)
     if not runs:
         add_merged_count(merged_count, token_freq, control)
 
 
 @device_phase
-def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control):
-    """Phase 4 (with ``rescan_dirty``): merged ids written, right halves unlinked."""
+def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, control):
+    """Phase 4 (with ``rescan_dirty``): at each listed start the merged id, its right half
+    unlinked (a thread a start: no pass over the positions); ``find_runs``' marks cleared."""
     if control[APPLY] == 0:
         return
     merged = control[MERGED]
-    for i in range(thread, tokens.size, n_threads):
-        if mark[i] == 1:
-            after = next_pos[next_pos[i]]
-            tokens[i] = merged
-            next_pos[i] = after
-            if after >= 0:
-                prev_pos[after] = i
-            mark[i] = 0
-        elif mark[i] == 2:
-            tokens[i] = HOLE
-            mark[i] = 0
+    for j in range(thread, control[N_STARTS], n_threads):
+        k = starts[j]
+        partner = next_pos[k]
+        after = next_pos[partner]
+        tokens[k] = merged
+        tokens[partner] = HOLE
+        next_pos[k] = after
+        if after >= 0:
+            prev_pos[after] = k
+        mark[k] = 0
+        mark[partner] = 0
 
 
 # ------------------------------------------------------------ kernels
@@ -583,7 +594,7 @@ def count_pairs_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: a thread per position, grid-stride. The initial pair table."""
     count_pairs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, table_keys,
                 slot_count, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
@@ -594,7 +605,7 @@ def rescan_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: a block per listed group, grid-stride over the list. The chunk and group
     maxima."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
@@ -610,7 +621,7 @@ def begin_batch_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: one thread. Empties the batch's rules and events; lifts a pool-room stop."""
     if cuda.grid(1) == 0:
         control[N_RULES] = 0
@@ -624,7 +635,7 @@ def decide_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: exactly one block (phase 1)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
@@ -640,7 +651,7 @@ def find_runs_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: a thread per position, grid-stride (phase 2; it returns at once unless the
     merge's two tokens are one)."""
     find_runs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, position_count,
@@ -652,13 +663,13 @@ def count_deltas_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: a thread per position, grid-stride (phase 3, and the new token's bytes)."""
     thread, n_threads = cuda.grid(1), cuda.gridsize(1)
     copy_new_token(thread, n_threads, pool, token_start, token_len, control)
     count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                  table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                 dirty_groups, control)
+                 dirty_groups, starts, control)
 
 
 @cuda.jit
@@ -666,13 +677,14 @@ def write_merges_kernel(
         tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Launch: a thread per position, grid-stride (phase 4: the merges written, the listed
     groups rescanned, a block per group)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, control)
+    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, starts,
+                 control)
     rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
                  chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
                  control, shared_priority, shared_order, shared_item)
@@ -683,7 +695,7 @@ def train_steps_kernel(
         n_steps, tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, control, rules, events):
+        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Up to ``n_steps`` iterations in one launch: the phases, ``grid_sync()`` between
     (three a merge, four when its two tokens are one).
 
@@ -712,9 +724,9 @@ def train_steps_kernel(
         copy_new_token(thread, n_threads, pool, token_start, token_len, control)
         count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                      table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                     dirty_groups, control)
+                     dirty_groups, starts, control)
         grid_sync()
-        write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, control)
+        write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, control)
         rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
                      chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill,
                      dirty_groups, control, shared_priority, shared_order, shared_item)
@@ -754,7 +766,7 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
     vocab_table = 1 << max(4, int(4 * max_tokens - 1).bit_length())
     chunks = (table + max_tokens + CHUNK - 1) // CHUNK
     groups = -(-chunks // group_chunks(chunks))
-    return (n_positions * (4 + 8 + 8 + 8 + 1) + table * 16 + 256 * 8 + pool_bytes
+    return (n_positions * (4 + 8 + 8 + 8 + 1 + 4) + table * 16 + 256 * 8 + pool_bytes
             + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16
             + chunks * 36 + groups * 40
             + 8 * (CONTROL_LENGTH + rows * (3 + 2 * EVENTS_PER_ITERATION)))
@@ -817,6 +829,7 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["group_fill"] = to_device(xp, fill)
     state["dirty_groups"] = xp.arange(groups, dtype=xp.int64)
     state["mark"] = xp.zeros(n_positions, dtype=xp.uint8)
+    state["starts"] = xp.zeros(max(n_positions // 2, 1), dtype=xp.int64)  # a merge's starts
     control = host["control"].copy()
     control[N_DIRTY] = groups
     control[GROUP_CHUNKS] = group_size
