@@ -202,6 +202,15 @@ def device_facts() -> tuple[list[dict], str | None]:
         return [], f"{type(exc).__name__}: {_first_lines(exc)}"
 
 
+def kernel_cache_state() -> str:
+    """Whether the CUDA kernels' builds are kept on disk (``GPUBPE_CUDA_CACHE``)."""
+    if os.environ.get("GPUBPE_CUDA_CACHE") == "1":
+        return ("on (GPUBPE_CUDA_CACHE=1): builds kept on disk, loaded by later processes; "
+                "not yet tried on a GPU")
+    return ("off: each process builds the CUDA kernels it launches; GPUBPE_CUDA_CACHE=1 keeps "
+            "the builds on disk (opt-in, not yet tried on a GPU)")
+
+
 def doctor_report() -> dict:
     """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
     import numba
@@ -223,4 +232,5 @@ def doctor_report() -> dict:
             "numba_threads": numba.config.NUMBA_NUM_THREADS,
             "str_kernels": str_kernels_state(),
             "device_bytes_cap": os.environ.get("GPUBPE_DEVICE_BYTES") or None,
+            "kernel_cache": kernel_cache_state(),
             "hint": None if backends["cuda"].startswith("available") else INSTALL_HINT}

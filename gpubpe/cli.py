@@ -831,6 +831,7 @@ def _doctor_text(report: dict) -> str:
         lines.append(f"GPUBPE_DEVICE_BYTES: {report['device_bytes_cap']}")
     lines.append(f"numba threads: {report['numba_threads']}")
     lines.append(f"str kernels: {report['str_kernels']}")
+    lines.append(f"cuda kernel cache: {report['kernel_cache']}")
     if report["hint"]:
         lines.append(f"hint: {report['hint']}")
     lines += [f"ptx {row['arch']} {row['kernel']}: {row['outcome']}"

@@ -78,6 +78,15 @@ def test_doctor_says_whether_the_str_kernels_run(monkeypatch, capsys):
             "the kernels read them)") in capsys.readouterr().out
 
 
+def test_doctor_says_whether_cuda_kernels_are_kept_on_disk(monkeypatch, capsys):
+    monkeypatch.delenv("GPUBPE_CUDA_CACHE", raising=False)
+    assert main(["doctor"]) == 0
+    assert "cuda kernel cache: off: each process builds" in capsys.readouterr().out
+    monkeypatch.setenv("GPUBPE_CUDA_CACHE", "1")
+    assert main(["doctor"]) == 0
+    assert "cuda kernel cache: on (GPUBPE_CUDA_CACHE=1)" in capsys.readouterr().out
+
+
 def test_bench_cpu_rows_and_json(tmp_path, corpus, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", str(corpus), "--backend", "cpu", "--vocab-size", "400",
