@@ -195,7 +195,13 @@ def merge_loop(corpus: Path, sizes: list[int], max_bytes: int | None, step: int 
     from gpubpe.pretokenize import count_words
     from gpubpe.trainer import train_from_counts
 
-    text = corpus.read_text(encoding="utf-8", errors="replace")
+    if corpus.suffix == ".gz":  # a large corpus carried to a GPU node, compressed
+        import gzip
+
+        with gzip.open(corpus, "rt", encoding="utf-8", errors="replace") as file:
+            text = file.read()
+    else:
+        text = corpus.read_text(encoding="utf-8", errors="replace")
     docs = text[:max_bytes].splitlines(True) if max_bytes else [text]
     word_counts = count_words(docs)
     simulated = bool(numba.config.ENABLE_CUDASIM)
