@@ -5,7 +5,7 @@
 #                     [--corpus FILE] [--megabytes N] [--vocab-size N] [--simulator]
 #                     [--only-cpu-sweep] [--steps "sweep tests bench gpu-bench"]
 #                     [--sweep-megabytes "8 64"] [--test-workers N] [--cap STEP=SECONDS]...
-#                     [--loop-corpus FILE] [--loop-sizes "4096"]
+#                     [--loop-runs "CORPUS:SIZE,SIZE ..."]
 #
 # Run from the repository root after the README install (`pip install -e ".[cuda12,dev]"`
 # in a venv), or pass --wheels DIR to install offline from a folder of wheels first
@@ -25,8 +25,9 @@
 # --steps: which steps run after doctor, in this order (default: all but merge-loop, the merge
 # loop's time per merge on CPU and GPU: bench/train_bench.py --merge-loop on the demo corpus,
 # merge-loop.md; and merge-phases, each phase kernel of the phased launcher timed by ncu,
-# merge-phases.md; --loop-corpus, --loop-sizes: the merge loop's corpus (default the demo
-# corpus; a .gz is read too, e.g. bench/corpora/english.txt.gz carried) and vocab sizes; and cache, a new process's first CUDA calls with the kernels' disk cache
+# merge-phases.md; --loop-runs: the merge loop's corpora and vocab sizes, default
+# "gpubpe/data/demo.txt:4096" (a .gz is read too: bench/corpora/english.txt.gz, carried;
+# merge-phases uses the first corpus); and cache, a new process's first CUDA calls with the kernels' disk cache
 # off, empty and filled: bench/kernel_cache_bench.py, kernel-cache.md). --sweep-megabytes: the sweep's sizes (64 MB runs 3 repeats, smaller ones 5).
 # --test-workers: pytest-xdist processes for the CUDA tests, a file each (one GPU serves them
 # all); each failure's traceback is written to failures.txt as it happens. --cap: a step's
@@ -39,7 +40,7 @@ set -uo pipefail
 
 wheels="" extra="cuda12" out="" corpus="" megabytes="32" vocab_size="8192" simulator=0
 sweep_megabytes="8 64" test_workers=0 steps="sweep tests bench gpu-bench"
-loop_corpus="gpubpe/data/demo.txt" loop_sizes="4096"
+loop_runs="gpubpe/data/demo.txt:4096"
 declare -A caps=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -54,8 +55,7 @@ while [ $# -gt 0 ]; do
         --steps) steps="$2"; shift 2 ;;
         --sweep-megabytes) sweep_megabytes="$2"; shift 2 ;;
         --test-workers) test_workers="$2"; shift 2 ;;
-        --loop-corpus) loop_corpus="$2"; shift 2 ;;
-        --loop-sizes) loop_sizes="$2"; shift 2 ;;
+        --loop-runs) loop_runs="$2"; shift 2 ;;
         --cap) caps["${2%%=*}"]="${2#*=}"; shift 2 ;;
         -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) echo "gpu_node.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -125,11 +125,18 @@ for step in $steps; do
     merge-loop)
         cuda_usable || exit 2
         echo "== bench/train_bench.py --merge-loop (per merge: CPU, GPU cooperative, GPU phased)"
-        read -ra loop_size <<< "$loop_sizes"
-        loop_size=(--sizes "${loop_size[@]}")
-        [ "$simulator" -eq 1 ] && loop_size=(--sizes 300 --max-bytes 3000)
-        capped merge-loop "$python" bench/train_bench.py --merge-loop --repeats 1 \
-            --corpus "$loop_corpus" "${loop_size[@]}" 2>&1 | tee "$out/merge-loop.md" ;;
+        loop_all() {
+            local run sizes
+            for run in $loop_runs; do
+                IFS=, read -ra sizes <<< "${run##*:}"
+                sizes=(--sizes "${sizes[@]}")
+                [ "$simulator" -eq 1 ] && sizes=(--sizes 300 --max-bytes 3000)
+                "$python" bench/train_bench.py --merge-loop --repeats 1 --corpus "${run%:*}" \
+                    "${sizes[@]}"
+            done
+        }
+        export loop_runs
+        capped merge-loop loop_all 2>&1 | tee "$out/merge-loop.md" ;;
     cache)  # GPUBPE_CUDA_CACHE: does a new process load the kernels instead of building them?
         cuda_usable || exit 2
         echo "== bench/kernel_cache_bench.py (first CUDA calls of new processes, cache off/on)"
@@ -146,7 +153,7 @@ for step in $steps; do
             --csv --print-units base --launch-skip 200 --launch-count 600 \
             -k 'regex:decide|find_runs|count_deltas|write_merges|rescan' \
             "$python" bench/train_bench.py --merge-loop --repeats 1 --sizes 1024 \
-            --launchers phased --corpus "$loop_corpus" \
+            --launchers phased --corpus "$(first=(${loop_runs}); echo "${first[0]%:*}")" \
             > "$out/merge-phases.csv" 2> "$out/merge-phases.log"
         "$python" - "$out/merge-phases.csv" <<'PY' | tee "$out/merge-phases.md"
 import csv, re, statistics, sys
