@@ -766,7 +766,8 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
     vocab_table = 1 << max(4, int(4 * max_tokens - 1).bit_length())
     chunks = (table + max_tokens + CHUNK - 1) // CHUNK
     groups = -(-chunks // group_chunks(chunks))
-    return (n_positions * (4 + 8 + 8 + 8 + 1 + 4) + table * 16 + 256 * 8 + pool_bytes
+    return (n_positions * (4 + 8 + 8 + 8 + 1) + max(n_positions // 2, 1) * 8
+            + table * 16 + 256 * 8 + pool_bytes
             + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16
             + chunks * 36 + groups * 40
             + 8 * (CONTROL_LENGTH + rows * (3 + 2 * EVENTS_PER_ITERATION)))

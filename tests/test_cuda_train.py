@@ -234,6 +234,18 @@ def test_demo_corpus_slice_on_the_device_equals_cpu(tmp_path):
     assert gpubpe.load(path).merges == cpu.merges
 
 
+@pytest.mark.parametrize("word_counts", [{b"hello": 3, b"world": 2, b"abcab": 5},
+                                         random_words(300, seed=3)])
+def test_the_planned_device_bytes_are_what_the_state_holds(word_counts):
+    # device_bytes sizes the error a device without room gets; it must be the state's size.
+    state = _DeviceTrainState(word_counts, 300, 1, False, CUDA.xp, 8, "phased").state
+    held = sum(to_host(array, "test").nbytes for name, array in state.items()
+               if name not in ("control", "rules", "events"))  # views of "out"
+    planned = dev.device_bytes(state["tokens"].size, len(word_counts), state["token_len"].size,
+                               state["pool"].size, 8)
+    assert held == planned
+
+
 def test_out_of_device_memory_is_a_device_error_naming_the_bytes(monkeypatch):
     def no_room(*args, **kwargs):
         raise MemoryError("out of memory allocating 4096 bytes")
