@@ -149,11 +149,12 @@ for step in $steps; do
         echo "== ncu over the phased launcher's kernels (merge-phases.csv: duration of each)"
         ncu_path=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         if [ -z "$ncu_path" ]; then echo "gpu_node.sh: no ncu here; merge-phases skipped"; continue; fi
+        first_corpus="${loop_runs%% *}" && first_corpus="${first_corpus%:*}"
         capped merge-phases "$ncu_path" --clock-control none --metrics gpu__time_duration.sum \
             --csv --print-units base --launch-skip 200 --launch-count 600 \
             -k 'regex:decide|find_runs|count_deltas|write_merges|rescan' \
             "$python" bench/train_bench.py --merge-loop --repeats 1 --sizes 1024 \
-            --launchers phased --corpus "$(first=(${loop_runs}); echo "${first[0]%:*}")" \
+            --launchers phased --corpus "$first_corpus" \
             > "$out/merge-phases.csv" 2> "$out/merge-phases.log"
         "$python" - "$out/merge-phases.csv" <<'PY' | tee "$out/merge-phases.md"
 import csv, re, statistics, sys

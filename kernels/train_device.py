@@ -764,8 +764,7 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
     """Device bytes of the training state (what ``init_state`` allocates)."""
     table = table_size_for(n_positions, n_words)
     vocab_table = 1 << max(4, int(4 * max_tokens - 1).bit_length())
-    chunks = (table + max_tokens + CHUNK - 1) // CHUNK
-    groups = -(-chunks // group_chunks(chunks))
+    chunks, _, groups = chunk_layout(table, max_tokens)
     return (n_positions * (4 + 8 + 8 + 8 + 1) + max(n_positions // 2, 1) * 8
             + table * 16 + 256 * 8 + pool_bytes
             + max_tokens * (8 + 8 + 8 + 8 + 1) + vocab_table * 16
@@ -773,9 +772,12 @@ def device_bytes(n_positions: int, n_words: int, max_tokens: int, pool_bytes: in
             + 8 * (CONTROL_LENGTH + rows * (3 + 2 * EVENTS_PER_ITERATION)))
 
 
-def group_chunks(n_chunks: int) -> int:
-    """Chunks a group: a power of two, for about GROUPS groups."""
-    return 1 << max(0, int(-(-n_chunks // GROUPS) - 1).bit_length())
+def chunk_layout(table: int, max_tokens: int) -> tuple[int, int, int]:
+    """(chunks, chunks a group, groups) of the candidates: the pair table's cells, then one
+    a token; a group's chunks are a power of two, for about GROUPS groups."""
+    chunks = (table + max_tokens + CHUNK - 1) // CHUNK
+    group_size = 1 << max(0, int(-(-chunks // GROUPS) - 1).bit_length())
+    return chunks, group_size, -(-chunks // group_size)
 
 
 def host_word_positions(tokens, word_start, word_len, word_count):
@@ -816,9 +818,7 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     table = table_size_for(n_positions, n_words)
     state["table_keys"] = xp.full(table, EMPTY_KEY, dtype=xp.uint64)
     state["slot_count"] = xp.zeros(table, dtype=xp.int64)
-    chunks = (table + host["token_freq"].size + CHUNK - 1) // CHUNK
-    group_size = group_chunks(chunks)
-    groups = -(-chunks // group_size)
+    chunks, group_size, groups = chunk_layout(table, host["token_freq"].size)
     entries = chunks + groups  # the chunk maxima, then the groups' maxima
     state["chunk_priority"] = xp.zeros(entries, dtype=xp.int64)
     state["chunk_order"] = xp.zeros(entries, dtype=xp.uint64)
