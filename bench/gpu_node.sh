@@ -152,7 +152,7 @@ for step in $steps; do
         first_corpus="${loop_runs%% *}" && first_corpus="${first_corpus%:*}"
         capped merge-phases "$ncu_path" --clock-control none --metrics gpu__time_duration.sum \
             --csv --print-units base --launch-skip 200 --launch-count 600 \
-            -k 'regex:decide|find_runs|count_deltas|write_merges|rescan' \
+            -k 'regex:decide|find_runs|count_deltas' \
             "$python" bench/train_bench.py --merge-loop --repeats 1 --sizes 1024 \
             --launchers phased --corpus "$first_corpus" \
             > "$out/merge-phases.csv" 2> "$out/merge-phases.log"
@@ -163,7 +163,7 @@ rows = [line for line in open(sys.argv[1], encoding="utf-8") if line.startswith(
 times = defaultdict(list)
 for row in csv.DictReader(rows):
     if row.get("Metric Name") == "gpu__time_duration.sum":
-        name = re.search(r"(decide|find_runs|count_deltas|write_merges|rescan)",
+        name = re.search(r"(decide|find_runs|count_deltas)",
                          row["Kernel Name"])
         per_us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
                   "msecond": 1e3}[row["Metric Unit"]]

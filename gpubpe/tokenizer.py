@@ -1049,7 +1049,8 @@ class Tokenizer:
         if pieces is None:
             self._byte_table()
             pieces = self._id_pieces
-        try:
+        try:  # (min() costs 0.4 us at 31 ids; a padding of None past the table would not
+            # do: Python wraps any id down to -len, so one below the padding finds a token)
             if min(ids) >= 0:
                 if len(ids) == 1:
                     return pieces[ids[0]]  # None in a gap: the general path names it

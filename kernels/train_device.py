@@ -11,17 +11,20 @@ f(t) and scaffold flags, per-chunk maxima of the candidates, an int64
 and events. ``control``, ``rules`` and ``events`` are views of one array, so
 the host reads a batch's results in one copy.
 
-One iteration is three or four phases separated by grid-wide syncs:
+One iteration is two or three phases separated by grid-wide syncs:
 
-1. ``decide`` (one block): the head is the best of the groups' maxima (HF's
-   order; candidates, pair slots then scaffold tokens, are cut into chunks of
-   ``CHUNK`` and the chunks into about ``GROUPS`` groups, each keeping its
-   maximum, so the argmax never rescans the table), then one thread takes
-   ``train_policy``'s decisions: last merge's scaffold marks (threshold: this
-   head's priority, i.e. after the last merge's count updates and before its
-   marks, DESIGN §3), stop, re-admit, existing or new token (its place, length,
-   hash and table entry; its bytes are copied by the next phase's threads),
-   the rule and its events.
+1. ``next_decision``: the last iteration's merges written (a thread a listed start: the
+   start takes the merged id and skips its partner), the listed groups rescanned (a
+   block per group: its listed chunks, a thread a candidate, then the group's maximum),
+   and the last block to finish (``last_block_here``: a fence and a ticket a block, no
+   grid sync) decides: the head is the best of the groups' maxima (HF's order;
+   candidates, pair slots then scaffold tokens, are cut into chunks of ``CHUNK`` and the
+   chunks into about ``GROUPS`` groups, each keeping its maximum, so the argmax never
+   rescans the table), then one thread takes ``train_policy``'s decisions: last merge's
+   scaffold marks (threshold: this head's priority, i.e. after the last merge's count
+   updates and before its marks, DESIGN §3), stop, re-admit, existing or new token (its
+   place, length, hash and table entry; its bytes are copied by phase 3's threads), the
+   rule and its events.
 2. ``find_runs``, only when ``left == right`` (~2% of merges): the first
    position of each run walks it and pairs it up left to right (``a a a a a``
    -> ``aa aa a``), as the CPU. When ``left != right`` no two merges overlap
@@ -36,9 +39,10 @@ One iteration is three or four phases separated by grid-wide syncs:
    thread's sum). Since the counts are a function of the words, this equals the
    CPU's sequential deltas, whatever the order. Every chunk whose candidates
    changed is listed once, in its group's list (``mark_dirty``).
-4. ``write_merges``: a thread a listed start: the start takes the merged id
-   and skips its partner; ``rescan_dirty``: a block per listed group rescans
-   its listed chunks (a thread a candidate) and then takes the group's maximum.
+
+The last iteration of a launch leaves its merges to be written by the next launch's
+first phase (the host reads only the rules, events and scaffold flags); the training
+state's first iteration rescans every chunk (all listed at the start).
 
 Two launchers run the same phases: ``train_steps_kernel`` is a persistent
 cooperative kernel (``grid.sync()`` between phases, up to K iterations per
@@ -48,8 +52,8 @@ one after another and its ``grid.sync()`` waits for nothing but its own
 block: there the cooperative kernel runs with one block only.
 
 Performance notes (counts, not times; the one timing is in bench/GPU_NOTES.md):
-- Per batch: 1 launch (cooperative) or 1 + 4K launches (phased), 1 sync.
-- Per merge, in the persistent kernel: 3 grid syncs (4 when left == right) and one pass
+- Per batch: 1 launch (cooperative) or 1 + 3K launches (phased), 1 sync.
+- Per merge, in the persistent kernel: 2 grid syncs (3 when left == right) and one pass
   over the positions that reads 4 bytes of each (the token), more only at the merge's
   starts. Until session 21 it was 5 syncs and 3 passes of ~5-17 bytes a position: a
   phase that reduced every chunk maximum to a block maximum before the decision (its own
@@ -58,7 +62,9 @@ Performance notes (counts, not times; the one timing is in bench/GPU_NOTES.md):
   (each read its neighbours' links and marks) and the merges written by another pass over
   every position's mark (now by a thread a listed start). The new token's bytes were
   copied by the deciding thread, one dependent load and store a byte while every other
-  block waited; now the next phase's threads copy them, a byte each. On an H200 the
+  block waited; now the next phase's threads copy them, a byte each. Until session 22
+  the decision was its own phase (block 0, after a grid sync that ended the rescan);
+  now the rescan's last block takes it, one grid sync fewer a merge. On an H200 the
   five-phase kernel took 50.4 us a merge (demo corpus); this one is not timed yet.
 - A dirty chunk was first rescanned by one thread walking its 64 candidates:
   64 memory round trips in sequence on the critical path (~13-30 us on an
@@ -108,8 +114,8 @@ STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goe
 # Indices into ``control``.
 (STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, NEW_TOKEN, PENDING_MARKS,
  N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE, GRID_BLOCKS,
- N_DIRTY, GROUP_CHUNKS, N_STARTS) = range(21)
-CONTROL_LENGTH = 21
+ N_DIRTY, GROUP_CHUNKS, N_STARTS, BLOCKS_DONE) = range(22)
+CONTROL_LENGTH = 22
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
 # About this many groups of chunks: the head is the best of their maxima, which the deciding
 # block reads (a few loads a thread); more groups would make that longer, fewer would make
@@ -243,7 +249,7 @@ def rescan_chunk(chunk, table_keys, slot_count, byte_rank, token_freq, scaffold,
 def rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
                  chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
                  control, shared_priority, shared_order, shared_item):
-    """End of an iteration: a block per listed group (grid-stride over the list) rescans the
+    """Phase 1: a block per listed group (grid-stride over the list) rescans the
     group's listed chunks, then takes the group's maximum over its chunks' (written at
     ``n_chunks + group``), so the next head is read from the groups' maxima alone.
 
@@ -272,6 +278,28 @@ def rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_
             chunk_item[n_chunks + group] = shared_item[0]
             group_fill[group] = 0
         cuda.syncthreads()  # the shared arrays are reused by the next group
+
+
+@device_phase
+def last_block_here(control, shared_flag):
+    """Whether this block is the last of the grid to get here; when it is, what every other
+    block wrote before getting here is visible to it. Every thread of the block must call
+    it. (The CUDA guide's "last block" reduction: a fence, then a ticket a block; the
+    block that draws the last ticket resets the count and fences again before reading.)
+    No block waits for another, so it needs no cooperative launch: the phased launcher's
+    grid uses it too."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        ticket = cuda.atomic.add(control, BLOCKS_DONE, 1)
+        shared_flag[0] = 1 if ticket == cuda.gridDim.x - 1 else 0
+        if shared_flag[0] != 0:
+            control[BLOCKS_DONE] = 0
+    cuda.syncthreads()
+    last = shared_flag[0] != 0
+    if last:
+        cuda.threadfence()
+    return last
 
 
 @device_phase
@@ -346,9 +374,9 @@ def _readmit(token, control, events, table_size, scaffold, chunk_dirty, dirty_ch
 def decide_merge(head_item, head_priority, table_keys, pool, token_start, token_len, token_hash,
                  vocab_keys, vocab_values, token_freq, scaffold, chunk_dirty, dirty_chunks,
                  group_fill, dirty_groups, control, rules, events):
-    """Phase 1b, one thread: ``train_policy``'s decisions for the head; sets control[APPLY]
-    (and control[NEW_TOKEN] when the merge makes a token: its bytes are copied by the next
-    phase's threads, not by this one thread, byte after byte)."""
+    """Phase 1's end, one thread: ``train_policy``'s decisions for the head; sets control[APPLY]
+    (and control[NEW_TOKEN] when the merge makes a token: its bytes are copied by phase 3's
+    threads, not by this one thread, byte after byte)."""
     table_size = table_keys.size
     control[APPLY] = 0
     control[NEW_TOKEN] = 0
@@ -427,7 +455,8 @@ def decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, voc
            token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
            dirty_chunks, group_fill, dirty_groups, control, rules, events, shared_priority,
            shared_order, shared_item):
-    """Phase 1, one block: the head over the groups' maxima, then thread 0 decides."""
+    """Phase 1's end, in the last block: the head over the groups' maxima, then thread 0
+    decides."""
     n_chunks = chunk_dirty.size
     n_groups = (n_chunks + control[GROUP_CHUNKS] - 1) // control[GROUP_CHUNKS]
     best_priority, best_order, best_item = thread_best(n_chunks, n_chunks + n_groups,
@@ -565,8 +594,9 @@ def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, 
 
 @device_phase
 def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, control):
-    """Phase 4 (with ``rescan_dirty``): at each listed start the merged id, its right half
-    unlinked (a thread a start: no pass over the positions); ``find_runs``' marks cleared."""
+    """Phase 1's start, for the last decision: at each listed start the merged id, its right
+    half unlinked (a thread a start: no pass over the positions); ``find_runs``' marks
+    cleared."""
     if control[APPLY] == 0:
         return
     merged = control[MERGED]
@@ -581,6 +611,29 @@ def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, co
             prev_pos[after] = k
         mark[k] = 0
         mark[partner] = 0
+
+
+@device_phase
+def next_decision(tokens, next_pos, prev_pos, mark, starts, table_keys, slot_count, byte_rank,
+                  pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+                  token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+                  dirty_chunks, group_fill, dirty_groups, control, rules, events,
+                  shared_priority, shared_order, shared_item, shared_flag):
+    """Phase 1: the last decision's merges written (``write_merges``), the listed groups
+    rescanned (``rescan_dirty``, a block a group), then the grid's last block to finish
+    takes the next decision (``decide``): no grid sync between the rescan and the
+    decision. Every thread of every block must call it. (Its arguments stop at 30: CPython
+    passes a call of more as a tuple, which Numba cannot inline.)"""
+    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, starts,
+                 control)
+    rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
+                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
+                 control, shared_priority, shared_order, shared_item)
+    if last_block_here(control, shared_flag):
+        decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+               token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+               dirty_chunks, group_fill, dirty_groups, control, rules, events,
+               shared_priority, shared_order, shared_item)
 
 
 # ------------------------------------------------------------ kernels
@@ -598,22 +651,6 @@ def count_pairs_kernel(
     """Launch: a thread per position, grid-stride. The initial pair table."""
     count_pairs(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, position_count, table_keys,
                 slot_count, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
-
-
-@cuda.jit
-def rescan_kernel(
-        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
-    """Launch: a block per listed group, grid-stride over the list. The chunk and group
-    maxima."""
-    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
-    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
-                 control, shared_priority, shared_order, shared_item)
 
 
 @cuda.jit
@@ -636,14 +673,17 @@ def decide_kernel(
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
         dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
-    """Launch: exactly one block (phase 1)."""
+    """Launch: a thread per position, grid-stride (phase 1: the last merges written, the
+    listed groups rescanned, a block per group; the last block decides)."""
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-           token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-           dirty_chunks, group_fill, dirty_groups, control, rules, events, shared_priority,
-           shared_order, shared_item)
+    shared_flag = cuda.shared.array(1, numba.int64)
+    next_decision(tokens, next_pos, prev_pos, mark, starts, table_keys, slot_count, byte_rank,
+                  pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
+                  token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
+                  dirty_chunks, group_fill, dirty_groups, control, rules, events,
+                  shared_priority, shared_order, shared_item, shared_flag)
 
 
 @cuda.jit
@@ -673,50 +713,36 @@ def count_deltas_kernel(
 
 
 @cuda.jit
-def write_merges_kernel(
-        tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
-        byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
-        token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
-        dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
-    """Launch: a thread per position, grid-stride (phase 4: the merges written, the listed
-    groups rescanned, a block per group)."""
-    shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
-    shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
-    write_merges(cuda.grid(1), cuda.gridsize(1), tokens, next_pos, prev_pos, mark, starts,
-                 control)
-    rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                 chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
-                 control, shared_priority, shared_order, shared_item)
-
-
-@cuda.jit
 def train_steps_kernel(
         n_steps, tokens, next_pos, prev_pos, position_count, mark, table_keys, slot_count,
         byte_rank, pool, token_start, token_len, token_hash, vocab_keys, vocab_values,
         token_freq, scaffold, chunk_priority, chunk_order, chunk_item, chunk_dirty,
         dirty_chunks, group_fill, dirty_groups, starts, control, rules, events):
     """Up to ``n_steps`` iterations in one launch: the phases, ``grid_sync()`` between
-    (three a merge, four when its two tokens are one).
+    (two a merge, three when its two tokens are one). An iteration begins with the last
+    one's merges written and its groups rescanned, which the next launch does for the
+    last iteration of this one.
 
     Launch: a cooperative grid (every block resident); grid-stride over
-    positions and groups. Block 0 decides. On the simulator: one block only
-    (its grid sync waits for nothing else).
+    positions and groups. The last block to finish the rescan decides. On the
+    simulator: one block only (its grid sync waits for nothing else).
     """
     thread = cuda.grid(1)
     n_threads = cuda.gridsize(1)
     shared_priority = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
     shared_order = cuda.shared.array(THREADS_PER_BLOCK, numba.uint64)
     shared_item = cuda.shared.array(THREADS_PER_BLOCK, numba.int64)
+    shared_flag = cuda.shared.array(1, numba.int64)
     for _ in range(n_steps):
+        next_decision(tokens, next_pos, prev_pos, mark, starts, table_keys, slot_count,
+                      byte_rank, pool, token_start, token_len, token_hash, vocab_keys,
+                      vocab_values, token_freq, scaffold, chunk_priority, chunk_order,
+                      chunk_item, chunk_dirty, dirty_chunks, group_fill, dirty_groups,
+                      control, rules, events, shared_priority, shared_order, shared_item,
+                      shared_flag)
+        grid_sync()
         if control[STOP] != STOP_NONE:  # read by all after the same sync: a uniform exit
             break
-        if cuda.blockIdx.x == 0:
-            decide(table_keys, pool, token_start, token_len, token_hash, vocab_keys,
-                   vocab_values, token_freq, scaffold, chunk_priority, chunk_order, chunk_item,
-                   chunk_dirty, dirty_chunks, group_fill, dirty_groups, control, rules, events,
-                   shared_priority, shared_order, shared_item)
-        grid_sync()
         if control[APPLY] != 0 and control[LEFT] == control[RIGHT]:  # the same for all
             find_runs(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                       token_freq, control)
@@ -726,18 +752,13 @@ def train_steps_kernel(
                      table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
                      dirty_groups, starts, control)
         grid_sync()
-        write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, control)
-        rescan_dirty(table_keys, slot_count, byte_rank, token_freq, scaffold, chunk_priority,
-                     chunk_order, chunk_item, chunk_dirty, dirty_chunks, group_fill,
-                     dirty_groups, control, shared_priority, shared_order, shared_item)
-        grid_sync()
 
 
 _STATE_SIGNATURE = ", ".join(STATE.values())
 TRAIN_CUDA_SIGNATURES = {
     kernel: f"void({_STATE_SIGNATURE})"
-    for kernel in (count_pairs_kernel, rescan_kernel, begin_batch_kernel, decide_kernel,
-                   find_runs_kernel, count_deltas_kernel, write_merges_kernel)
+    for kernel in (count_pairs_kernel, begin_batch_kernel, decide_kernel, find_runs_kernel,
+                   count_deltas_kernel)
 }
 TRAIN_CUDA_SIGNATURES[train_steps_kernel] = f"void(int64, {_STATE_SIGNATURE})"
 
@@ -840,9 +861,8 @@ def init_state(xp, host: dict, n_words: int, rows: int) -> dict:
     state["control"] = out[:CONTROL_LENGTH]
     state["rules"] = out[CONTROL_LENGTH:CONTROL_LENGTH + 3 * rows]
     state["events"] = out[CONTROL_LENGTH + 3 * rows:]
-    launch(count_pairs_kernel, n_positions, *state_args(state))
-    launch(rescan_kernel, groups * block_threads(), *state_args(state))
-    return state
+    launch(count_pairs_kernel, n_positions, *state_args(state))  # every chunk listed: the
+    return state  # first iteration rescans them all before its decision
 
 
 def state_args(state: dict) -> list:
@@ -850,15 +870,14 @@ def state_args(state: dict) -> list:
 
 
 def run_phased(state: dict, n_iterations: int) -> None:
-    """A batch as separate launches: 1 + 4 per iteration, no host read."""
+    """A batch as separate launches: 1 + 3 per iteration, no host read."""
     args = state_args(state)
     n_positions = state["tokens"].size
     launch(begin_batch_kernel, 1, *args)
     for _ in range(n_iterations):
-        launch(decide_kernel, block_threads(), *args)
+        launch(decide_kernel, n_positions, *args)
         launch(find_runs_kernel, n_positions, *args)
         launch(count_deltas_kernel, n_positions, *args)
-        launch(write_merges_kernel, n_positions, *args)
 
 
 def cooperative_blocks(n_positions: int) -> int:

@@ -410,6 +410,19 @@ def test_decoding_foreign_ids_names_the_first_bad_one(tok):
             tok.decode_batch(RaggedBatch(ids, np.array([0, 1, 2], np.int64)))
 
 
+def test_a_bad_id_in_a_short_list_is_named_as_in_a_long_one(tok):
+    # decode() joins a short list's bytes in Python: a negative id must fall to the general
+    # path's error, not index the table from its end (a padding of None past the table,
+    # tried for min()'s cost, let -2 * n index id 0).
+    n, good = tok.n_vocab, tok.encode("hello world, again")
+    for bad in (-1, -n, -2 * n, -2 * n - 7, n, 2 * n - 1, 2 * n + 5):
+        for ids in ([bad], [*good, bad], [bad, *good], [*good, bad, *good]):
+            with pytest.raises(ValueError, match=f"id {bad} at position {ids.index(bad)} "
+                                                 "is out of range"):
+                tok.decode(ids)
+    assert tok.decode(good * 3) == tok.decode(np.array(good * 3)) == "hello world, again" * 3
+
+
 def test_gather_token_bytes_matches_a_python_join():
     """The gather's 16-byte slot moves: tokens of 0-40 bytes (longer than a slot too), the
     last ones at the table's end, documents of every length, empty ones too."""
