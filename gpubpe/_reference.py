@@ -297,6 +297,16 @@ def tiktoken_encode_word(ranks: dict[bytes, int], word: bytes) -> list[int]:
         parts[at:at + 2] = [parts[at] + parts[at + 1]]
 
 
+def all_splits(token_bytes: list[bytes]) -> list[tuple[int, int, int]]:
+    """tiktoken's rules of a token table as gpubpe stores them: ``(left, right, token)`` for
+    every split of every token past the bytes into two tokens, by token then by cut."""
+    index = {piece: i for i, piece in enumerate(token_bytes)}
+    return [(index[piece[:cut]], index[piece[cut:]], token)
+            for token, piece in enumerate(token_bytes[256:], 256)
+            for cut in range(1, len(piece))
+            if piece[:cut] in index and piece[cut:] in index]
+
+
 def continue_tiktoken(word_counts: dict[bytes, int], ranks: dict[bytes, int], add: int,
                       first_rank: int, min_frequency: int = 0) -> dict[bytes, int]:
     """A tiktoken vocabulary continued by up to ``add`` tokens; returns the new ``{bytes: rank}``.

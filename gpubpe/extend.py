@@ -47,6 +47,7 @@ import numpy as np
 
 from .counts import WordCounts, check_pattern
 from .errors import ConfigError, ModelFormatError
+from .kernels.encode.rules import all_splits
 from .kernels.hashing import hash_bytes, table_find, table_put
 from .kernels.pairs import (
     N_NORMAL,
@@ -211,7 +212,7 @@ def _extend_by_encoding(vocab, counts: WordCounts, add: int, min_frequency: int,
     first_new = vocab.n_ids  # a pass over the layout's output ids: read once, not per token
     token_bytes = vocab.token_bytes + [rule.piece_of[first_new + k] for k in range(n_new)]
     if vocab.layout.rank_by_token:
-        rules = _splits_with_new_tokens(vocab.rules, token_bytes, len(vocab.token_bytes))
+        rules = all_splits(token_bytes)  # tiktoken's rule: every split, at the token's rank
         return Vocabulary.from_tokens(token_bytes, rules, _layout_with_new_ids(vocab, n_new),
                                       vocab.special_tokens, vocab.pattern, metadata)
     internal = {int(o): i for i, o in enumerate(vocab.layout.output_ids.tolist())}
@@ -221,54 +222,6 @@ def _extend_by_encoding(vocab, counts: WordCounts, add: int, min_frequency: int,
     rules = np.concatenate([vocab.rules, added])
     return Vocabulary.from_tokens(token_bytes, rules, _layout_with_new_ids(vocab, n_new),
                                   vocab.special_tokens, vocab.pattern, metadata)
-
-
-def _splits_with_new_tokens(rules: np.ndarray, token_bytes: list[bytes], n_old: int):
-    """tiktoken's rules (every split of a token into two, at the token's rank) once tokens
-    ``n_old..`` are added: the old rules, each new token's splits, and the splits of older
-    tokens that have a new token for a part; ordered by the token made, as an import's.
-
-    Performance notes: the rows ``interop._all_splits`` gives on the whole table (tested
-    equal), found for the new tokens only through two sorted lists (prefixes, reversed
-    suffixes); on cl100k + 1,000 tokens, extending went from 1.1-1.8x an import's time
-    to 0.65x (``bench/RESULTS.md``).
-    """
-    internal = {piece: token for token, piece in enumerate(token_bytes)}
-    added = [(left, right, token) for token in range(n_old, len(token_bytes))
-             for left, right in _splits_of(token_bytes[token], internal)]
-    by_prefix = sorted(range(n_old), key=token_bytes.__getitem__)
-    prefixes = [token_bytes[token] for token in by_prefix]
-    by_suffix = sorted(range(n_old), key=lambda token: token_bytes[token][::-1])
-    suffixes = [token_bytes[token][::-1] for token in by_suffix]
-    for new in range(n_old, len(token_bytes)):
-        piece = token_bytes[new]
-        for older in _starting_with(prefixes, by_prefix, piece):
-            rest = internal.get(token_bytes[older][len(piece):])
-            if rest is not None:
-                added.append((new, rest, older))
-        for older in _starting_with(suffixes, by_suffix, piece[::-1]):
-            rest = internal.get(token_bytes[older][:-len(piece)])
-            if rest is not None:
-                added.append((rest, new, older))
-    added = list(dict.fromkeys(added))  # a split into two new tokens is found from both
-    table = np.concatenate([rules, np.array(added, dtype=np.int64).reshape(-1, 3)])
-    return table[np.argsort(table[:, 2], kind="stable")]
-
-
-def _splits_of(piece: bytes, internal: dict[bytes, int]):
-    for cut in range(1, len(piece)):
-        left, right = internal.get(piece[:cut]), internal.get(piece[cut:])
-        if left is not None and right is not None:
-            yield left, right
-
-
-def _starting_with(keys: list[bytes], tokens: list[int], head: bytes):
-    """The tokens whose key (sorted ``keys``) starts with ``head`` and is longer."""
-    at = bisect.bisect_left(keys, head)
-    while at < len(keys) and keys[at].startswith(head):
-        if len(keys[at]) > len(head):
-            yield tokens[at]
-        at += 1
 
 
 def _layout_with_new_ids(vocab, n_new: int):
@@ -520,8 +473,10 @@ class _EncodedWords:
     new token, lower-ranked merges after it, whole words), so it is not used here. Measured
     (``bench/extend_bench.py``): 1,000 tokens added to cl100k on 17k distinct words in
     0.02-0.06 s; building the 101k-token extended vocabulary dominated (every split of
-    every token again, as an import does: 1.1-1.8x the import), and deriving only the new
-    tokens' splits (:func:`_splits_with_new_tokens`) brought the whole call to 0.65x.
+    every token again, as an import does: 1.1-1.8x the import). Deriving only the new
+    tokens' splits in Python (two sorted lists) brought the whole call to 0.65x; since
+    session 22 every split of the whole table is one kernel (``all_splits``, ~0.07 s for
+    cl100k), as an import's.
     """
 
     def __init__(self, word_counts: dict[bytes, int], vocab, rule):

@@ -69,6 +69,7 @@ import regex
 from . import gguf, sentencepiece
 from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, strings_to_bytes
 from .errors import ConfigError, ModelFormatError
+from .kernels.encode.rules import all_splits
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
 from .pretokenize import (
     BYTES_STEP,
@@ -831,7 +832,7 @@ def vocabulary_from_ranks(ranks: dict[bytes, int], pattern: str | None,
     """A vocabulary following tiktoken's rule on ``{token bytes: rank}`` (ids are the ranks),
     with gpubpe's ``pattern`` and ``{text: id}`` special tokens."""
     token_bytes, output_ids = _tokens_by_rank(ranks, where)
-    rules = _all_splits(token_bytes)
+    rules = all_splits(token_bytes)  # tokens in rank order after the bytes
     ordered = sorted(special_tokens, key=special_tokens.get)
     layout = IdLayout(output_ids, [special_tokens[s] for s in ordered], rank_by_token=True,
                       whole_tokens=True)
@@ -886,22 +887,6 @@ def _tokens_by_rank(ranks: dict[bytes, int], where: str):
     output_ids = np.fromiter((ranks[piece] for piece in token_bytes), dtype=np.int64,
                              count=len(token_bytes))
     return token_bytes, output_ids
-
-
-def _all_splits(token_bytes: list[bytes]) -> np.ndarray:
-    """Rules (internal ids) for every split of every token into two tokens, by token rank
-    (``token_bytes`` is in rank order after the bytes)."""
-    internal = {piece: i for i, piece in enumerate(token_bytes)}
-    rules = []
-    for result in range(256, len(token_bytes)):
-        piece = token_bytes[result]
-        for cut in range(1, len(piece)):
-            left = internal.get(piece[:cut])
-            if left is not None:
-                right = internal.get(piece[cut:])
-                if right is not None:
-                    rules.append((left, right, result))
-    return np.array(rules, dtype=np.int64).reshape(-1, 3)
 
 
 def _pattern_name(pat_str: str) -> str | None:

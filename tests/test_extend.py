@@ -423,7 +423,7 @@ def test_extend_irregular_tiktoken_vocabularies(tokens, words, add):
     # own: each new token changes every word tiktoken would now encode otherwise.
     import tiktoken
 
-    from gpubpe.interop import WHOLE_TEXT_PATTERN, _all_splits
+    from gpubpe.interop import WHOLE_TEXT_PATTERN
 
     ranks = {bytes([b]): b for b in range(256)} | {t: 256 + i for i, t in enumerate(tokens)}
     encoding = tiktoken.Encoding("irregular", pat_str=WHOLE_TEXT_PATTERN, mergeable_ranks=ranks,
@@ -440,8 +440,8 @@ def test_extend_irregular_tiktoken_vocabularies(tokens, words, add):
     # the rules added for the new tokens are every split, as an import of the whole table has
     rules = extended.vocabulary.rules
     assert len({tuple(r) for r in rules.tolist()}) == len(rules)
-    assert sorted(map(tuple, rules.tolist())) == sorted(map(tuple, _all_splits(
-        extended.vocabulary.token_bytes).tolist()))
+    assert sorted(map(tuple, rules.tolist())) == sorted(_reference.all_splits(
+        extended.vocabulary.token_bytes))
 
 
 def test_gpt2_vocab_json_needs_its_merges_beside_it(corpora, tmp_path):

@@ -489,3 +489,26 @@ def test_a_malformed_merge_is_named(merge):
                       "merges": [["a", "b"], merge]}}
     with pytest.raises(ModelFormatError, match=r"merge 1 is .*; expected 'a b' or \[a, b\]"):
         interop.from_hf(data)
+
+
+@given(st.lists(st.binary(min_size=2, max_size=24), max_size=60, unique=True))
+def test_every_split_of_every_token_equals_the_python_oracle(tokens):
+    # Short parts are their own keys, parts of 8 bytes on go through the hash and a byte
+    # compare; tokens built from others (prefixes of each other) have many splits.
+    from gpubpe._reference import all_splits as reference_splits
+    from gpubpe.kernels.encode.rules import all_splits
+
+    grown = tokens + [a + b for a, b in zip(tokens, tokens[1:]) if a + b not in tokens]
+    token_bytes = [bytes([b]) for b in range(256)] + list(dict.fromkeys(grown))
+    rules = all_splits(token_bytes)
+    assert rules.dtype == np.int64 and rules.shape[1] == 3
+    assert list(map(tuple, rules.tolist())) == reference_splits(token_bytes)
+
+
+def test_every_split_of_cl100k_equals_the_python_oracle(cl100k):
+    from gpubpe._reference import all_splits as reference_splits
+
+    token_bytes, _ = interop._tokens_by_rank(cl100k._mergeable_ranks, "cl100k")
+    rules = interop.vocabulary_from_ranks(cl100k._mergeable_ranks, None, {}, {}).rules
+    assert len(rules) == 233_378
+    assert list(map(tuple, rules.tolist())) == reference_splits(token_bytes)
