@@ -337,7 +337,9 @@ def _log_event(control, events, kind, value):
 
 @njit(inline="always")
 def _list_dirty(chunk, chunk_dirty, dirty_chunks, group_fill, dirty_groups, control):
-    """``mark_dirty`` for the one deciding thread (no other thread lists in phase 1)."""
+    """``mark_dirty`` for the one deciding thread (no other thread lists then), without
+    atomics: ``decide_merge`` runs compiled for the CPU in the simulator, where CUDA's
+    atomics do not exist."""
     if chunk_dirty[chunk] == 0:
         chunk_dirty[chunk] = 1
         group_size = control[GROUP_CHUNKS]
@@ -596,10 +598,10 @@ def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, 
 def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, control):
     """Phase 1's start, for the last decision: at each listed start the merged id, its right
     half unlinked (a thread a start: no pass over the positions); ``find_runs``' marks
-    cleared."""
+    cleared after a run's merge (no other merge sets them)."""
     if control[APPLY] == 0:
         return
-    merged = control[MERGED]
+    merged, runs = control[MERGED], control[LEFT] == control[RIGHT]
     for j in range(thread, control[N_STARTS], n_threads):
         k = starts[j]
         partner = next_pos[k]
@@ -609,8 +611,9 @@ def write_merges(thread, n_threads, tokens, next_pos, prev_pos, mark, starts, co
         next_pos[k] = after
         if after >= 0:
             prev_pos[after] = k
-        mark[k] = 0
-        mark[partner] = 0
+        if runs:  # only find_runs marks
+            mark[k] = 0
+            mark[partner] = 0
 
 
 @device_phase
