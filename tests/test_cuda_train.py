@@ -164,6 +164,17 @@ def test_a_merge_pays_two_grid_syncs_three_when_its_two_tokens_are_one(monkeypat
         assert [left == right for left, right, _ in rules.tolist()] == [s == 3 for s in syncs]
 
 
+@pytest.mark.parametrize("scaffold", [False, True])
+def test_word_counted_more_than_2_to_the_32(scaffold):
+    big = 2**33 + 5
+    word_counts = {b"abcd": big, b"bcd": big - 1, b"cdab": 7}
+    cpu, device = train_both(word_counts, 262, scaffold, step=2)
+    assert_same(cpu, device, scaffold)
+    rules = device[0][0] if scaffold else device[0]
+    assert rules.tolist() == (reference_rules(word_counts, 262, scaffold)[0] if scaffold
+                              else reference_rules(word_counts, 262))
+
+
 def test_ties_across_a_step_boundary():
     # Every pair counted once: the order is HF's tie-break alone, two merges a step.
     word_counts = {bytes([a, b]): 1 for a, b in zip(b"zyxwvuts", b"qponmlkj")}
