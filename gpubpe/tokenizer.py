@@ -491,10 +491,10 @@ class Tokenizer:
         # call on "Hello world" went to two calls of _names_no_token, a generator and a
         # tuple of the kernel's arguments (cl100k, session 22).
         if (self._quick is None or type(text) not in (str, bytes) or len(text) > _QUICK_MAX_BYTES
-                or not (not allowed_special if type(allowed_special) is tuple
-                        else _names_no_token(allowed_special))
-                or not (disallowed_special == "all" if type(disallowed_special) is str
-                        else _names_no_token(disallowed_special))):
+                or (allowed_special if type(allowed_special) is tuple
+                    else not _names_no_token(allowed_special))
+                or (disallowed_special != "all" if type(disallowed_special) is str
+                    else not _names_no_token(disallowed_special))):
             return None
         for start in self._special_starts[type(text)]:
             if start in text:

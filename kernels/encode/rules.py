@@ -187,8 +187,10 @@ def all_splits(token_bytes: list[bytes]) -> np.ndarray:
     bytes (ids 0-255, in order) into two tokens, by token then by cut: tiktoken's rules of
     a rank table (``interop.vocabulary_from_ranks``).
 
-    A Python loop of dict lookups took 0.61 s of cl100k's 0.92 s import (907 K lookups);
-    this kernel, the whole-token table's lookups, ~0.03 s (bench/RESULTS.md, session 22)."""
+    A Python loop of dict lookups took 0.32 s of cl100k's import (907 K lookups); this
+    kernel, the whole-token table's lookups, 0.07 s, the table's build 0.01 of it
+    (bench/RESULTS.md, session 22). The tokenizer builds that table again for its
+    whole-token lookup: shared, it would save those 0.01 s."""
     if token_bytes[:256] != _BYTE_TOKENS:
         raise ValueError("all_splits: the first 256 tokens must be the bytes, in order")
     cells, pool, offsets, _ = _whole_token_table(token_bytes)
