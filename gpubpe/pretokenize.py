@@ -735,6 +735,13 @@ def _str_documents(chunk: _Items) -> _Documents | None:
     return documents
 
 
+# Fewer str than this on one thread are encoded by ``str.encode``: the kernels' fixed cost
+# (the runs' bounds, two calls, their buffers: ~20 us) passed ``str.encode``'s from ~250
+# English lines of 40+ characters and from ~250 Chinese ones of 64 (session 23: 8 lines
+# 20.6 -> 1.3 us, 64 lines 19.8 -> 5.2, 1,024 lines 30.5 against 68.4).
+_KERNEL_MIN_ITEMS = 256
+
+
 def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = False,
                    span: tuple[int, int] | None = None) -> _Documents | None:
     """The UTF-8 of a list of str (subclasses too) end to end with each one's byte length,
@@ -743,11 +750,14 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = Fa
     Lists of exact str are encoded by ``kernels.str_utf8`` without the GIL (issue 18; a
     mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
     4,096 items at a time, which the reading thread paid under the GIL); others (str
-    subclasses such as ``np.str_``, another Python) by ``str.encode``. ``run_all`` and
+    subclasses such as ``np.str_``, another Python, a short list on one thread) by
+    ``str.encode``. ``run_all`` and
     ``parts``: encode runs of the list at once; ``private``, ``span``: see
     ``_pystr.str_list_utf8``.
     """
-    encoded = str_list_utf8(texts, run_all, parts, private, span)
+    n_items = len(texts) if span is None else span[1] - span[0]
+    kernels = parts > 1 or n_items >= _KERNEL_MIN_ITEMS
+    encoded = str_list_utf8(texts, run_all, parts, private, span) if kernels else None
     if encoded is not None:
         return _Documents(*encoded)
     if span is not None:

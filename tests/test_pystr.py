@@ -58,7 +58,7 @@ def test_refuses_what_only_the_slow_path_may_take(bad):
 def test_documents_equal_with_and_without_the_kernels(monkeypatch):
     """``utf8_documents`` gives the same bytes and lengths on the fallback (another
     interpreter), and takes str subclasses there."""
-    texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 50
+    texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 100  # kernels from 256 items
     fast = utf8_documents(texts)
     monkeypatch.setattr("gpubpe.pretokenize.str_list_utf8", lambda *args: None)
     slow = utf8_documents(texts)
@@ -66,6 +66,20 @@ def test_documents_equal_with_and_without_the_kernels(monkeypatch):
     assert fast.lengths.tolist() == slow.lengths.tolist()
     assert utf8_documents([_Text("sub"), np.str_("np")]).data == b"subnp"
     assert utf8_documents(["a", "\ud800"]) is None
+
+
+def test_a_short_list_on_one_thread_is_encoded_without_the_kernels(monkeypatch):
+    """Below ``_KERNEL_MIN_ITEMS`` str, ``str.encode`` (the kernels' fixed ~20 us is more
+    than it takes); from there, or on more threads, the kernels."""
+    from gpubpe.tokenizer import _run_all
+
+    texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 64
+    called = []
+    monkeypatch.setattr("gpubpe.pretokenize.str_list_utf8", lambda *args: called.append(args))
+    assert utf8_documents(texts[:255]).data == _expected(texts[:255])[0] and not called
+    utf8_documents(texts)
+    utf8_documents(texts[:8], _run_all, 2)
+    assert [len(args[0]) for args in called] == [256, 8]
 
 
 def test_layout_check_rejects_a_layout_it_does_not_see():
