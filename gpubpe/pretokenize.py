@@ -653,12 +653,21 @@ def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
         return
     for index, item in enumerate(chunk.texts, chunk.first):  # paths, bytes, errors: one by one
         if is_corpus_path(item):
+            if isinstance(item, str) and not os.path.exists(item):
+                raise CorpusError(_missing_named_file(item, index))
             if pending:
                 yield pending.batch()
             yield from (read_path or partial(read_file, text_field=text_field,
                                              batch_bytes=batch_bytes))(Path(item))
         else:
             pending.add(_Documents.of([as_bytes(item, f"document {index}")]))
+
+
+def _missing_named_file(item: str, index: int) -> str:
+    """Why a str item shaped like a corpus file name, naming no file, is refused."""
+    return (f"corpus item {index}, {item[:200]!r}, reads as a corpus file name (no "
+            "whitespace, ending in .txt, .jsonl, .gz or .parquet) but no such file exists; "
+            "pass a document of that shape as bytes, or a file as an existing path")
 
 
 _READ_CHUNK = 4096  # items of an iterable corpus taken at once by iter_batches

@@ -177,8 +177,11 @@ def test_a_str_is_a_path_only_when_it_reads_as_a_corpus_file_name(tmp_path, monk
     assert count_words(["corpus.txt"], pattern=None) == {b"read from the file\n": 1}
     assert count_words([Path("README.md")], pattern=None) == {b"not read\n": 1}
     assert count_words([Path("a b.txt")], pattern=None) == {b"not read\n": 1}
-    with pytest.raises(CorpusError, match="missing.txt: no such file"):
-        count_words(["missing.txt"])  # a typo is an error, not a one-line corpus
+    # a typo is an error, not a one-line corpus; the error says why and how to pass either
+    with pytest.raises(CorpusError, match=r"corpus item 1, 'missing.txt', reads as a corpus "
+                       r"file name .* no such file exists; pass a document of that shape as "
+                       r"bytes, or a file as an existing path"):
+        count_words(["a document", "missing.txt"])
     # a corpus given as one str is a path, whatever its shape
     assert count_words("a b.txt", pattern=None) == {b"not read\n": 1}
     with pytest.raises(CorpusError, match="hello world: no such file"):
