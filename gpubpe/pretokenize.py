@@ -744,10 +744,11 @@ def _str_documents(chunk: _Items) -> _Documents | None:
     return documents
 
 
-# Fewer str than this on one thread are encoded by ``str.encode``: the kernels' fixed cost
-# (the runs' bounds, two calls, their buffers: ~20 us) passed ``str.encode``'s from ~250
-# English lines of 40+ characters and from ~250 Chinese ones of 64 (session 23: 8 lines
-# 20.6 -> 1.3 us, 64 lines 19.8 -> 5.2, 1,024 lines 30.5 against 68.4).
+# A list of fewer str than this, on one thread, is encoded by ``str.encode``: the kernels'
+# fixed cost (the runs' bounds, two calls, their buffers: ~20 us) passed ``str.encode``'s
+# from ~250 English lines of 40+ characters and from ~250 Chinese ones of 64 (session 23:
+# 8 lines 20.6 -> 1.3 us, 64 lines 19.8 -> 5.2, 1,024 lines 30.5 against 68.4). A counting
+# task's share (``private``) keeps the kernels: they read it without the GIL.
 _KERNEL_MIN_ITEMS = 256
 
 
@@ -764,8 +765,7 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = Fa
     ``parts``: encode runs of the list at once; ``private``, ``span``: see
     ``_pystr.str_list_utf8``.
     """
-    n_items = len(texts) if span is None else span[1] - span[0]
-    kernels = parts > 1 or n_items >= _KERNEL_MIN_ITEMS
+    kernels = parts > 1 or private or len(texts) >= _KERNEL_MIN_ITEMS
     encoded = str_list_utf8(texts, run_all, parts, private, span) if kernels else None
     if encoded is not None:
         return _Documents(*encoded)

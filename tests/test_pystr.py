@@ -70,7 +70,7 @@ def test_documents_equal_with_and_without_the_kernels(monkeypatch):
 
 def test_a_short_list_on_one_thread_is_encoded_without_the_kernels(monkeypatch):
     """Below ``_KERNEL_MIN_ITEMS`` str, ``str.encode`` (the kernels' fixed ~20 us is more
-    than it takes); from there, or on more threads, the kernels."""
+    than it takes); from there, on more threads, or for a counting task, the kernels."""
     from gpubpe.tokenizer import _run_all
 
     texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 64
@@ -79,7 +79,8 @@ def test_a_short_list_on_one_thread_is_encoded_without_the_kernels(monkeypatch):
     assert utf8_documents(texts[:255]).data == _expected(texts[:255])[0] and not called
     utf8_documents(texts)
     utf8_documents(texts[:8], _run_all, 2)
-    assert [len(args[0]) for args in called] == [256, 8]
+    utf8_documents(texts[:8], private=True)  # a counting task's share: no GIL
+    assert [len(args[0]) for args in called] == [256, 8, 8]
 
 
 def test_layout_check_rejects_a_layout_it_does_not_see():
