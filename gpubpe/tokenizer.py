@@ -136,6 +136,10 @@ _AUTO_DEVICE_MIN_WORK = 1 << 20
 # (``_quick_ids``). Per call, cl100k, one thread (bench/RESULTS.md, session 16): 64 B of
 # English 21.2 -> 4.1 us, 1 KB 27.7 -> 23.7; past ~1 KB the cached path is faster.
 _QUICK_MAX_BYTES = 1024
+# encode_batch of at most this many documents (``_QUICK_MAX_BYTES`` in all), each one
+# _quick_ids call when it can: a batch's fixed cost (~45 us: UTF-8, range and special-token
+# checks, the kernel's call) is more than a few of those calls (session 23, RESULTS).
+_QUICK_BATCH = 8
 # decode() of a list of up to this many ids joins their bytes in Python (``_quick_bytes``):
 # past ~64 the kernel's gather, with its fixed ~3 us, is faster.
 _QUICK_MAX_IDS = 64
@@ -527,8 +531,28 @@ class Tokenizer:
 
         Same ids as :meth:`encode` on each document, whatever the thread count.
         """
+        quick = self._quick_batch(texts, num_threads, allowed_special, disallowed_special)
+        if quick is not None:
+            return quick
         return self.encode_arrays(texts, num_threads=num_threads, allowed_special=allowed_special,
                                   disallowed_special=disallowed_special).tolist()
+
+    def _quick_batch(self, texts, num_threads, allowed_special,
+                     disallowed_special) -> list[list[int]] | None:
+        """A list of up to ``_QUICK_BATCH`` documents of one type, ``_QUICK_MAX_BYTES`` in
+        all, by ``_quick_ids`` each; None for the general path (which raises for bad input).
+        Longer ones take the batch path, whose word cache makes their BPE cheaper."""
+        if type(texts) is not list or not 0 < len(texts) <= _QUICK_BATCH \
+                or len(set(map(type, texts))) != 1 or sum(map(len, texts)) > _QUICK_MAX_BYTES:
+            return None
+        check_num_threads(num_threads)
+        found = []
+        for text in texts:
+            ids = self._quick_ids(text, allowed_special, disallowed_special)
+            if ids is None:
+                return None
+            found.append(ids)
+        return found
 
     def encode_ordinary_batch(self, texts: Sequence[str] | Sequence[bytes], *,
                               num_threads: int | None = None) -> list[list[int]]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import gpubpe
 from gpubpe import _reference
 from gpubpe import tokenizer as tokenizer_module
-from gpubpe.errors import CorpusError, SpecialTokenError
+from gpubpe.errors import ConfigError, CorpusError, SpecialTokenError
 from gpubpe.kernels import encode as kernels
 from gpubpe.model import Vocabulary
 from gpubpe.pretokenize import GPT2_PATTERN, NAMED_PATTERNS, word_bytes
@@ -345,6 +345,32 @@ def test_ragged_batch_indexing_and_padding(tok):
     with pytest.raises(IndexError):
         batch[3]
     assert tok.decode_batch(batch) == texts
+
+
+def test_a_few_short_documents_take_one_quick_call_each_with_the_batch_ids(tok, lines,
+                                                                           monkeypatch):
+    """Up to ``_QUICK_BATCH`` documents, 1 KB in all: one ``_quick_ids`` call each (a
+    batch's fixed ~45 us is more than those), the batch path's ids; special tokens to find
+    or check, and bad input, take the batch path."""
+    short = [line for line in lines if 0 < len(line) < 100][:8]
+    expected = tok.encode_arrays(short).tolist()
+    batches = []
+    monkeypatch.setattr(gpubpe.Tokenizer, "encode_arrays",
+                        lambda self, texts, **kw: batches.append(texts) or RaggedBatch(
+                            np.zeros(0, np.uint32), np.zeros(len(texts) + 1, np.int64)))
+    assert tok.encode_batch(short) == expected
+    assert tok.encode_batch([t.encode() for t in short]) == expected
+    assert tok.encode_batch(short, disallowed_special=()) == expected
+    assert tok.encode_batch(short, allowed_special="all") == expected  # none in them
+    assert batches == []
+    specials = ["x <|endoftext|> y", "<|fim|>"]
+    tok.encode_batch(specials)  # a special token's start: the batch path checks and raises
+    tok.encode_batch(short + ["one more"])  # nine documents
+    tok.encode_batch(["x" * 600, "y" * 600])  # over 1 KB in all: the batch path's cache
+    tok.encode_batch(["a", b"b"])  # the batch path names the bad item
+    assert batches == [specials, short + ["one more"], ["x" * 600, "y" * 600], ["a", b"b"]]
+    with pytest.raises(ConfigError, match="num_threads=0"):
+        tok.encode_batch(short, num_threads=0)
 
 
 def test_empty_input(tok):
