@@ -156,7 +156,8 @@ def _add_encode(commands) -> None:
                     "mid-run, the finished documents are kept in FILE.partial.npy (or .bin) "
                     "and the error says which --skip-documents finishes the job.")
     p.add_argument("files", nargs="*", type=Path,
-                   help="input files (.txt, .jsonl, .parquet; a .gz is read decompressed)")
+                   help="input files (.txt, .jsonl, .parquet; a .gz is read decompressed); "
+                        "none, or '-': the lines piped on standard input (ids are printed)")
     _add_tokenizer_option(p)
     p.add_argument("--text", help="encode this text instead of files (ids are printed)")
     p.add_argument("-o", "--output", type=Path,
@@ -425,11 +426,12 @@ def _run_encode(args) -> int:
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)
-    if args.text is None and not args.files:
-        raise _usage("encode needs input files or --text")
     if args.text is not None and args.files:
         raise _usage("give input files or --text, not both")
-    files = _encode_inputs(args.files)
+    args.stdin = args.text is None and [str(f) for f in args.files] in ([], ["-"])
+    if args.stdin and sys.stdin.isatty():
+        raise _usage("encode needs input files, --text, or text piped on standard input")
+    files = [] if args.stdin else _encode_inputs(args.files)
     allowed = _allowed_special(tok, args.allowed_special)
     if args.scheduler is not None:
         return _run_encode_on_dask(args, tok, files, allowed)
@@ -438,8 +440,9 @@ def _run_encode(args) -> int:
     if args.output is not None:
         check_output(args.output, files)
     if args.output is not None and args.output.suffix in SUFFIXES:
-        if args.text is not None:
-            raise _usage(f"--text prints ids; to write {args.output.suffix} pass input files")
+        if args.text is not None or args.stdin:
+            where = "--text" if args.text is not None else "standard input"
+            raise _usage(f"{where} prints ids; to write {args.output.suffix} pass input files")
         _note_first_compile()
         done = encode_files(tok, files, args.output, dtype=args.dtype,
                             num_threads=args.threads, progress=not args.no_progress,
@@ -528,11 +531,35 @@ def _lines_of(tok, args, files, allowed):
         ids = tok.encode(args.text, allowed_special=allowed, disallowed_special=())
         yield " ".join(map(str, ids + appended)) + "\n"
         return
+    if args.stdin:
+        for lines in _stdin_line_batches(args.skip_documents):
+            encoded = tok.encode_arrays(lines, num_threads=args.threads,
+                                        allowed_special=allowed, disallowed_special=())
+            for ids in encoded.tolist():
+                yield " ".join(map(str, ids + appended)) + "\n"
+        return
     for batch in read_batches(files, args.text_field, skip_documents=args.skip_documents):
         encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
                                     num_threads=args.threads, allowed_special=allowed)
         for ids in encoded.tolist():
             yield " ".join(map(str, ids + appended)) + "\n"
+
+
+def _stdin_line_batches(skip: int, batch_bytes: int = 1 << 22):
+    """Standard input's lines (bytes, newline kept: a document each, as a text file's) in
+    lists of about ``batch_bytes``, the first ``skip`` left out; each list is encoded while
+    the next is read, so a pipe's ids come out as its text comes in."""
+    lines, size = [], 0
+    for number, line in enumerate(sys.stdin.buffer):
+        if number < skip:
+            continue
+        lines.append(line)
+        size += len(line)
+        if size >= batch_bytes:
+            yield lines
+            lines, size = [], 0
+    if lines:
+        yield lines
 
 
 def _run_decode(args) -> int:

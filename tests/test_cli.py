@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -46,11 +48,30 @@ def test_encode_files_one_line_per_document(tmp_path, corpus, capsys):
     assert gpubpe.load(out).decode([int(i) for i in lines[0].split()]) == "low lower lowest\n"
 
 
+def test_encode_reads_the_lines_piped_on_standard_input(tmp_path, corpus, capsys, monkeypatch):
+    """No input files (or '-'): standard input's lines are the documents, as a text file's
+    are; its ids print. A terminal there is no input: the usage error says what to give."""
+    out = tmp_path / "tok.json"
+    gpubpe.train([corpus], 270, progress=False).save(out)
+    assert main(["encode", "-t", str(out), str(corpus)]) == 0
+    from_file = capsys.readouterr().out
+    for files in ([], ["-"]):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(corpus.read_bytes())))
+        assert main(["encode", "-t", str(out), *files]) == 0
+        assert capsys.readouterr().out == from_file
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\nb\n")))
+    assert main(["encode", "-t", str(out), "-o", str(tmp_path / "ids.npy")]) == 2
+    assert "standard input prints ids; to write .npy pass input files" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", mock.Mock(isatty=lambda: True))
+    assert main(["encode", "-t", str(out)]) == 2
+    assert "encode needs input files, --text, or text piped on standard input" in \
+        capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", "missing.txt", "-o", "x.json", "--vocab-size", "300", "--no-progress"], "no such file"),
     (["train", "{corpus}", "-o", "x.json", "--vocab-size", "100", "--no-progress"], "below 256"),
     (["decode", "-t", "missing.json", "1"], "no such tokenizer file"),
-    (["encode", "-t", "{tok}"], "needs input files"),
     (["encode", "-t", "{tok}", "hello world"], "to encode a string, pass --text 'hello world'"),
     (["encode", "-t", "{tok}", "missing.txt"], "missing.txt: no such file"),
     (["decode", "-t", "{tok}", "1", "x"], "integers"),
