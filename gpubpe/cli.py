@@ -547,8 +547,8 @@ def _lines_of(tok, args, files, allowed):
 
 def _stdin_line_batches(skip: int, batch_bytes: int = 1 << 22):
     """Standard input's lines (bytes, newline kept: a document each, as a text file's) in
-    lists of about ``batch_bytes``, the first ``skip`` left out; each list is encoded while
-    the next is read, so a pipe's ids come out as its text comes in."""
+    lists of about ``batch_bytes``, the first ``skip`` left out: a long pipe is encoded a
+    list at a time, in bounded memory."""
     lines, size = [], 0
     for number, line in enumerate(sys.stdin.buffer):
         if number < skip:
