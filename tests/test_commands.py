@@ -94,6 +94,8 @@ def test_bench_cpu_rows_and_json(tmp_path, corpus, capsys):
     rows = json.loads(out.read_text())
     contenders = {(r["task"], r["contender"]) for r in rows}
     assert ("train", "gpubpe cpu") in contenders and ("encode", "gpubpe cpu") in contenders
+    assert {("encode", "tiktoken (encode_ordinary_batch)"),  # its batch call, and its loop
+            ("encode", "tiktoken (encode_ordinary, a loop)")} <= contenders
     assert all("DIFFER" not in r["note"] for r in rows)
     assert "| train | gpubpe cpu |" in capsys.readouterr().out
 
