@@ -482,7 +482,7 @@ def _encode_inputs(names: list[Path]) -> list[Path]:
 
 def _run_encode_on_dask(args, tok, files, allowed) -> int:
     """``encode --scheduler``: shards and a manifest in the -o folder, written by the workers."""
-    if args.text is not None or args.output is None:
+    if args.text is not None or args.stdin or args.output is None:
         raise _usage("encode --scheduler needs input files and -o FOLDER (shards + manifest)")
     if args.skip_documents:
         raise _usage("--skip-documents does not apply with --scheduler (a re-run resumes)")

@@ -761,9 +761,8 @@ def utf8_documents(texts: list, run_all=None, parts: int = 1, private: bool = Fa
     mixed-script line ~70 ns, an English one ~15, against ~115 and ~70 by ``str.encode``
     4,096 items at a time, which the reading thread paid under the GIL); others (str
     subclasses such as ``np.str_``, another Python, a short list on one thread) by
-    ``str.encode``. ``run_all`` and
-    ``parts``: encode runs of the list at once; ``private``, ``span``: see
-    ``_pystr.str_list_utf8``.
+    ``str.encode``. ``run_all`` and ``parts``: encode runs of the list at once;
+    ``private``, ``span``: see ``_pystr.str_list_utf8``.
     """
     kernels = parts > 1 or private or len(texts) >= _KERNEL_MIN_ITEMS
     encoded = str_list_utf8(texts, run_all, parts, private, span) if kernels else None

@@ -543,7 +543,8 @@ class Tokenizer:
         all, by ``_quick_ids`` each; None for the general path (which raises for bad input).
         Longer ones take the batch path, whose word cache makes their BPE cheaper."""
         if type(texts) is not list or not 0 < len(texts) <= _QUICK_BATCH \
-                or len(set(map(type, texts))) != 1 or sum(map(len, texts)) > _QUICK_MAX_BYTES:
+                or set(map(type, texts)) not in ({str}, {bytes}) \
+                or sum(map(len, texts)) > _QUICK_MAX_BYTES:
             return None
         check_num_threads(num_threads)
         found = []

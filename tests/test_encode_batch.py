@@ -368,7 +368,9 @@ def test_a_few_short_documents_take_one_quick_call_each_with_the_batch_ids(tok, 
     tok.encode_batch(short + ["one more"])  # nine documents
     tok.encode_batch(["x" * 600, "y" * 600])  # over 1 KB in all: the batch path's cache
     tok.encode_batch(["a", b"b"])  # the batch path names the bad item
-    assert batches == [specials, short + ["one more"], ["x" * 600, "y" * 600], ["a", b"b"]]
+    tok.encode_batch([None])
+    assert batches == [specials, short + ["one more"], ["x" * 600, "y" * 600], ["a", b"b"],
+                       [None]]
     with pytest.raises(ConfigError, match="num_threads=0"):
         tok.encode_batch(short, num_threads=0)
 
@@ -386,6 +388,7 @@ def test_empty_input(tok):
 
 @pytest.mark.parametrize("texts, message", [
     (["a", None, "b"], r"texts\[1\] is a NoneType"),
+    ([None], r"texts\[0\] is a NoneType"),
     (["a", b"b"], r"texts\[1\] is bytes but texts\[0\] is str"),
     ([b"a", 3], r"texts\[1\] is a int"),
     ("just a string", "takes a list of documents"),
