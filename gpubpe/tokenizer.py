@@ -881,7 +881,11 @@ class Tokenizer:
         if isinstance(value, str):
             raise InputTypeError(f"special tokens must be 'all' or a collection of str, not "
                                  f"{value!r}; write {{{value!r}}} for one token")
-        names = frozenset(value)
+        try:
+            names = frozenset(value)
+        except TypeError:  # not a collection: 5, None
+            raise InputTypeError(f"special tokens must be 'all' or a collection of str, not "
+                                 f"{value!r}") from None
         unknown = names - self._all_specials
         if unknown:
             raise SpecialTokenError(

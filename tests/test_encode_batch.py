@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import gpubpe
 from gpubpe import _reference
 from gpubpe import tokenizer as tokenizer_module
-from gpubpe.errors import ConfigError, CorpusError, SpecialTokenError
+from gpubpe.errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
 from gpubpe.kernels import encode as kernels
 from gpubpe.model import Vocabulary
 from gpubpe.pretokenize import GPT2_PATTERN, NAMED_PATTERNS, word_bytes
@@ -267,6 +267,9 @@ def test_special_tokens_follow_tiktoken_rules(tok):
         tok.encode("x", allowed_special={"<|nope|>"})
     with pytest.raises(TypeError, match="collection of str"):
         tok.encode("x", allowed_special="<|endoftext|>")
+    for call in (tok.encode, tok.encode_batch):
+        with pytest.raises(InputTypeError, match="a collection of str, not 5"):
+            call(["x"] if call == tok.encode_batch else "x", disallowed_special=5)
 
 
 def test_longest_special_token_wins(tok):
