@@ -182,9 +182,11 @@ SHORT_TEXTS = ["", "a", "hello world", "  spaces  around  ", "中文 😀 e\u030
 
 
 def test_short_texts_take_one_kernel_and_equal_the_batch_path(tok, quick_calls):
-    for text in SHORT_TEXTS:
-        assert tok.encode(text, allowed_special="all") == tok.encode_batch([text])[0]
-        assert tok.encode_ordinary(text) == tok.encode_batch([text])[0]
+    for text in SHORT_TEXTS:  # encode_arrays: the batch path (encode_batch of a few short
+        # texts takes the one-kernel path too: test_encode_batch.py)
+        batch_ids = tok.encode_arrays([text]).tolist()[0]
+        assert tok.encode(text, allowed_special="all") == batch_ids
+        assert tok.encode_ordinary(text) == batch_ids
     assert len(quick_calls) == 2 * len(SHORT_TEXTS) - 2  # "<| not a token" holds a start
 
 
@@ -197,7 +199,8 @@ def test_short_texts_take_one_kernel_and_equal_the_batch_path(tok, quick_calls):
     ("hi", {"disallowed_special": ["<|endoftext|>"]}),
 ])
 def test_the_general_path_takes_the_rest(tok, quick_calls, text, args):
-    assert tok.encode(text, **args) == tok.encode_batch([text], **args)[0]
+    assert tok.encode(text, **args) == tok.encode_batch([text], **args)[0] \
+        == tok.encode_arrays([text], **args).tolist()[0]
     assert quick_calls == []
 
 
