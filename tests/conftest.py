@@ -98,8 +98,8 @@ def interrupt_encoding(monkeypatch):
 @pytest.fixture
 def traced_memory():
     """``traced_memory(make, warm=1)``: ``(bytes traced while what make() returns is held,
-    bytes still traced once it is dropped, change in None's reference count)`` over one
-    call of ``make``, after ``warm`` calls that compile and fill whatever caches it uses
+    bytes still traced once it is dropped, change in None's reference count)`` over a
+    call of ``make`` (the quietest of three), after ``warm`` calls that compile and fill whatever caches it uses
     (a first call's compiling gave None's references back by the dozen). tracemalloc
     sees CPython's object allocator: for kernels that make str or bytes objects into a
     list of None. What is left is counted from gpubpe's own frames only: under xdist
@@ -118,6 +118,11 @@ def traced_memory():
     def measure(make, warm: int = 1):
         for _ in range(warm):
             make()
+        # The worker's other threads can drop references to None in the window too (131 once,
+        # CI, session 23): a real leak shows in every window, so the quietest of three counts.
+        return min((window(make) for _ in range(3)), key=lambda found: abs(found[2]))
+
+    def window(make):
         # Earlier tests' garbage first: a collection in the window once gave back 1,969
         # references to None that were not the call's (CI, session 16); the call's own
         # garbage is collected before the end is counted.
