@@ -520,7 +520,7 @@ def _backend_said(asked: str, used: str) -> str:
 
 def _lines_of(tok, args, files, allowed):
     """One text line of space-separated ids per document of ``--text`` or the input files."""
-    from .encode_files import _appended_id, read_batches
+    from .encode_files import _appended_id, read_batches, stream_batches
 
     try:
         appended = _appended_id(tok, args.append_special)
@@ -531,35 +531,13 @@ def _lines_of(tok, args, files, allowed):
         ids = tok.encode(args.text, allowed_special=allowed, disallowed_special=())
         yield " ".join(map(str, ids + appended)) + "\n"
         return
-    if args.stdin:
-        for lines in _stdin_line_batches(args.skip_documents):
-            encoded = tok.encode_arrays(lines, num_threads=args.threads,
-                                        allowed_special=allowed, disallowed_special=())
-            for ids in encoded.tolist():
-                yield " ".join(map(str, ids + appended)) + "\n"
-        return
-    for batch in read_batches(files, args.text_field, skip_documents=args.skip_documents):
+    batches = stream_batches(sys.stdin.buffer, args.skip_documents) if args.stdin else \
+        read_batches(files, args.text_field, skip_documents=args.skip_documents)
+    for batch in batches:
         encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
                                     num_threads=args.threads, allowed_special=allowed)
         for ids in encoded.tolist():
             yield " ".join(map(str, ids + appended)) + "\n"
-
-
-def _stdin_line_batches(skip: int, batch_bytes: int = 1 << 22):
-    """Standard input's lines (bytes, newline kept: a document each, as a text file's) in
-    lists of about ``batch_bytes``, the first ``skip`` left out: a long pipe is encoded a
-    list at a time, in bounded memory."""
-    lines, size = [], 0
-    for number, line in enumerate(sys.stdin.buffer):
-        if number < skip:
-            continue
-        lines.append(line)
-        size += len(line)
-        if size >= batch_bytes:
-            yield lines
-            lines, size = [], 0
-    if lines:
-        yield lines
 
 
 def _run_decode(args) -> int:

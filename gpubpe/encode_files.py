@@ -78,7 +78,14 @@ from .atomic import (
     write_text_atomically,
 )
 from .errors import ConfigError, CorpusError, DeviceError
-from .pretokenize import Batch, check_num_threads, content_suffix, corpus_paths, read_file
+from .pretokenize import (
+    Batch,
+    check_num_threads,
+    content_suffix,
+    corpus_paths,
+    iter_batches,
+    read_file,
+)
 
 # Input bytes per encoded batch: large enough to keep every core busy, small
 # enough that a batch and its scratch (about 10x) stay far below 2 GB.
@@ -247,12 +254,23 @@ def read_batches(paths, text_field: str = "text", batch_bytes: int = BATCH_BYTES
     (:func:`gpubpe.pretokenize.iter_batches`). The first ``skip_documents``
     documents are left out (their bytes still count as consumed).
     """
-    if isinstance(skip_documents, bool) or not isinstance(skip_documents, int) \
-            or skip_documents < 0:
-        raise ConfigError(f"skip_documents must be an int >= 0, not {skip_documents!r}")
+    _check_skip(skip_documents)
     paths = corpus_paths(paths)
     files = (batch for path in paths for batch in read_file(path, text_field, batch_bytes))
     return _skipping(files, skip_documents)
+
+
+def stream_batches(stream, skip_documents: int = 0) -> Iterator[Batch]:
+    """``read_batches`` of a binary stream (standard input): each line a document, its
+    newline kept, as a text file's."""
+    _check_skip(skip_documents)
+    return _skipping(iter_batches(stream), skip_documents)
+
+
+def _check_skip(skip_documents) -> None:
+    if isinstance(skip_documents, bool) or not isinstance(skip_documents, int) \
+            or skip_documents < 0:
+        raise ConfigError(f"skip_documents must be an int >= 0, not {skip_documents!r}")
 
 
 def _skipping(batches: Iterator[Batch], n_documents: int) -> Iterator[Batch]:

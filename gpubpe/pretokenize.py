@@ -648,6 +648,8 @@ def _read_items(chunk: _Items, pending: _PendingDocuments, text_field: str,
     """Read a chunk: its documents into ``pending``; a path's batches yielded, after the
     documents pending before it (or what ``read_path(path)`` yields for it)."""
     documents = _str_documents(chunk)  # the common case: every item a str document
+    if documents is None:
+        documents = _bytes_documents(chunk)
     if documents is not None:
         pending.add(documents)
         return
@@ -742,6 +744,14 @@ def _str_documents(chunk: _Items) -> _Documents | None:
                              and any(map(is_corpus_path, chunk.texts))):
         return None
     return documents
+
+
+def _bytes_documents(chunk: _Items) -> _Documents | None:
+    """A chunk whose items are all bytes (always documents) in one join, else None. One
+    by one, the reader's rules took ~6 us an item (300 K lines of a binary stream, such as
+    ``gpubpe encode``'s standard input: 1.79 s)."""
+    texts = chunk.texts
+    return _Documents.of(texts) if all(type(text) is bytes for text in texts) else None
 
 
 # A list of fewer str than this, on one thread, is encoded by ``str.encode``: the kernels'

@@ -417,3 +417,17 @@ def test_file_batches_cut_at_line_ends_whatever_the_slack(tmp_path_factory, cont
                  for x, y in zip(b.doc_starts.tolist(), b.doc_ends.tolist())]
     assert documents == content.splitlines(keepends=True)
     assert sum(b.input_bytes for b in batches) == len(content)
+
+
+def test_a_chunk_of_bytes_documents_is_read_in_one_join():
+    """bytes items are always documents, a file-name shape too: a chunk of only bytes is
+    joined at once (``_bytes_documents``), a mixed one item by item; the same counts."""
+    from gpubpe.pretokenize import iter_batches
+
+    lines = [f"hello world {i}\n" for i in range(5000)] + ["notes.txt"]
+    as_bytes = [line.encode() for line in lines]
+    batches = list(iter_batches(as_bytes))
+    assert b"".join(bytes(b.data) for b in batches) == b"".join(as_bytes)
+    assert sum(b.doc_ends.size for b in batches) == len(lines)
+    mixed = [line if i % 2 else line.encode() for i, line in enumerate(lines[:-1])] + [b"notes.txt"]
+    assert count_words(as_bytes) == count_words(mixed) == count_words(lines[:-1] + [b"notes.txt"])
