@@ -83,7 +83,7 @@ def compute_call(module, operation, data, offsets, tables, base):
         out = np.ones(data.size + 64, dtype=np.uint32)
         wide = module._fits_wide_lanes(base, lead, values)
         return lambda: module._encode_chunks(data, offsets, bounds, sources, layout, base, wide,
-                                             out)
+                                             out, *_run_arg(module))
     table = tables["decode_table"]
     layout = module._lane_table(module._decode_lane_table, table)
     bounds = np.array([0, data.size], dtype=np.int64)
@@ -91,7 +91,12 @@ def compute_call(module, operation, data, offsets, tables, base):
     out = np.ones(3 * data.size + 64, dtype=np.uint32)
     wide = module._fits_wide_lanes(base + table.size)
     return lambda: module._decode_chunks(data, offsets, bounds, sources, table, layout, base,
-                                         wide, out)
+                                         wide, out, *_run_arg(module))
+
+
+def _run_arg(module) -> tuple:
+    """The chunk runner, for a version of the module whose chunk loops take one."""
+    return (module._one_by_one,) if hasattr(module, "_one_by_one") else ()
 
 
 def full_call(module, operation, data, offsets, tables, base):

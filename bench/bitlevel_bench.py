@@ -51,7 +51,7 @@ from pathlib import Path
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-ids", type=int, default=20_000_000, help="ids per corpus")
-    parser.add_argument("--threads", type=int, default=1, help="NUMBA_NUM_THREADS")
+    parser.add_argument("--threads", type=int, default=1, help="threads: the codec's chunks on gpubpe's threads, the plain loops' prange on NUMBA_NUM_THREADS")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs; medians reported")
     parser.add_argument("--corpus", choices=["real", "pages", "mixed", "bytes", "all"],
                         default="all")
@@ -73,8 +73,11 @@ import bitlevel_plain  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from gpubpe._threads import run_all  # noqa: E402
 from gpubpe.bitlevel import BitLevelCodec  # noqa: E402
 from gpubpe.kernels import bitpack  # noqa: E402
+
+THREADS = {"n_chunks": ARGS.threads, "run": run_all}  # the codec's chunks on gpubpe's threads
 
 BASE_VOCAB_SIZE = 32000
 CORPUS_MIX = {"mixed": (0.74, 0.02), "bytes": (0.02, 0.03)}  # (merged-token units, ASCII units)
@@ -188,9 +191,11 @@ def bench_corpus(kind, codec, reference_codec):
         sys.exit("the plain loops' output differs from the CPU backend's")
     rows = []
     for operation, data, lanes, plain in [
-        ("encode", ids, lambda: bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, base),
+        ("encode", ids, lambda: bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, base,
+                                                            **THREADS),
          lambda: bitlevel_plain.bitlevel_encode_cpu_plain(ids, offsets, lead, values, base)),
-        ("decode", coded, lambda: bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, base),
+        ("decode", coded, lambda: bitpack.bitlevel_decode_cpu(coded, coded_offsets, table, base,
+                                                              **THREADS),
          lambda: bitlevel_plain.bitlevel_decode_cpu_plain(coded, coded_offsets, table, base)),
     ]:
         lanes(), plain()  # warm-up
@@ -250,7 +255,7 @@ def main():
     results = [bench_corpus(kind, codec, reference_codec) for kind in kinds]
     print("## Bit-level codec throughput (Numba CPU backend)\n")
     print(f"- machine: {machine()}")
-    print(f"- threads: NUMBA_NUM_THREADS={numba.get_num_threads()}")
+    print(f"- threads: {ARGS.threads} (NUMBA_NUM_THREADS={numba.get_num_threads()})")
     print(f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     print(f"- load average (1, 5, 15 min): at the start {LOAD_AT_START}, at the end "
           f"{load_average()}")

@@ -45,7 +45,7 @@ def chunk_loop(ids, offsets, layout, out):
     bounds = np.array([0, ids.size], dtype=np.int64)
     sources = bitpack._chunk_sources(bounds, 1)
     return lambda: bitpack._encode_chunks(ids, offsets, bounds, sources, layout, BASE, True,
-                                          out() if callable(out) else out)
+                                          out() if callable(out) else out, bitpack._one_by_one)
 
 
 def main():

@@ -31,6 +31,7 @@ from gpubpe.kernels.bitpack import (
     _enter_sequences,
     _first_found,
     _join_chunks,
+    _one_by_one,
     _plan_chunks,
     entry_kind,
     entry_payload,
@@ -121,7 +122,7 @@ def bitlevel_encode_cpu_plain(ids, offsets, lead_prefix_ids, value_ids, base_voc
     chunk_lengths, chunk_first_bad, sequence_out = _encode_chunks_plain(
         ids, offsets, bounds, sources, lead_prefix_ids, value_ids, base_vocab_size, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
-                                       bounds)
+                                       bounds, _one_by_one)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
@@ -219,7 +220,7 @@ def bitlevel_decode_cpu_plain(ids, offsets, decode_table, base_vocab_size, n_chu
     chunk_lengths, chunk_bad, chunk_first_bad, sequence_out = \
         _decode_chunks_plain(ids, offsets, bounds, sources, decode_table, base_vocab_size, out)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
-                                       bounds)
+                                       bounds, _one_by_one)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 

@@ -63,7 +63,7 @@ def str_list_utf8(texts, run_all=None, parts: int = 1, private: bool = False,
     surrogate. The caller then encodes with ``str.encode`` and names any bad item.
 
     ``parts`` > 1 encodes that many runs of the list at once through ``run_all(function,
-    calls)`` (a list of results in order, as ``tokenizer._run_all`` gives), into one
+    calls)`` (a list of results in order, as ``_threads.run_all`` gives), into one
     buffer: each run writes from the bound of the runs before it, then the runs are moved
     together (a join of separate buffers was a copy of all of it into fresh pages: ~17 ms
     of a 40 MB ``encode_arrays`` on the calling thread alone).

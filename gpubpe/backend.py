@@ -30,6 +30,7 @@ from importlib import metadata
 
 import numpy as np
 
+from ._threads import thread_count
 from .errors import BackendUnavailable, ConfigError
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
@@ -213,7 +214,6 @@ def kernel_cache_state() -> str:
 
 def doctor_report() -> dict:
     """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
-    import numba
 
     from ._pystr import str_kernels_state
 
@@ -229,7 +229,7 @@ def doctor_report() -> dict:
     return {"versions": library_versions(), "backends": backends,
             "auto": resolve_backend("auto").reason, "probe": probe, "devices": devices,
             "devices_error": devices_error, "simulator": simulator_enabled(),
-            "numba_threads": numba.config.NUMBA_NUM_THREADS,
+            "threads": thread_count(None),
             "str_kernels": str_kernels_state(),
             "device_bytes_cap": os.environ.get("GPUBPE_DEVICE_BYTES") or None,
             "kernel_cache": kernel_cache_state(),

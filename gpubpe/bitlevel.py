@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._threads import check_num_threads, run_all, thread_count
 from .backend import resolve_backend
 from .device import is_device_array
 from .errors import ConfigError, GpubpeError
@@ -150,31 +151,36 @@ class BitLevelCodec:
 
     # --- encode / decode ---------------------------------------------------------------
 
-    def encode(self, ids):
+    def encode(self, ids, *, num_threads: int | None = None):
         """Re-encode one sequence of base ids. A list comes back as a list, an array as uint32."""
         array, as_list = _as_ids(ids)
-        out, _ = self.encode_batch(array, np.array([0, array.size], dtype=np.int64))
+        out, _ = self.encode_batch(array, np.array([0, array.size], dtype=np.int64),
+                                   num_threads=num_threads)
         return out.tolist() if as_list else out
 
-    def decode(self, coded, errors: str = "strict"):
+    def decode(self, coded, errors: str = "strict", *, num_threads: int | None = None):
         """Invert :meth:`encode` on one sequence; ``errors="replace"`` writes U+FFFD bytes."""
         array, as_list = _as_ids(coded)
-        out, _ = self.decode_batch(array, np.array([0, array.size], dtype=np.int64), errors)
+        out, _ = self.decode_batch(array, np.array([0, array.size], dtype=np.int64), errors,
+                                   num_threads=num_threads)
         return out.tolist() if as_list else out
 
-    def encode_batch(self, ids, offsets):
+    def encode_batch(self, ids, offsets, *, num_threads: int | None = None):
         """Re-encode a ragged batch (flat ids, int64 offsets of length B+1): new (ids, offsets).
 
         A character never spans two sequences, and each sequence starts with no prefix in force.
         With ``backend="cuda"``, device arrays in (CuPy; uint32 ids, int64 offsets) give
         device arrays out, with no copy to the host (one read: the output size).
+        ``num_threads``: the CPU backend's threads (default: every core); the result is
+        the same on any number.
         """
+        check_num_threads(num_threads)
         if self._on_device(ids, offsets):
             return self._run_on_device("encode", ids, offsets)
         ids, _ = _as_ids(ids)
         offsets = _as_offsets(offsets, ids.size)
-        out, out_offsets, first_bad = self._run("encode", ids, offsets, "lead_prefix_ids",
-                                                "value_ids")
+        out, out_offsets, first_bad = self._run("encode", ids, offsets, num_threads,
+                                                "lead_prefix_ids", "value_ids")
         if first_bad >= 0:
             raise BitLevelEncodeError(
                 f"id {int(ids[first_bad])} at {_where(offsets, first_bad)} is not below "
@@ -182,15 +188,18 @@ class BitLevelCodec:
                 "pass the base tokenizer's output, or a base_vocab_size above its largest id")
         return out, out_offsets
 
-    def decode_batch(self, ids, offsets, errors: str = "strict"):
+    def decode_batch(self, ids, offsets, errors: str = "strict", *,
+                     num_threads: int | None = None):
         """Invert :meth:`encode_batch`: new (ids, offsets). Malformed units raise or give U+FFFD."""
         if errors not in ERROR_MODES:
             raise ConfigError(f"errors={errors!r} is not one of {ERROR_MODES}")
+        check_num_threads(num_threads)
         if self._on_device(ids, offsets):
             return self._run_on_device("decode", ids, offsets, errors)
         ids, _ = _as_ids(ids)
         offsets = _as_offsets(offsets, ids.size)
-        out, out_offsets, n_bad, first_bad = self._run("decode", ids, offsets, "decode_table")
+        out, out_offsets, n_bad, first_bad = self._run("decode", ids, offsets, num_threads,
+                                                       "decode_table")
         if n_bad and errors == "strict":
             raise BitLevelDecodeError(
                 f"malformed bit-level input at {_where(offsets, first_bad)}: "
@@ -229,12 +238,18 @@ class BitLevelCodec:
                 self.decode_batch(*host, errors)
         return results[0], results[1]
 
-    def _run(self, operation, ids, offsets, *table_names):
-        """Run the backend's kernel; CUDA inputs go to the device and results come back."""
+    def _run(self, operation, ids, offsets, num_threads, *table_names):
+        """Run the backend's kernel; CUDA inputs go to the device and results come back.
+
+        The CPU's chunks run on this process's threads (``_threads.run_all``); they ran as
+        a ``parallel=True`` loop, whose OpenMP layer ended any process forked after it ran
+        ("fork() called from a process already using GNU OpenMP": a DataLoader worker)."""
         kernel = getattr(bitpack, f"bitlevel_{operation}_{self.backend}")
         if self.backend != "cuda":
             tables = [self._tables[name] for name in table_names]
-            return kernel(ids, offsets, *tables, self.base_vocab_size)
+            chunks = {"n_chunks": thread_count(num_threads), "run": run_all} \
+                if self.backend == "cpu" else {}
+            return kernel(ids, offsets, *tables, self.base_vocab_size, **chunks)
         tables = [self._device_tables[name] for name in table_names]
         xp = self._xp
         results = kernel(to_device(xp, ids), to_device(xp, offsets), *tables,

@@ -834,7 +834,7 @@ def _doctor_text(report: dict) -> str:
         lines.append(f"devices: none listed ({report['devices_error']})")
     if report["device_bytes_cap"]:
         lines.append(f"GPUBPE_DEVICE_BYTES: {report['device_bytes_cap']}")
-    lines.append(f"numba threads: {report['numba_threads']}")
+    lines.append(f"threads: {report['threads']} (the cores this process may use)")
     lines.append(f"str kernels: {report['str_kernels']}")
     lines.append(f"cuda kernel cache: {report['kernel_cache']}")
     if report["hint"]:

@@ -131,9 +131,7 @@ def _client(client):
 
 
 def _worker_threads() -> int:
-    """Threads of the worker running this task (``threads_per_worker``; 1 outside a worker),
-    also made the Numba thread count of this task's thread (``parallel=True`` kernels)."""
-    import numba
+    """Threads of the worker running this task (``threads_per_worker``; 1 outside a worker)."""
     from distributed import get_worker
 
     try:
@@ -142,7 +140,6 @@ def _worker_threads() -> int:
         threads = 1
     else:
         _tune_malloc()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     return threads
 
 

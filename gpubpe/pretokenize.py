@@ -44,7 +44,7 @@ from ._pystr import (
     untracked,
     utf8_bound_ends,
 )
-from ._threads import HelpedPool
+from ._threads import HelpedPool, check_num_threads, thread_count  # noqa: F401 (imported from here)
 from .bytes_order import BYTE_TO_CHAR
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, cells_grown, grown_like
@@ -816,27 +816,6 @@ def corpus_paths(paths) -> list[Path]:
     for path in paths:
         check_readable(path)
     return paths
-
-
-def check_num_threads(num_threads) -> None:
-    """ConfigError unless ``num_threads`` is None (every core) or a positive int."""
-    if num_threads is None:
-        return
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int | np.integer) \
-            or num_threads < 1:
-        raise ConfigError(f"num_threads={num_threads!r} is not a thread count; use a positive "
-                          "int, or None for every core")
-
-
-def thread_count(num_threads) -> int:
-    """The threads to run on: ``num_threads`` (checked), None for every core this process
-    may use, and never more than those cores. More threads than cores only take turns:
-    on the 2-core VM, ``count_words`` of 8 MB of lines took 60 ms on 2 threads and 84 on
-    4 or 8 (issue 18: never slower with more threads)."""
-    check_num_threads(num_threads)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    cores = cores or os.cpu_count() or 1
-    return min(int(num_threads or cores), cores)
 
 
 def read_file(path: Path, text_field: str = "text", batch_bytes: int = _BATCH_BYTES,

@@ -35,7 +35,6 @@ import os
 import threading
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
@@ -47,7 +46,7 @@ import regex
 
 from . import gguf, interop
 from ._pystr import TextTables, decode_texts
-from ._threads import HelpedPool
+from ._threads import HelpedPool, run_all
 from .backend import resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
@@ -1026,7 +1025,7 @@ class Tokenizer:
         if self._text_tables is None:
             self._text_tables = TextTables(*self._byte_table(), self._gather_tables()[1])
         threads = 1 if flat.size < _TEXT_PARALLEL_MIN_IDS else thread_count(num_threads)
-        decoded = decode_texts(flat, offsets, self._text_tables, _run_all, threads)
+        decoded = decode_texts(flat, offsets, self._text_tables, run_all, threads)
         if decoded is None:
             return None
         texts, left = decoded
@@ -1263,11 +1262,11 @@ def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: in
     rewrite = (array, piece_start, piece_end, piece_special, first_piece, rule, layout.metaspace)
     shares = _shares(piece_end - piece_start, threads)
     lengths = np.empty(piece_start.size, dtype=np.int64)
-    _run_all(source_piece_lengths, [(*rewrite, lo, hi, lengths) for lo, hi in shares])
+    run_all(source_piece_lengths, [(*rewrite, lo, hi, lengths) for lo, hi in shares])
     new_end = np.cumsum(lengths)
     new_start = new_end - lengths
     out = np.empty(int(new_end[-1]) if new_end.size else 0, dtype=np.uint8)
-    _run_all(write_source_pieces, [(*rewrite, new_start, out, lo, hi) for lo, hi in shares])
+    run_all(write_source_pieces, [(*rewrite, new_start, out, lo, hi) for lo, hi in shares])
     return _readonly_bytes(out), (new_start, new_end, piece_special)
 
 
@@ -1427,7 +1426,7 @@ def _batch_as_bytes(texts, num_threads=1) -> tuple[bytes, np.ndarray, np.ndarray
                              "or bytes documents") from None
     long_list = len(texts) >= _PARALLEL_MIN_DOCUMENTS
     parts = _thread_count(num_threads, _PARALLEL_MIN_BYTES if long_list else 0)
-    documents = utf8_documents(texts, _run_all, parts)
+    documents = utf8_documents(texts, run_all, parts)
     if documents is not None:
         ends = np.cumsum(documents.lengths)
         return documents.data, ends - documents.lengths, ends
@@ -1462,39 +1461,9 @@ def _raise_bad_kind(texts):
 
 # ---------------------------------------------------------------- the batch pipeline
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
 def _thread_count(num_threads, n_bytes: int) -> int:
     threads = thread_count(num_threads)  # checked, at most the cores
     return 1 if n_bytes < _PARALLEL_MIN_BYTES else threads
-
-
-def _pool(n_workers: int) -> ThreadPoolExecutor:
-    """The shared pool, grown to at least ``n_workers`` threads."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < n_workers:
-            _POOL = ThreadPoolExecutor(max(n_workers, os.cpu_count() or 1),
-                                       thread_name_prefix="gpubpe")
-        return _POOL
-
-
-def _run_all(function, calls: list[tuple]) -> list:
-    """``function(*args)`` for every args tuple: the first on the calling thread, the rest pooled.
-
-    The calling thread is running already; handing every call to the pool cost
-    up to a whole share on the 2-core VM (ja, cl100k, 2 threads: the two BPE
-    shares of 3.5 ms often ran one after the other, the second worker woken on
-    the first one's core: 7.2 -> 4.3 ms for the step).
-    """
-    if len(calls) == 1:
-        return [function(*calls[0])]
-    pool = _pool(len(calls))  # one spare thread: admission runs beside the ids (_encode_pieces)
-    others = [pool.submit(function, *args) for args in calls[1:]]
-    first = function(*calls[0])  # the calling thread is awake already: one hand-off fewer
-    return [first, *(future.result() for future in others)]
 
 
 def _find_specials(array, doc_start, doc_end, table, limit: int, threads: int):
@@ -1504,7 +1473,7 @@ def _find_specials(array, doc_start, doc_end, table, limit: int, threads: int):
 
     One scan on the calling thread before: ~1.4 ms a MB (Llama 2's added tokens, always
     matched), 22 of the 460 ms of a 16 MB batch of lines on one thread."""
-    found = _run_all(find_specials_cpu, [
+    found = run_all(find_specials_cpu, [
         (array, doc_start[lo:hi], doc_end[lo:hi], *table, np.int64(limit))
         for lo, hi in _shares(doc_end - doc_start, threads)])
     return (np.concatenate([at for at, _ in found]),
@@ -1638,9 +1607,9 @@ def _distinct_new_words(array, all_new: list[np.ndarray], shard_refs: list[tuple
     order, part_keys, part_count, part_slot = (np.empty(n_words, dtype=dtype) for dtype in
                                                (np.int64, np.uint64, np.int64, np.int64))
     part_runs = np.empty((len(shard_ranges), n_parts + 1), dtype=np.int64)
-    _run_all(word_parts, [(all_new[3], all_new[2], n_parts, lo, hi, order, part_keys,
+    run_all(word_parts, [(all_new[3], all_new[2], n_parts, lo, hi, order, part_keys,
                            part_count, runs) for (lo, hi), runs in zip(shard_ranges, part_runs)])
-    parts = _run_all(new_words_of_part, [
+    parts = run_all(new_words_of_part, [
         (array, all_new[0], all_new[1], order, part_keys, part_count, part_runs, part, n_parts,
          part_slot) for part in range(n_parts)])
     first, count = (np.concatenate(columns) for columns in zip(*parts))
@@ -1653,7 +1622,7 @@ def _distinct_new_words(array, all_new: list[np.ndarray], shard_refs: list[tuple
     rank[order_of_first] = np.arange(order_of_first.size)
     part_base = np.cumsum([0] + [part_first.size for part_first, _ in parts])
     local_to_global = np.empty(n_words, dtype=np.int64)
-    _run_all(global_word_slots, [(order, part_slot, n_parts, part_base, rank, lo, hi,
+    run_all(global_word_slots, [(order, part_slot, n_parts, part_base, rank, lo, hi,
                                   local_to_global) for lo, hi in shard_ranges])
     return local_to_global, first[order_of_first], count[order_of_first]
 
@@ -1662,11 +1631,11 @@ def _word_refs(array, pieces, words, cache, shards, piece_ref_end) -> list[tuple
     """Step 1 on every shard: ``(refs, new_at, new_len, new_count, new_key)`` per shard."""
     piece_start, piece_end, piece_special = pieces
     if isinstance(words, _Scanner):
-        return _run_all(word_refs_scan_cpu, [
+        return run_all(word_refs_scan_cpu, [
             (array, piece_start, piece_end, piece_special, lo, hi, *words, cache, piece_ref_end)
             for lo, hi in shards])
     word_starts, word_ends, piece_word_offsets = words
-    return _run_all(word_refs_given_cpu, [
+    return run_all(word_refs_given_cpu, [
         (array, word_starts, word_ends, piece_word_offsets, lo, hi, cache, piece_ref_end)
         for lo, hi in shards])
 
@@ -1682,7 +1651,7 @@ def _scatter_ids(pieces, shards, shard_refs, piece_ref_end, local_to_global, cac
     shard_args = [(refs[0], piece_ref_end, piece_special, lo, hi, local_to_global[base:])
                   for refs, (lo, hi), base in zip(shard_refs, shards, new_base)]
     piece_tokens = np.empty(piece_special.size, dtype=np.int64)
-    _run_all(count_piece_tokens_cpu, [(*a, cache, new_offsets, piece_tokens) for a in shard_args])
+    run_all(count_piece_tokens_cpu, [(*a, cache, new_offsets, piece_tokens) for a in shard_args])
     piece_offsets = np.zeros(piece_special.size + 1, dtype=np.int64)
     np.cumsum(piece_tokens, out=piece_offsets[1:])
     ids = np.empty(piece_offsets[-1], dtype=np.uint32)
@@ -1800,7 +1769,7 @@ def _encode_pieces_serial(array, pieces, scanner: _Scanner, cache, rules):
 def _encode_unique_words(array, word_at, word_len, rules, threads):
     """BPE on each unique word, split over threads by bytes: (ids, offsets)."""
     shares = _shares(word_len, threads if word_len.sum() >= _PARALLEL_MIN_BYTES // 4 else 1)
-    parts = _run_all(encode_word_list_cpu, [(array, word_at[lo:hi], word_len[lo:hi], rules)
+    parts = run_all(encode_word_list_cpu, [(array, word_at[lo:hi], word_len[lo:hi], rules)
                                             for lo, hi in shares])
     return join_word_lists(parts)
 
@@ -1885,9 +1854,12 @@ class BitLevelTokenizer(Tokenizer):
     def _quick_scanner(self) -> None:
         return None  # every id passes through the codec: the general path
 
-    def _encode_documents(self, *args, dtype=np.uint32, **kwargs) -> RaggedBatch:
-        batch = super()._encode_documents(*args, dtype=np.uint32, **kwargs)
-        ids, offsets = self.codec.encode_batch(self._reordered(batch.ids, 0), batch.offsets)
+    def _encode_documents(self, data, doc_start, doc_end, allowed_special, disallowed_special,
+                          num_threads, *, device: bool = False, dtype=np.uint32) -> RaggedBatch:
+        batch = super()._encode_documents(data, doc_start, doc_end, allowed_special,
+                                          disallowed_special, num_threads, device=device)
+        ids, offsets = self.codec.encode_batch(self._reordered(batch.ids, 0), batch.offsets,
+                                               num_threads=num_threads)
         ids = self._reordered(ids, 1)
         out_dtype = self._output_placement(False, dtype)
         if is_device_array(ids):  # device in, device out
@@ -1914,7 +1886,7 @@ class BitLevelTokenizer(Tokenizer):
         else:
             flat, offsets = self._flatten_batch(batch)
         ids, offsets = self.codec.decode_batch(self._reordered(flat.astype(np.uint32), 0), offsets,
-                                               _codec_errors(errors))
+                                               _codec_errors(errors), num_threads=num_threads)
         ids = self._reordered(np.asarray(ids, np.uint32), 1)
         return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads)
 

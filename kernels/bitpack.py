@@ -38,10 +38,9 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 from llvmlite import ir
-from numba import cuda, njit, prange, types
+from numba import cuda, njit, types
 from numba.core.extending import intrinsic
 
 from ._cuda import (
@@ -345,13 +344,19 @@ def _plan_chunks(ids, offsets, n_wanted, decoding, lead_prefix_ids, base, table_
     return bounds[: n_bounds + 1]
 
 
+def _one_by_one(function, calls):
+    """``function(*args)`` for each args tuple, in order, on this thread."""
+    return [function(*args) for args in calls]
+
+
 def _chunk_sources(bounds, growth):
     """Where each chunk's output starts in the shared buffer (see above)."""
     return growth * bounds[:-1] + LANES * np.arange(bounds.size - 1, dtype=np.int64)
 
 
-def _join_chunks(out, sources, chunk_lengths, sequence_out, offsets, bounds):
-    """Join the chunks' outputs; turn the recorded sequence starts into output offsets.
+def _join_chunks(out, sources, chunk_lengths, sequence_out, offsets, bounds, run):
+    """Join the chunks' outputs (a copy a chunk, through ``run``); turn the recorded
+    sequence starts into output offsets.
 
     Chunk c wrote ``chunk_lengths[c]`` ids from ``out[sources[c]]``; a sequence was
     recorded by the chunk its start falls in, and one that no chunk reached (-1) starts
@@ -366,7 +371,8 @@ def _join_chunks(out, sources, chunk_lengths, sequence_out, offsets, bounds):
         sequence_out[sequence_out < 0] = total
         return out[:total], sequence_out
     joined = np.empty(total, dtype=np.uint32)
-    _copy_chunks(out, sources, chunk_lengths, joined, dest)
+    run(_copy_chunk, [(out, sources[c], chunk_lengths[c], joined, dest[c])
+                      for c in range(chunk_lengths.size)])
     return joined, _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total)
 
 
@@ -388,11 +394,9 @@ def _sequence_offsets(sequence_out, offsets, bounds, dest, sources, total):
     return out_offsets
 
 
-@njit(parallel=True, cache=True)
-def _copy_chunks(out, sources, chunk_lengths, joined, dest):
-    for c in prange(chunk_lengths.size):
-        length = chunk_lengths[c]
-        joined[dest[c] : dest[c] + length] = out[sources[c] : sources[c] + length]
+@njit(nogil=True, cache=True)
+def _copy_chunk(out, source, length, joined, dest):
+    joined[dest : dest + length] = out[source : source + length]
 
 
 @hot
@@ -883,7 +887,7 @@ def _encode_carry(ids, cuts, p, lead_bits):
     return starts, low, high
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide, out,
                   sequence_out):
     """Encode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
@@ -935,41 +939,36 @@ def _encode_chunk(ids, offsets, cuts, chunk, bounds, source, layout, base, wide,
 
 
 def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
-                        n_chunks=None):
-    """Encode with Numba: vector steps over each chunk of positions, chunks in parallel.
+                        n_chunks=1, run=_one_by_one):
+    """Encode with Numba: vector steps over each chunk of positions, the chunks (up to
+    ``n_chunks``: fewer for short inputs) run by ``run(function, calls)`` (a list of
+    results in order: the caller's threads, or one after another).
 
     Returns ``(out_ids, out_offsets, first_bad)`` like ``bitlevel_encode_numpy``.
-    ``n_chunks`` defaults to ``numba.get_num_threads()`` (one chunk per thread; fewer
-    for short inputs). Scratch: an output buffer of len(ids) + 16 ids per chunk
-    (returned, trimmed, when one chunk ran).
+    Scratch: an output buffer of len(ids) + 16 ids per chunk (returned, trimmed, when
+    one chunk ran).
     """
     layout = _lane_table(_encode_lane_table, lead_prefix_ids, value_ids)
-    bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), False,
-                          lead_prefix_ids, base_vocab_size, 0)
+    bounds = _plan_chunks(ids, offsets, n_chunks, False, lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
     wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
     chunk_lengths, chunk_first_bad, sequence_out = _encode_chunks(
-        ids, offsets, bounds, sources, layout, base_vocab_size, wide, out)
+        ids, offsets, bounds, sources, layout, base_vocab_size, wide, out, run)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
-                                       bounds)
+                                       bounds, run)
     return joined, out_offsets, _first_found(chunk_first_bad)
 
 
-@njit(parallel=True, cache=True)
-def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide, out):
-    """Run ``_encode_chunk`` on every chunk, in parallel; gather what each one reports."""
+def _encode_chunks(ids, offsets, bounds, sources, layout, base_vocab_size, wide, out, run):
+    """Run ``_encode_chunk`` on every chunk (through ``run``); gather what each one reports."""
     n_chunks = bounds.size - 1
-    chunk_lengths = np.empty(n_chunks, dtype=np.int64)
-    chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
     cuts = _cut_map(offsets, ids.size)
-    for c in prange(n_chunks):
-        result = _encode_chunk(ids, offsets, cuts, c, bounds, sources[c], layout,
-                               base_vocab_size, wide, out, sequence_out)
-        chunk_lengths[c] = result[0]
-        chunk_first_bad[c] = result[1]
-    return chunk_lengths, chunk_first_bad, sequence_out
+    reports = np.array(run(_encode_chunk, [
+        (ids, offsets, cuts, c, bounds, sources[c], layout, base_vocab_size, wide, out,
+         sequence_out) for c in range(n_chunks)]), dtype=np.int64).reshape(n_chunks, 2)
+    return reports[:, 0], reports[:, 1], sequence_out
 
 
 # --- the decoding step ---------------------------------------------------------------
@@ -1437,7 +1436,7 @@ def _decode_wide_run(ids, offsets, cuts, chunk, p, last_wide, o, touched, region
     return p, o, carried, sequence, touched, malformed
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layout, base, wide,
                   out, sequence_out):
     """Decode chunk ``chunk`` into out[source:] across sequence ends, 64 positions a step
@@ -1491,45 +1490,38 @@ def _decode_chunk(ids, offsets, cuts, chunk, bounds, source, decode_table, layou
     return o - source, n_bad, first_bad
 
 
-def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=None):
-    """Decode with Numba: 16-lane vector steps over each chunk of positions, chunks in
-    parallel.
+def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=1,
+                        run=_one_by_one):
+    """Decode with Numba: 16-lane vector steps over each chunk of positions, the chunks
+    run as for encoding.
 
-    Returns ``(out_ids, out_offsets, n_malformed, first_malformed)``. ``n_chunks`` as
-    for encoding. Scratch: an output buffer of 3 * len(ids) + 16 ids per chunk (decoding
-    grows at most 3x); only the pages written are touched, and with one chunk the
-    buffer is returned, trimmed.
+    Returns ``(out_ids, out_offsets, n_malformed, first_malformed)``. Scratch: an output
+    buffer of 3 * len(ids) + 16 ids per chunk (decoding grows at most 3x); only the pages
+    written are touched, and with one chunk the buffer is returned, trimmed.
     """
     layout = _lane_table(_decode_lane_table, decode_table)
-    bounds = _plan_chunks(ids, offsets, n_chunks or numba.get_num_threads(), True,
-                          decode_table, base_vocab_size, decode_table.size)
+    bounds = _plan_chunks(ids, offsets, n_chunks, True, decode_table, base_vocab_size,
+                          decode_table.size)
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
     wide = _fits_wide_lanes(base_vocab_size + decode_table.size)
     chunk_lengths, chunk_bad, chunk_first_bad, sequence_out = _decode_chunks(
-        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out)
+        ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide, out, run)
     joined, out_offsets = _join_chunks(out, sources, chunk_lengths, sequence_out, offsets,
-                                       bounds)
+                                       bounds, run)
     return joined, out_offsets, int(chunk_bad.sum()), _first_found(chunk_first_bad)
 
 
-@njit(parallel=True, cache=True)
 def _decode_chunks(ids, offsets, bounds, sources, decode_table, layout, base_vocab_size, wide,
-                   out):
-    """Run ``_decode_chunk`` on every chunk, in parallel; gather what each one reports."""
+                   out, run):
+    """Run ``_decode_chunk`` on every chunk (through ``run``); gather what each one reports."""
     n_chunks = bounds.size - 1
-    chunk_lengths = np.empty(n_chunks, dtype=np.int64)
-    chunk_bad = np.empty(n_chunks, dtype=np.int64)
-    chunk_first_bad = np.empty(n_chunks, dtype=np.int64)
     sequence_out = np.full(offsets.size + n_chunks, -1, dtype=np.int64)  # + spare slots
     cuts = _cut_map(offsets, ids.size)
-    for c in prange(n_chunks):
-        result = _decode_chunk(ids, offsets, cuts, c, bounds, sources[c], decode_table, layout,
-                               base_vocab_size, wide, out, sequence_out)
-        chunk_lengths[c] = result[0]
-        chunk_bad[c] = result[1]
-        chunk_first_bad[c] = result[2]
-    return chunk_lengths, chunk_bad, chunk_first_bad, sequence_out
+    reports = np.array(run(_decode_chunk, [
+        (ids, offsets, cuts, c, bounds, sources[c], decode_table, layout, base_vocab_size,
+         wide, out, sequence_out) for c in range(n_chunks)]), dtype=np.int64).reshape(n_chunks, 3)
+    return reports[:, 0], reports[:, 1], reports[:, 2], sequence_out
 
 
 # --- CUDA target: one thread per position; scans by xp.cumsum ----------------------------

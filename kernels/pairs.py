@@ -18,7 +18,7 @@ The pair index the CPU trainer keeps (built by ``build_pair_index_cpu``):
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, njit, prange
+from numba import cuda, njit
 
 from ._cuda import array_module, launch, sum_by_key
 from .hashing import empty_table, table_find, table_put
@@ -35,7 +35,7 @@ def pair_key(left, right):
     return (np.uint64(left) << np.uint64(32)) | np.uint64(right)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def pair_keys_cpu(tokens, word_start, word_len, word_count):
     """Every adjacent pair of every word, as (keys, weights): one entry per occurrence."""
     n_words = word_start.size
@@ -44,7 +44,7 @@ def pair_keys_cpu(tokens, word_start, word_len, word_count):
         pairs_before[w + 1] = pairs_before[w] + max(word_len[w] - 1, 0)
     keys = np.empty(pairs_before[n_words], dtype=np.uint64)
     weights = np.empty(pairs_before[n_words], dtype=np.int64)
-    for w in prange(n_words):
+    for w in range(n_words):
         start = word_start[w]
         out = pairs_before[w]
         for i in range(word_len[w] - 1):

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpubpe._threads import run_all
 from gpubpe.backend import resolve_backend
 from gpubpe.bitlevel import (
     BACKENDS,
@@ -376,7 +377,8 @@ def _decode_on_device(coded, offsets, decode_table):
 
 
 def test_cpu_chunks_split_long_inputs_and_agree_with_numpy():
-    """More chunks than threads still runs (prange shares them); the splits move to safe spots."""
+    """More chunks than cores still runs (on the process's threads); the splits move to safe
+    spots."""
     rng = np.random.default_rng(7)
     pool = np.array([0xE4, 0xE8, 0xBC, 0x97, 0x80, 0x41, 300, 0xF0, 0xBF], dtype=np.uint32)
     ids = pool[rng.integers(0, pool.size, 6 * bitpack.MIN_CHUNK_IDS)]
@@ -386,15 +388,16 @@ def test_cpu_chunks_split_long_inputs_and_agree_with_numpy():
     bounds = bitpack._plan_chunks(ids, offsets, 6, False, lead, BASE, 0)
     assert bounds.size - 1 >= 4
     expected = bitpack.bitlevel_encode_numpy(ids, offsets, lead, values, BASE)
-    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=6)
+    got = bitpack.bitlevel_encode_cpu(ids, offsets, lead, values, BASE, n_chunks=6, run=run_all)
     assert_same([expected, got])
-    decoded = bitpack.bitlevel_decode_cpu(got[0], got[1], table, BASE, n_chunks=6)
+    decoded = bitpack.bitlevel_decode_cpu(got[0], got[1], table, BASE, n_chunks=6, run=run_all)
     assert decoded[0].tolist() == ids.tolist() and decoded[1].tolist() == offsets.tolist()
     assert decoded[2:] == (0, -1)
     noisy = got[0].copy()
     noisy[rng.integers(0, noisy.size, 50)] = BASE + 1  # lone lo ids: malformed
     assert_same([bitpack.bitlevel_decode_numpy(noisy, got[1], table, BASE),
-                 bitpack.bitlevel_decode_cpu(noisy, got[1], table, BASE, n_chunks=6)])
+                 bitpack.bitlevel_decode_cpu(noisy, got[1], table, BASE, n_chunks=6,
+                                             run=run_all)])
 
 
 # --- the fast paths really run ------------------------------------------------------------
@@ -424,7 +427,7 @@ def test_cuda_backend_runs_the_cuda_kernels(monkeypatch):
 def test_cpu_backend_runs_compiled_numba():
     codec = PAPER_CODECS["cpu"]
     codec.decode(codec.encode(PAPER_BYTES))
-    assert bitpack._encode_chunks.nopython_signatures and bitpack._decode_chunks.nopython_signatures
+    assert bitpack._encode_chunk.nopython_signatures and bitpack._decode_chunk.nopython_signatures
 
 
 PTX_SCRIPT = textwrap.dedent("""

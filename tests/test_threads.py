@@ -8,6 +8,8 @@ the bit-level codec's chunks.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 import gpubpe
 from gpubpe import pretokenize
 from gpubpe import tokenizer as tokenizer_module
+from gpubpe._threads import run_all
 from gpubpe.bitlevel import BitLevelCodec
 from gpubpe.errors import CorpusError
 from gpubpe.kernels import bitpack
@@ -452,25 +455,54 @@ def _not_admitted():
 
 
 def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
-    """The CPU codec's chunks (one per thread) on real text: ids and offsets bit for bit."""
+    """The CPU codec's chunks (one a thread) on real text: ids and offsets bit for bit."""
     codec = BitLevelCodec(1000)
     tables = codec._tables
     data = [np.frombuffer(line.encode(), dtype=np.uint8) for line in lines[:20000]]
     ids = np.concatenate(data).astype(np.uint32)
     offsets = np.concatenate([[0], np.cumsum([d.size for d in data])]).astype(np.int64)
     assert ids.size > 4 * bitpack.MIN_CHUNK_IDS
-    encoded = [bitpack.bitlevel_encode_cpu(ids, offsets, tables["lead_prefix_ids"],
-                                           tables["value_ids"], 1000, n_chunks=n)
-               for n in (1, 2, 4, None)]
-    decoded = [bitpack.bitlevel_decode_cpu(encoded[0][0], encoded[0][1], tables["decode_table"],
-                                           1000, n_chunks=n)
-               for n in (1, 2, 4, None)]
+    encoded = [codec.encode_batch(ids, offsets, num_threads=n) for n in THREAD_COUNTS]
+    encoded.append(bitpack.bitlevel_encode_cpu(ids, offsets, tables["lead_prefix_ids"],
+                                               tables["value_ids"], 1000, 4, run_all)[:2])
+    decoded = [codec.decode_batch(*encoded[0], num_threads=n) for n in THREAD_COUNTS]
+    decoded.append(bitpack.bitlevel_decode_cpu(*encoded[0], tables["decode_table"], 1000, 4,
+                                               run_all)[:2])
     for other in encoded[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(other, encoded[0]))
     for other in decoded:
         assert np.array_equal(other[0], ids) and np.array_equal(other[1], offsets)
-        assert other[2:] == (0, -1)
 
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_child_forked_after_its_parent_ran_threads_runs_its_own(tok, lines, monkeypatch):
+    """A DataLoader's workers: a child forked after its parent ran on threads (the pools,
+    the codec's chunks) encodes, codes, counts and decodes on threads of its own, as the
+    parent did. It waited forever for the parent's pool threads, which a child has not;
+    the codec's chunks, an OpenMP loop then, ended it ("fork() called from a process
+    already using GNU OpenMP")."""
+    monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1)
+    texts, codec = lines[:2000], BitLevelCodec(tok.n_vocab)
+
+    def on_threads() -> list:
+        batch = tok.encode_arrays(texts, num_threads=2)
+        ids = np.tile(batch.ids, 4 * bitpack.MIN_CHUNK_IDS // batch.ids.size + 1)
+        return [batch.ids.tolist(), codec.encode(ids, num_threads=2).tolist(),
+                gpubpe.count_words(texts, num_threads=2, progress=False).as_dict(),
+                tok.decode_batch(batch, num_threads=2)]
+
+    in_parent = on_threads()
+    context = multiprocessing.get_context("fork")
+    answers = context.SimpleQueue()
+    child = context.Process(target=lambda: answers.put([a == b for a, b in
+                                                        zip(on_threads(), in_parent)]))
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == 0 and answers.get() == [True] * 4
+    assert in_parent[3] == texts
 
 
 def test_decode_batch_is_the_same_on_every_thread_count(tok, lines, monkeypatch):
