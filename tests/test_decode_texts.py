@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gpubpe import _pystr
+from gpubpe._threads import run_all
 from gpubpe.kernels.encode.texts import fill_texts, new_texts, text_plan
 
 
@@ -208,7 +209,6 @@ def test_no_memory_mid_way_on_two_threads_raises_once_no_fill_runs(monkeypatch, 
     import threading
     import time
 
-    from gpubpe import tokenizer
 
     documents = _documents() * 40
     ids, offsets = _flat([cl100k.encode(doc) for doc in documents])
@@ -230,13 +230,13 @@ def test_no_memory_mid_way_on_two_threads_raises_once_no_fill_runs(monkeypatch, 
     monkeypatch.setattr(_pystr, "fill_claimed", slow_claimed)
     with pytest.raises(MemoryError, match="no memory for the str objects"):
         try:
-            _pystr._decode_with(ids, offsets, tables, layout, tokenizer._run_all, 2)
+            _pystr._decode_with(ids, offsets, tables, layout, run_all, 2)
         finally:
             assert running[0] == 0
     assert len(made) == 3
     monkeypatch.setattr(_pystr, "new_texts", real_new)
     monkeypatch.setattr(_pystr, "fill_claimed", real_claimed)
-    texts, left = _pystr._decode_with(ids, offsets, tables, layout, tokenizer._run_all, 2)
+    texts, left = _pystr._decode_with(ids, offsets, tables, layout, run_all, 2)
     assert texts == documents and left.size == 0
 
 

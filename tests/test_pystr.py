@@ -71,14 +71,14 @@ def test_documents_equal_with_and_without_the_kernels(monkeypatch):
 def test_a_short_list_on_one_thread_is_encoded_without_the_kernels(monkeypatch):
     """Below ``_KERNEL_MIN_ITEMS`` str, ``str.encode`` (the kernels' fixed ~20 us is more
     than it takes); from there, on more threads, or for a counting task, the kernels."""
-    from gpubpe.tokenizer import _run_all
+    from gpubpe._threads import run_all
 
     texts = ["line 1 \u4e2d\u6587\n", "plain\n", "", "😀\n"] * 64
     called = []
     monkeypatch.setattr("gpubpe.pretokenize.str_list_utf8", lambda *args: called.append(args))
     assert utf8_documents(texts[:255]).data == _expected(texts[:255])[0] and not called
     utf8_documents(texts)
-    utf8_documents(texts[:8], _run_all, 2)
+    utf8_documents(texts[:8], run_all, 2)
     utf8_documents(texts[:8], private=True)  # a counting task's share: no GIL
     assert [len(args[0]) for args in called] == [256, 8, 8]
 
@@ -136,13 +136,13 @@ def test_layout_found_where_literals_keep_their_utf8():
 def test_runs_on_threads_as_one(parts):
     """Runs encoded at once on the tokenizer's threads join into the same bytes; a refused
     item in any run refuses the list."""
-    from gpubpe.tokenizer import _run_all
+    from gpubpe._threads import run_all
 
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
-    data, lengths = _pystr.str_list_utf8(texts, _run_all, parts)
+    data, lengths = _pystr.str_list_utf8(texts, run_all, parts)
     assert (data, lengths.tolist()) == _expected(texts)
-    assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], _run_all, parts) is None
-    assert _pystr.str_list_utf8(texts[:2], _run_all, parts)[0] == _expected(texts[:2])[0]
+    assert _pystr.str_list_utf8(texts[:900] + ["a\ud800"] + texts[900:], run_all, parts) is None
+    assert _pystr.str_list_utf8(texts[:2], run_all, parts)[0] == _expected(texts[:2])[0]
 
 
 @pytest.mark.parametrize("parts", [1, 3])
@@ -151,14 +151,14 @@ def test_a_span_of_a_list_reads_those_items_alone(parts, private):
     """``span`` names the items to read (a share of a chunk's list, read in place when the
     list is private, else from a copy of the span): the bytes and lengths of that slice;
     a refused item outside the span is not read."""
-    from gpubpe.tokenizer import _run_all
+    from gpubpe._threads import run_all
 
     texts = [f"line {i} 日本語 😀\n" if i % 3 else f"plain {i}\n" for i in range(1000)]
     texts[5] = b"bytes, not str"  # outside every span below
     for lo, hi in [(6, 1000), (300, 301), (10, 700), (999, 1000)]:
-        data, lengths = _pystr.str_list_utf8(texts, _run_all, parts, private, (lo, hi))
+        data, lengths = _pystr.str_list_utf8(texts, run_all, parts, private, (lo, hi))
         assert (data, lengths.tolist()) == _expected(texts[lo:hi])
-    assert _pystr.str_list_utf8(texts, _run_all, parts, private, (0, 10)) is None
+    assert _pystr.str_list_utf8(texts, run_all, parts, private, (0, 10)) is None
 
 
 def test_a_chunk_of_the_corpus_is_left_out_of_the_garbage_collector():
