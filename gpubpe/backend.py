@@ -133,21 +133,45 @@ def versions_line() -> str:
     return ", ".join(f"{name} {version}" for name, version in library_versions().items())
 
 
+# The process that was handed a cuda backend first (its id), if any.
+_cuda_used_in: dict[str, int] = {}
+FORKED_AFTER_CUDA = (
+    "backend='cuda' cannot run in this process: it was forked after its parent used CUDA, "
+    "which a forked child cannot (CUDA's rule). Fix: start worker processes with "
+    "multiprocessing's 'spawn' (torch DataLoader: multiprocessing_context='spawn'), or encode "
+    "in them with tok.with_backend('cpu')")
+
+
+def forked_after_cuda() -> bool:
+    """Whether this process is a fork of one that was handed a cuda backend (the simulator's
+    too, so that tests see what a device does): CUDA's state does not follow a fork."""
+    return _cuda_used_in.get("pid", os.getpid()) != os.getpid()
+
+
 def resolve_backend(name: str = "auto") -> Backend:
     """Turn a backend name into a :class:`Backend`, or raise a clear error."""
     if name not in BACKEND_NAMES:
         raise ConfigError(f"backend={name!r} is not one of {BACKEND_NAMES}")
     if name == "cpu":
         return Backend("cpu", np, "asked for the CPU")
-    if simulator_enabled():
+    if simulator_enabled():  # forks as a device would (for tests): see forked_after_cuda
         if name == "cuda":
+            if forked_after_cuda():
+                raise BackendUnavailable(FORKED_AFTER_CUDA)
+            _cuda_used_in.setdefault("pid", os.getpid())
             return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
         return Backend("cpu", np, "auto picked the CPU: the CUDA simulator is on; "
                                   "auto never picks it")
+    if forked_after_cuda():
+        if name == "cuda":
+            raise BackendUnavailable(FORKED_AFTER_CUDA)
+        return Backend("cpu", np, "auto picked the CPU: this process was forked after its "
+                                  "parent used CUDA, which a forked child cannot")
     reason = cuda_unavailable_reason() or probe_cuda()
     if reason is None:
         import cupy
 
+        _cuda_used_in.setdefault("pid", os.getpid())
         return Backend("cuda", cupy, "a CUDA device is usable (the probe kernels ran)")
     if name == "cuda":
         raise BackendUnavailable(f"backend='cuda' cannot run here: {reason}. Versions: "

@@ -34,6 +34,7 @@ import itertools
 import os
 import threading
 import unicodedata
+import weakref
 from collections.abc import Collection, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,10 +48,16 @@ import regex
 from . import gguf, interop
 from ._pystr import TextTables, decode_texts
 from ._threads import HelpedPool, run_all
-from .backend import resolve_backend
+from .backend import FORKED_AFTER_CUDA, resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
-from .errors import ConfigError, CorpusError, InputTypeError, SpecialTokenError
+from .errors import (
+    BackendUnavailable,
+    ConfigError,
+    CorpusError,
+    InputTypeError,
+    SpecialTokenError,
+)
 from .kernels._cuda import array_module, to_device, to_host
 from .kernels.encode import (
     ADMIT_IN_PARTS_FROM,
@@ -244,6 +251,30 @@ def _non_negative(value, name: str) -> int:
     return int(value)
 
 
+# Tokenizers holding a device; a child forked from their process takes them off it.
+_ON_DEVICE: weakref.WeakSet = weakref.WeakSet()
+_LEFT_BY_FORK: list = []  # their devices, never freed in the child: the memory is the parent's
+
+
+class _ForkedDevice:
+    """A ``backend="cuda"`` tokenizer's device in a child forked after CUDA ran: any use
+    raises, saying why and what to do (CuPy's own error there names no cause)."""
+
+    def __getattr__(self, name):
+        raise BackendUnavailable(FORKED_AFTER_CUDA)
+
+
+def _off_the_device() -> None:
+    """In a forked child: "auto" tokenizers encode on the CPU, "cuda" ones raise when used."""
+    for tok in list(_ON_DEVICE):
+        _LEFT_BY_FORK.append(tok._device)
+        tok._device = None if tok._backend_name == "auto" else _ForkedDevice()
+    _ON_DEVICE.clear()
+
+
+os.register_at_fork(after_in_child=_off_the_device)
+
+
 class Tokenizer:
     """A byte-level BPE tokenizer (see :func:`gpubpe.train` and :meth:`Tokenizer.load`)."""
 
@@ -264,6 +295,7 @@ class Tokenizer:
         self._device = None
         if chosen.name == "cuda":
             self._device = DeviceCodec(chosen, self._rules)
+            _ON_DEVICE.add(self)
         self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
