@@ -361,10 +361,12 @@ def special_splitter(special_tokens: Iterable[str]) -> regex.Pattern | None:
     return regex.compile("|".join(regex.escape(s) for s in specials))
 
 
-def as_bytes(document: str | bytes, where: str) -> bytes:
+def as_bytes(document: str | bytes, where: str,
+             fix: str = "clean the text or pass bytes") -> bytes:
     """A document as UTF-8 bytes (str subclasses such as ``np.str_`` included).
 
-    A str with lone surrogates is a CorpusError, and so is anything but str or bytes.
+    A str with lone surrogates is a CorpusError (saying ``fix``), and so is anything but
+    str or bytes.
     """
     if isinstance(document, str):
         try:
@@ -372,7 +374,7 @@ def as_bytes(document: str | bytes, where: str) -> bytes:
         except UnicodeEncodeError as exc:
             raise CorpusError(
                 f"{where} holds a lone surrogate {document[exc.start]!r} at character "
-                f"{exc.start}: it is not encodable as UTF-8; clean the text or pass bytes"
+                f"{exc.start}: it is not encodable as UTF-8; {fix}"
             ) from None
     if isinstance(document, bytes | bytearray | memoryview):
         return bytes(document)
@@ -1103,7 +1105,9 @@ def _jsonl_text(line: bytes, path: Path, number: int, text_field: str) -> bytes:
     if not isinstance(text, str):
         raise CorpusError(f"{path}:{number}: field {text_field!r} is a {type(text).__name__}, "
                           "not a string")
-    return as_bytes(text, f"{path}:{number} field {text_field!r}")
+    return as_bytes(text, f"{path}:{number} field {text_field!r}",
+                    "the line has a \\uXXXX escape of half a surrogate pair: replace it in the "
+                    "file (with \\ufffd, say) or drop the line")
 
 
 def _read_parquet(path: Path, text_field: str, batch_bytes: int) -> Iterator[Batch]:
