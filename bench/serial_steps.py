@@ -202,7 +202,7 @@ def forced_threads(pool: int | None = None):
     ``pool``, the pool threads capped at that (the shares, parts and merges are those of
     the threads forced, run by fewer: their steps' CPU time without the cache and
     scheduler costs of many threads taking turns on few cores)."""
-    check = pretokenize.check_num_threads
+    check = _threads.check_num_threads
     saved = pretokenize.thread_count, tokenizer.thread_count, _threads.helper_pool
     uncapped = lambda n: check(n) or int(n)  # noqa: E731
     pretokenize.thread_count = tokenizer.thread_count = uncapped

@@ -238,7 +238,6 @@ def kernel_cache_state() -> str:
 
 def doctor_report() -> dict:
     """What ``gpubpe doctor`` prints: backends, devices, versions and the probe's result."""
-
     from ._pystr import str_kernels_state
 
     devices, devices_error = device_facts()

@@ -420,9 +420,9 @@ def _run_train(args) -> int:
 
 
 def _run_encode(args) -> int:
+    from ._threads import check_num_threads
     from .atomic import atomic_output, check_output
     from .encode_files import SUFFIXES, encode_files
-    from .pretokenize import check_num_threads
     from .tokenizer import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)

@@ -69,6 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._threads import check_num_threads
 from .atomic import (
     check_output,
     finish,
@@ -80,7 +81,6 @@ from .atomic import (
 from .errors import ConfigError, CorpusError, DeviceError
 from .pretokenize import (
     Batch,
-    check_num_threads,
     content_suffix,
     corpus_paths,
     iter_batches,

@@ -44,7 +44,7 @@ from ._pystr import (
     untracked,
     utf8_bound_ends,
 )
-from ._threads import HelpedPool, check_num_threads, thread_count  # noqa: F401 (imported from here)
+from ._threads import HelpedPool, thread_count
 from .bytes_order import BYTE_TO_CHAR
 from .errors import ConfigError, CorpusError
 from .kernels.hashing import EMPTY_KEY, cells_grown, grown_like

@@ -47,7 +47,7 @@ import regex
 
 from . import gguf, interop
 from ._pystr import TextTables, decode_texts
-from ._threads import HelpedPool, run_all
+from ._threads import HelpedPool, check_num_threads, run_all, thread_count
 from .backend import FORKED_AFTER_CUDA, resolve_backend
 from .bitlevel import DEFAULT_LEAD_BYTES, BitLevelCodec
 from .device import DeviceCodec, HostBatchStream, is_device_array
@@ -97,14 +97,12 @@ from .kernels.encode import (
 from .kernels.pretok import GPT2, JOINS
 from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_path
 from .pretokenize import (
-    check_num_threads,
     compiled_pattern,
     has_bytes_steps,
     resolve_pattern,
     scanner_for,
     scanner_table,
     step_spans,
-    thread_count,
     utf8_documents,
     utf8_offsets,
 )

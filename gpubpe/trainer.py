@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 from tqdm.auto import tqdm
 
+from ._threads import check_num_threads
 from .backend import Backend, resolve_training_backend
 from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .errors import ConfigError, CorpusError, DeviceError
@@ -39,7 +40,7 @@ from .kernels.pairs import (
 )
 from .kernels.pqueue import empty_heap, heap_of_counts
 from .model import Vocabulary, check_special_tokens
-from .pretokenize import check_num_threads, count_words, resolve_pattern
+from .pretokenize import count_words, resolve_pattern
 
 TIE_BREAKS = ("hf",)
 # Merges per step of the Numba loop: small enough for a lively progress bar,

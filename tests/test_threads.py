@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gpubpe
-from gpubpe import pretokenize
+from gpubpe import _threads, pretokenize
 from gpubpe import tokenizer as tokenizer_module
 from gpubpe._threads import run_all
 from gpubpe.bitlevel import BitLevelCodec
@@ -41,7 +41,7 @@ def tok(lines) -> gpubpe.Tokenizer:
 def _threads_past_the_cores(monkeypatch) -> None:
     """Let ``pretokenize`` run as many threads as asked on this machine's cores: the
     paths for many cores (``_READ_IN_SHARES_FROM``) run, slower, on CI's 2."""
-    check = pretokenize.check_num_threads
+    check = _threads.check_num_threads
     monkeypatch.setattr(pretokenize, "thread_count",
                         lambda n: check(n) or int(n) if n is not None else 2)
 
