@@ -249,8 +249,8 @@ def _non_negative(value, name: str) -> int:
     return int(value)
 
 
-# Tokenizers holding a device; a child forked from their process takes them off it.
-_ON_DEVICE: weakref.WeakSet = weakref.WeakSet()
+# Every tokenizer of the process (weakly): a forked child mends what a fork broke in each.
+_TOKENIZERS: weakref.WeakSet = weakref.WeakSet()
 _LEFT_BY_FORK: list = []  # their devices, never freed in the child: the memory is the parent's
 
 
@@ -262,15 +262,12 @@ class _ForkedDevice:
         raise BackendUnavailable(FORKED_AFTER_CUDA)
 
 
-def _off_the_device() -> None:
-    """In a forked child: "auto" tokenizers encode on the CPU, "cuda" ones raise when used."""
-    for tok in list(_ON_DEVICE):
-        _LEFT_BY_FORK.append(tok._device)
-        tok._device = None if tok._backend_name == "auto" else _ForkedDevice()
-    _ON_DEVICE.clear()
+def _after_fork_in_child() -> None:
+    for tok in list(_TOKENIZERS):
+        tok._after_fork()
 
 
-os.register_at_fork(after_in_child=_off_the_device)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Tokenizer:
@@ -293,7 +290,6 @@ class Tokenizer:
         self._device = None
         if chosen.name == "cuda":
             self._device = DeviceCodec(chosen, self._rules)
-            _ON_DEVICE.add(self)
         self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
@@ -305,6 +301,7 @@ class Tokenizer:
         self._cache = None
         self._cache_lock = threading.Lock()
         self._cache_readers = 0
+        _TOKENIZERS.add(self)
         # The layout whose text rules change the text pieces before the split (HF's prefix
         # space, "▁"), or None.
         layout = vocab.layout
@@ -334,6 +331,18 @@ class Tokenizer:
     def backend(self) -> str:
         """Where encoding and decoding run: 'cpu' or 'cuda' (what 'auto' picked)."""
         return "cpu" if self._device is None else "cuda"
+
+    def _after_fork(self) -> None:
+        """In a forked child, which has only the thread that forked: a word cache another
+        thread was changing is dropped (its lock held for good), no reader is counted; a
+        device is left ("auto" encodes on the CPU, "cuda" raises when used: CUDA's state
+        does not follow a fork)."""
+        if self._cache_lock.locked():
+            self._cache = None
+        self._cache_lock, self._cache_readers = threading.Lock(), 0
+        if self._device is not None:
+            _LEFT_BY_FORK.append(self._device)
+            self._device = None if self._backend_name == "auto" else _ForkedDevice()
 
     def with_backend(self, backend: str) -> Tokenizer:
         """This tokenizer on another backend ('auto', 'cpu' or 'cuda'); the same ids on each.

@@ -144,3 +144,30 @@ def traced_memory():
         return made - before, left, nones
 
     return measure
+
+
+@pytest.fixture
+def in_forked_child():
+    """``in_forked_child(work)``: what ``work()`` returns when run in a child this process
+    forks (multiprocessing's default start on Linux: DataLoader workers); the test fails
+    if the child hangs (killed after ``timeout`` seconds) or dies."""
+    import multiprocessing
+    import os
+
+    if not hasattr(os, "fork"):
+        pytest.skip("fork is POSIX's")
+
+    def run(work, timeout: float = 120):
+        context = multiprocessing.get_context("fork")
+        answers = context.SimpleQueue()
+        child = context.Process(target=lambda: answers.put(work()))
+        child.start()
+        child.join(timeout=timeout)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            pytest.fail(f"the forked child hung (killed after {timeout} s)")
+        assert child.exitcode == 0, f"the forked child died (exit code {child.exitcode})"
+        return answers.get()
+
+    return run

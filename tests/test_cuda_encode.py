@@ -580,13 +580,12 @@ def test_more_misses_than_expected_run_the_step_again(cpu_tok, lines, table_size
     assert stats.syncs == planned.syncs + 1  # the retry's one sync
 
 
-def test_a_child_forked_after_cuda_ran_encodes_on_the_cpu_or_says_why(cpu_tok, lines):
+def test_a_child_forked_after_cuda_ran_encodes_on_the_cpu_or_says_why(cpu_tok, lines,
+                                                                       in_forked_child):
     """CUDA's state does not follow a fork (a DataLoader's workers): in the child an "auto"
     tokenizer that held the device encodes on the CPU, a "cuda" one raises saying why and
     what to do, and new backends resolve so too. On a GPU node the child never touches
     CUDA; in the simulator the same rule holds, so that this runs here."""
-    import multiprocessing
-
     from gpubpe.backend import FORKED_AFTER_CUDA
     from gpubpe.errors import BackendUnavailable
 
@@ -596,28 +595,19 @@ def test_a_child_forked_after_cuda_ran_encodes_on_the_cpu_or_says_why(cpu_tok, l
     expected = cpu_tok.encode_arrays(lines, num_threads=2).tolist()
     assert on_cuda.encode_arrays(lines).tolist() == expected  # the parent used the device
 
+    def refusal(call) -> str | None:
+        try:
+            call()
+        except BackendUnavailable as exc:
+            return str(exc)
+        return None
+
     def in_child() -> list:
-        try:
-            on_cuda.encode_arrays(lines)
-            refused = None
-        except BackendUnavailable as exc:
-            refused = str(exc)
-        try:
-            resolve_backend("cuda")
-        except BackendUnavailable as exc:
-            refused_again = str(exc)
         return [auto.backend, auto.encode_arrays(lines).tolist() == expected,
-                refused, refused_again, resolve_backend("auto").name,
+                refusal(lambda: on_cuda.encode_arrays(lines)),
+                refusal(lambda: resolve_backend("cuda")), resolve_backend("auto").name,
                 on_cuda.with_backend("cpu").encode_arrays(lines).tolist() == expected]
 
-    context = multiprocessing.get_context("fork")
-    answers = context.SimpleQueue()
-    child = context.Process(target=lambda: answers.put(in_child()))
-    child.start()
-    child.join(timeout=120)
-    if child.is_alive():
-        child.kill()
-        child.join()
-    assert child.exitcode == 0
-    assert answers.get() == ["cpu", True, FORKED_AFTER_CUDA, FORKED_AFTER_CUDA, "cpu", True]
+    assert in_forked_child(in_child) == ["cpu", True, FORKED_AFTER_CUDA, FORKED_AFTER_CUDA,
+                                         "cpu", True]
     assert on_cuda.backend == auto.backend == "cuda"  # the parent keeps its device

@@ -8,8 +8,6 @@ the bit-level codec's chunks.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -474,8 +472,8 @@ def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
         assert np.array_equal(other[0], ids) and np.array_equal(other[1], offsets)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
-def test_a_child_forked_after_its_parent_ran_threads_runs_its_own(tok, lines, monkeypatch):
+def test_a_child_forked_after_its_parent_ran_threads_runs_its_own(tok, lines, monkeypatch,
+                                                                   in_forked_child):
     """A DataLoader's workers: a child forked after its parent ran on threads (the pools,
     the codec's chunks) encodes, codes, counts and decodes on threads of its own, as the
     parent did. It waited forever for the parent's pool threads, which a child has not;
@@ -492,17 +490,19 @@ def test_a_child_forked_after_its_parent_ran_threads_runs_its_own(tok, lines, mo
                 tok.decode_batch(batch, num_threads=2)]
 
     in_parent = on_threads()
-    context = multiprocessing.get_context("fork")
-    answers = context.SimpleQueue()
-    child = context.Process(target=lambda: answers.put([a == b for a, b in
-                                                        zip(on_threads(), in_parent)]))
-    child.start()
-    child.join(timeout=120)
-    if child.is_alive():
-        child.kill()
-        child.join()
-    assert child.exitcode == 0 and answers.get() == [True] * 4
     assert in_parent[3] == texts
+    assert in_forked_child(lambda: [a == b for a, b in zip(on_threads(), in_parent)]) == [True] * 4
+
+
+def test_a_child_forked_while_a_thread_changed_the_word_cache_drops_that_cache(
+        tok, lines, in_forked_child):
+    """A fork while another thread held the word cache's lock (admitting a batch's words,
+    which it holds while the ids are written): the child, which has no such thread, drops
+    that cache and encodes, instead of waiting for the lock for good."""
+    texts = lines[5000:5600]
+    expected = tok.encode_arrays(texts).tolist()
+    with tok._cache_lock:  # as a thread admitting words at the fork
+        assert in_forked_child(lambda: tok.encode_arrays(texts).tolist() == expected)
 
 
 def test_decode_batch_is_the_same_on_every_thread_count(tok, lines, monkeypatch):
