@@ -65,7 +65,7 @@ NO_PREFIX = -1
 N_VALUE_IDS = 256  # codec ids base .. base + 255 are the 9-bit values
 REPLACEMENT_BYTES = (0xEF, 0xBF, 0xBD)  # U+FFFD in UTF-8
 
-MIN_CHUNK_IDS = 1 << 16  # below this a CPU thread costs more than it saves
+MIN_CHUNK_IDS = 1 << 22  # a CPU chunk's fewest ids (``_chunk_count``)
 SPLIT_SEARCH_WINDOW = 1 << 12  # how far a CPU chunk boundary may move to find a safe split
 
 # Kernel launches by name (shared by every CUDA kernel of gpubpe; tests read it).
@@ -328,9 +328,9 @@ def _safe_split_from(ids, offsets, target, decoding, lead_prefix_ids, base, tabl
 
 @njit(cache=True)
 def _plan_chunks(ids, offsets, n_wanted, decoding, lead_prefix_ids, base, table_size):
-    """int64[k + 1]: bounds of up to ``n_wanted`` chunks of at least MIN_CHUNK_IDS ids."""
+    """int64[k + 1]: bounds of up to ``n_wanted`` chunks, each split moved to a safe spot."""
     n = ids.size
-    n_chunks = max(1, min(n_wanted, n // MIN_CHUNK_IDS))
+    n_chunks = max(1, min(n_wanted, n))
     bounds = np.empty(n_chunks + 1, dtype=np.int64)
     bounds[0] = 0
     n_bounds = 1
@@ -342,6 +342,17 @@ def _plan_chunks(ids, offsets, n_wanted, decoding, lead_prefix_ids, base, table_
             n_bounds += 1
     bounds[n_bounds] = n
     return bounds[: n_bounds + 1]
+
+
+def _chunk_count(n_ids: int, n_wanted: int) -> int:
+    """Chunks (threads) for ``n_ids`` ids: up to ``n_wanted``, each of MIN_CHUNK_IDS or more.
+
+    The chunks' outputs are joined by a copy into fresh pages, as costly as encoding them
+    on the 2-core VM (20 M ids: 10.6 of 2 chunks' 20.8 ms; one chunk, returned as it is,
+    14.3). There 2 chunks on 2 threads were slower than one at every size (encode, min of
+    9: 131 K ids 99 -> 326 us, 1 M 416 -> 680, 4 M 1,647 -> 2,340, 8 M 5,930 -> 5,709;
+    decode alike), so below 4 M ids a chunk a thread only cost (it was 64 K)."""
+    return max(1, min(n_wanted, n_ids // MIN_CHUNK_IDS))
 
 
 def _one_by_one(function, calls):
@@ -949,7 +960,8 @@ def bitlevel_encode_cpu(ids, offsets, lead_prefix_ids, value_ids, base_vocab_siz
     one chunk ran).
     """
     layout = _lane_table(_encode_lane_table, lead_prefix_ids, value_ids)
-    bounds = _plan_chunks(ids, offsets, n_chunks, False, lead_prefix_ids, base_vocab_size, 0)
+    bounds = _plan_chunks(ids, offsets, _chunk_count(ids.size, n_chunks), False,
+                          lead_prefix_ids, base_vocab_size, 0)
     sources = _chunk_sources(bounds, 1)
     out = np.empty(ids.size + LANES * sources.size, dtype=np.uint32)  # NumPy: huge pages
     wide = _fits_wide_lanes(base_vocab_size, lead_prefix_ids, value_ids)
@@ -1500,8 +1512,8 @@ def bitlevel_decode_cpu(ids, offsets, decode_table, base_vocab_size, n_chunks=1,
     written are touched, and with one chunk the buffer is returned, trimmed.
     """
     layout = _lane_table(_decode_lane_table, decode_table)
-    bounds = _plan_chunks(ids, offsets, n_chunks, True, decode_table, base_vocab_size,
-                          decode_table.size)
+    bounds = _plan_chunks(ids, offsets, _chunk_count(ids.size, n_chunks), True, decode_table,
+                          base_vocab_size, decode_table.size)
     sources = _chunk_sources(bounds, 3)
     out = np.empty(3 * ids.size + LANES * sources.size, dtype=np.uint32)
     wide = _fits_wide_lanes(base_vocab_size + decode_table.size)

@@ -48,6 +48,13 @@ def codecs_for(lead_bytes=PAPER_LEAD_BYTES, base=BASE):
 
 PAPER_CODECS = codecs_for()
 DEFAULT_CODECS = codecs_for(range(0xE0, 0xF0))
+SMALL_CHUNK_IDS = 1 << 16
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """Chunks of 64 K ids (4 M in use, where threads pay): these inputs cut into several."""
+    monkeypatch.setattr(bitpack, "MIN_CHUNK_IDS", SMALL_CHUNK_IDS)
 
 
 # --- id layout ----------------------------------------------------------------------------

@@ -452,8 +452,9 @@ def _not_admitted():
     yield None
 
 
-def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines):
+def test_bitlevel_codec_is_the_same_on_every_chunk_count(lines, monkeypatch):
     """The CPU codec's chunks (one a thread) on real text: ids and offsets bit for bit."""
+    monkeypatch.setattr(bitpack, "MIN_CHUNK_IDS", 1 << 16)  # several chunks of these lines
     codec = BitLevelCodec(1000)
     tables = codec._tables
     data = [np.frombuffer(line.encode(), dtype=np.uint8) for line in lines[:20000]]
@@ -480,6 +481,7 @@ def test_a_child_forked_after_its_parent_ran_threads_runs_its_own(tok, lines, mo
     the codec's chunks, an OpenMP loop then, ended it ("fork() called from a process
     already using GNU OpenMP")."""
     monkeypatch.setattr(tokenizer_module, "_PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(bitpack, "MIN_CHUNK_IDS", 1 << 16)  # the codec's chunks on 2 threads
     texts, codec = lines[:2000], BitLevelCodec(tok.n_vocab)
 
     def on_threads() -> list:
