@@ -14,12 +14,14 @@ forever, the first call on 2 threads hung. A child forgets the pools and makes i
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import os
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -46,9 +48,52 @@ def thread_count(num_threads) -> int:
     on the 2-core VM, ``count_words`` of 8 MB of lines took 60 ms on 2 threads and 84 on
     4 or 8 (issue 18: never slower with more threads)."""
     check_num_threads(num_threads)
+    cores = usable_cores()
+    return min(int(num_threads or cores), cores)
+
+
+@functools.lru_cache(maxsize=1)
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, and no more than its cgroup's CPU
+    quota allows (a container's ``--cpus``, a Kubernetes CPU limit: a GPU node's pod often
+    has a few of the host's many cores; every core's thread there only waits its turn)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = cores or os.cpu_count() or 1
-    return min(int(num_threads or cores), cores)
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as lines:
+            quota = quota_cpus(lines.read().splitlines(), Path("/sys/fs/cgroup"))
+    except OSError:  # not Linux, or no /proc
+        quota = None
+    return min(cores, quota or cores)
+
+
+def quota_cpus(cgroup_lines: list[str], root: Path) -> int | None:
+    """The CPUs a CPU quota allows (rounded up), from ``/proc/self/cgroup``'s lines and the
+    cgroup file system at ``root``: cgroup v2's ``cpu.max`` ("max 100000" or "200000
+    100000"), v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none), in the
+    process's own cgroup, then at the root (a container's namespace shows it as "/");
+    None without a quota."""
+    places = []
+    for line in cgroup_lines:
+        _, controllers, path = line.split(":", 2)
+        relative = path.lstrip("/")
+        if controllers == "":
+            places += [(root / relative / "cpu.max", None), (root / "cpu.max", None)]
+        elif "cpu" in controllers.split(","):
+            for folder in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+                places += [(folder / relative / "cpu.cfs_quota_us",
+                            folder / relative / "cpu.cfs_period_us"),
+                           (folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us")]
+    for first, second in places:
+        try:
+            quota, period = (first.read_text().split() if second is None else
+                             (first.read_text().strip(), second.read_text().strip()))
+        except (OSError, ValueError):
+            continue
+        if quota in ("max", "-1") or not quota.lstrip("-").isdigit() or not period.isdigit():
+            return None
+        return max(1, -(-int(quota) // max(int(period), 1)))
+    return None
 
 
 def helper_pool(n_workers: int) -> ThreadPoolExecutor:
@@ -64,7 +109,7 @@ def wide_pool(n_workers: int) -> ThreadPoolExecutor:
     global _WIDE
     with _LOCK:
         if _WIDE is None or _WIDE._max_workers < n_workers:
-            _WIDE = ThreadPoolExecutor(max(n_workers, os.cpu_count() or 1),
+            _WIDE = ThreadPoolExecutor(max(n_workers, usable_cores()),
                                        thread_name_prefix="gpubpe")
         return _WIDE
 

@@ -529,16 +529,39 @@ def test_decode_batch_is_the_same_on_every_thread_count(tok, lines, monkeypatch)
     assert "".join(results[3]) != "".join(lines[:6000])
 
 
-def test_more_threads_than_cores_run_on_the_cores():
+def test_more_threads_than_cores_run_on_the_cores(monkeypatch):
     """A thread count past the cores this process may use runs on those cores (more
-    threads only took turns: slower, bench/RESULTS.md); None means all of them."""
+    threads only took turns: slower, bench/RESULTS.md); None means all of them. A CPU
+    quota (a container's) bounds them too."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert _threads.usable_cores() <= cores
+    cores = _threads.usable_cores()
     assert pretokenize.thread_count(None) == cores
     assert pretokenize.thread_count(cores + 6) == cores
     assert pretokenize.thread_count(1) == 1
     assert tokenizer_module._thread_count(cores + 6, 1 << 30) == cores
+    monkeypatch.setattr(_threads, "usable_cores", lambda: 1)  # a container given one CPU
+    assert pretokenize.thread_count(None) == pretokenize.thread_count(4) == 1
+
+
+@pytest.mark.parametrize("own, files, cpus", [
+    ("0::/", {"cpu.max": "200000 100000"}, 2),  # cgroup v2, the container's namespace
+    ("0::/", {"cpu.max": "50000 100000"}, 1),  # half a CPU: one thread
+    ("0::/kubepods/pod1/c1", {"kubepods/pod1/c1/cpu.max": "150000 100000"}, 2),
+    ("0::/", {"cpu.max": "max 100000"}, None),  # no quota
+    ("4:cpu,cpuacct:/docker/abc\n0::/", {"cpu,cpuacct/cpu.cfs_quota_us": "400000",
+                                          "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 4),
+    ("4:cpu,cpuacct:/docker/abc\n0::/", {"cpu,cpuacct/cpu.cfs_quota_us": "-1",
+                                          "cpu,cpuacct/cpu.cfs_period_us": "100000"}, None),
+    ("0::/", {}, None),  # nothing to read
+])
+def test_a_cgroup_cpu_quota_is_read_as_a_number_of_cpus(tmp_path, own, files, cpus):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text + "\n")
+    assert _threads.quota_cpus(own.split("\n"), tmp_path) == cpus
 
 
 @pytest.mark.parametrize("threads", [0, -1, 1.5, "2", True])
