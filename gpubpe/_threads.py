@@ -68,7 +68,8 @@ def usable_cores() -> int:
 
 
 def quota_cpus(cgroup_lines: list[str], root: Path) -> int | None:
-    """The CPUs a CPU quota allows (rounded up), from ``/proc/self/cgroup``'s lines and the
+    """The CPUs a CPU quota allows (rounded down, at least 1, as Rust's
+    ``std::thread::available_parallelism`` counts them), from ``/proc/self/cgroup``'s lines and the
     cgroup file system at ``root``: cgroup v2's ``cpu.max`` ("max 100000" or "200000
     100000"), v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1: none), in the
     process's own cgroup, then at the root (a container's namespace shows it as "/");
@@ -92,7 +93,7 @@ def quota_cpus(cgroup_lines: list[str], root: Path) -> int | None:
             continue
         if quota in ("max", "-1") or not quota.lstrip("-").isdigit() or not period.isdigit():
             return None
-        return max(1, -(-int(quota) // max(int(period), 1)))
+        return max(1, int(quota) // max(int(period), 1))
     return None
 
 

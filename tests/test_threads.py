@@ -549,7 +549,7 @@ def test_more_threads_than_cores_run_on_the_cores(monkeypatch):
 @pytest.mark.parametrize("own, files, cpus", [
     ("0::/", {"cpu.max": "200000 100000"}, 2),  # cgroup v2, the container's namespace
     ("0::/", {"cpu.max": "50000 100000"}, 1),  # half a CPU: one thread
-    ("0::/kubepods/pod1/c1", {"kubepods/pod1/c1/cpu.max": "150000 100000"}, 2),
+    ("0::/kubepods/pod1/c1", {"kubepods/pod1/c1/cpu.max": "250000 100000"}, 2),  # 2.5
     ("0::/", {"cpu.max": "max 100000"}, None),  # no quota
     ("4:cpu,cpuacct:/docker/abc\n0::/", {"cpu,cpuacct/cpu.cfs_quota_us": "400000",
                                           "cpu,cpuacct/cpu.cfs_period_us": "100000"}, 4),
