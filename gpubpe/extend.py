@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._threads import thread_count
 from .counts import WordCounts, check_pattern
 from .errors import ConfigError, ModelFormatError
 from .kernels.encode.rules import all_splits
@@ -333,7 +334,7 @@ def _encoded_words(words: list[bytes], rules: np.ndarray):
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     data = np.frombuffer(b"".join(words), dtype=np.uint8)
     encoder = Tokenizer(Vocabulary.from_rules(rules, pattern=None), "cpu")._word_encoder(
-        os.cpu_count() or 1)
+        thread_count(None))
     ids, offsets = encoder(data, starts, lengths)
     return np.asarray(ids, dtype=np.uint32), np.diff(np.asarray(offsets)).astype(np.int64)
 
@@ -640,7 +641,7 @@ def _base_encodings(words: list[bytes], vocab) -> list[list[int]]:
     lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     data = np.frombuffer(b"".join(words), dtype=np.uint8)
-    ids, offsets = Tokenizer(vocab, "cpu")._word_encoder(os.cpu_count() or 1)(
+    ids, offsets = Tokenizer(vocab, "cpu")._word_encoder(thread_count(None))(
         data, starts, lengths)
     ids, offsets = np.asarray(ids).tolist(), np.asarray(offsets).tolist()
     return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
