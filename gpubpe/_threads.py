@@ -52,19 +52,24 @@ def thread_count(num_threads) -> int:
     return min(int(num_threads or cores), cores)
 
 
-@functools.lru_cache(maxsize=1)
 def usable_cores() -> int:
-    """The cores this process may use: its CPU affinity, and no more than its cgroup's CPU
-    quota allows (a container's ``--cpus``, a Kubernetes CPU limit: a GPU node's pod often
-    has a few of the host's many cores; every core's thread there only waits its turn)."""
+    """The cores this process may use: its CPU affinity (read each call: it may be changed
+    while the process runs), and no more than its cgroup's CPU quota allows (a container's
+    ``--cpus``, a Kubernetes CPU limit: a GPU node's pod often has a few of the host's many
+    cores; every core's thread there only waits its turn)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = cores or os.cpu_count() or 1
+    return min(cores, _own_quota_cpus() or cores)
+
+
+@functools.lru_cache(maxsize=1)
+def _own_quota_cpus() -> int | None:
+    """This process's CPU quota in CPUs (``quota_cpus``), read once: files, not a syscall."""
     try:
         with open("/proc/self/cgroup", encoding="utf-8") as lines:
-            quota = quota_cpus(lines.read().splitlines(), Path("/sys/fs/cgroup"))
+            return quota_cpus(lines.read().splitlines(), Path("/sys/fs/cgroup"))
     except OSError:  # not Linux, or no /proc
-        quota = None
-    return min(cores, quota or cores)
+        return None
 
 
 def quota_cpus(cgroup_lines: list[str], root: Path) -> int | None:

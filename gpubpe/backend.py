@@ -154,19 +154,17 @@ def resolve_backend(name: str = "auto") -> Backend:
         raise ConfigError(f"backend={name!r} is not one of {BACKEND_NAMES}")
     if name == "cpu":
         return Backend("cpu", np, "asked for the CPU")
-    if simulator_enabled():  # forks as a device would (for tests): see forked_after_cuda
-        if name == "cuda":
-            if forked_after_cuda():
-                raise BackendUnavailable(FORKED_AFTER_CUDA)
-            _cuda_used_in.setdefault("pid", os.getpid())
-            return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
-        return Backend("cpu", np, "auto picked the CPU: the CUDA simulator is on; "
-                                  "auto never picks it")
-    if forked_after_cuda():
+    if forked_after_cuda():  # the simulator's too, so that tests see what a device does
         if name == "cuda":
             raise BackendUnavailable(FORKED_AFTER_CUDA)
         return Backend("cpu", np, "auto picked the CPU: this process was forked after its "
                                   "parent used CUDA, which a forked child cannot")
+    if simulator_enabled():
+        if name == "cuda":
+            _cuda_used_in.setdefault("pid", os.getpid())
+            return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
+        return Backend("cpu", np, "auto picked the CPU: the CUDA simulator is on; "
+                                  "auto never picks it")
     reason = cuda_unavailable_reason() or probe_cuda()
     if reason is None:
         import cupy
