@@ -76,6 +76,7 @@ from .pretokenize import (
     CL100K_PATTERN,
     GPT2_PATTERN,
     NAMED_PATTERNS,
+    hf_punctuation_class,
     isolated,
     resolve_pattern,
     split_words,
@@ -633,8 +634,8 @@ def _pattern_from_hf(pre_tokenizer, where: str, strict: bool, notes: list[str]):
 def _pattern_of_step(step: dict, where: str) -> str:
     """A Split's pattern, or a Digits step's: HF splits at ``char::is_numeric`` (``\\p{N}``),
     each digit apart (``individual_digits``) or runs of them, keeping the text between; or
-    a Punctuation step's (``is_ascii_punctuation || is_punctuation``: ``\\p{P}`` and ASCII's
-    symbols), runs of it (Contiguous) or each char (Isolated)."""
+    a Punctuation step's (``is_ascii_punctuation || is_punctuation``: HF's own table,
+    ``hf_punctuation_class``), runs of it (Contiguous) or each char (Isolated)."""
     if step.get("type") == "Digits":
         return isolated(r"\p{N}" if step.get("individual_digits") else r"\p{N}+")
     if step.get("type") == "Punctuation":
@@ -642,12 +643,10 @@ def _pattern_of_step(step: dict, where: str) -> str:
         if behavior not in _PUNCTUATION_RUNS:
             raise ModelFormatError(f"{where}: Punctuation behavior {behavior!r} is not "
                                    f"supported; gpubpe reads {sorted(_PUNCTUATION_RUNS)}")
-        return isolated(_PUNCTUATION + _PUNCTUATION_RUNS[behavior])
+        return isolated(hf_punctuation_class() + _PUNCTUATION_RUNS[behavior])
     return _pattern_of_split(step, where)
 
 
-# HF's Punctuation step: Rust's ``is_ascii_punctuation`` or general category P.
-_PUNCTUATION = r"[\p{P}!-/:-@\[-`{-~]"
 _PUNCTUATION_RUNS = {"Contiguous": "+", "Isolated": ""}
 
 

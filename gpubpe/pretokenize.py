@@ -396,6 +396,11 @@ def word_bytes(word: str) -> bytes:
 # ~7 ms where building them from ``regex`` took ~80 ms.
 UNICODE_TABLE = Path(__file__).parent / "data" / "unicode16_flags.zlib"
 UNICODE_PUNCTUATION = Path(__file__).parent / "data" / "unicode16_punctuation.zlib"
+# What HF's Punctuation pre-tokenizer splits at: Rust's ``is_ascii_punctuation`` or the
+# ``unicode_categories`` crate's ``is_punctuation``, whose tables are years older than
+# any ``regex``'s (726 code points; ``\p{P}`` in Unicode 16 has 140 more, and two of
+# its own moved out of P since). Read from HF by ``bench/make_unicode_table.py``.
+HF_PUNCTUATION = Path(__file__).parent / "data" / "hf_punctuation.zlib"
 
 
 @lru_cache(maxsize=1)
@@ -459,6 +464,27 @@ def unicode_punctuation() -> np.ndarray:
     made by ``bench/make_unicode_table.py``)."""
     ranges = np.frombuffer(zlib.decompress(UNICODE_PUNCTUATION.read_bytes()), dtype=np.uint32)
     return np.concatenate([np.arange(lo, hi + 1) for lo, hi in ranges.reshape(-1, 2)])
+
+
+@lru_cache(maxsize=1)
+def hf_punctuation_class() -> str:
+    """HF's Punctuation set as a ``regex`` character class of code point ranges.
+
+    It was ``[\\p{P}!-/:-@\\[-`{-~]``, which a differential fuzz against HF found wrong on
+    Falcon's file: U+11F4C (a Kawi sign, P since Unicode 15) is punctuation to
+    ``regex`` and not to HF, so "  \\U00011f4c" split apart otherwise."""
+    ranges = np.frombuffer(zlib.decompress(HF_PUNCTUATION.read_bytes()), dtype=np.uint32)
+    spans = (_escaped(lo) if lo == hi else f"{_escaped(lo)}-{_escaped(hi)}"
+             for lo, hi in ranges.reshape(-1, 2).tolist())
+    return "[" + "".join(spans) + "]"
+
+
+def _escaped(code_point: int) -> str:
+    """The character itself, escaped where a class reads it otherwise: Oniguruma (HF's
+    regex, where the export writes the class) reads no ``\\U`` escape and ``regex`` no
+    ``\\x{...}``, but both read characters."""
+    char = chr(code_point)
+    return "\\" + char if char in "[]\\^-" else char
 
 
 def punctuation_from_regex() -> np.ndarray:

@@ -16,6 +16,7 @@ on a GPU node every test here runs against the device.
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -70,6 +71,22 @@ def test_cuda_tokenizer_encodes_real_text_as_the_cpu_does(cpu_tok, lines):
     assert launches("copy_token_bytes_kernel") == copies
     assert gpu_tok.decode_batch(gpu_tok.encode_arrays(lines[600:], device=True)) == lines[600:]
     assert launches("copy_token_bytes_kernel") == copies + 1
+
+
+def test_a_byte_without_a_token_is_dropped_before_merging_on_the_device():
+    """As on the CPU (``test_real_vocab``): HF leaves a byte its vocab lacks out before
+    merging; ``encode_words_kernel`` reads the output map to do the same."""
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+    from test_real_vocab import CORPUS, file_without_bytes, two_kb_documents
+
+    data = file_without_bytes(two_kb_documents(CORPUS, 60), b"\x05\xf1")
+    hf = tokenizers.Tokenizer.from_str(json.dumps(data))
+    gpu_tok = gpubpe.Tokenizer.from_hf(data).with_backend("cuda")
+    texts = ["a.\x05. b=\x05=", "\x05", 'x "\x05, e\U000589fbr', "plain text"]
+    before = launches("encode_words_kernel")
+    got = gpu_tok.encode_arrays(texts)
+    assert launches("encode_words_kernel") > before
+    assert got.tolist() == [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
 
 
 @settings(max_examples=25)

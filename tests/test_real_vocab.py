@@ -366,6 +366,40 @@ def test_hf_file_options(hf_documents, change):
     assert tok.encode_batch(samples) == theirs
 
 
+def file_without_bytes(hf_documents, missing: bytes) -> dict:
+    """An HF-trained tokenizer.json whose vocab lacks the tokens of the ``missing`` bytes
+    (no merge uses them: the training text never holds them)."""
+    data = json.loads(hf_trained(hf_documents[::6], prefix_space=False).to_str())
+    for byte in missing:
+        char = bytes_order.BYTE_TO_CHAR[byte]
+        assert not any(char in "".join(merge) for merge in data["model"]["merges"])
+        del data["model"]["vocab"][char]
+    return data
+
+
+def with_bytes_between(texts: list[str], inserted: str, every: int) -> list[str]:
+    return [inserted.join(text[k:k + every] for k in range(0, len(text), every))
+            for text in texts]
+
+
+def test_a_byte_without_a_token_is_dropped_before_merging(hf_documents):
+    """HF's BPE leaves a byte its vocab has no token for out of the word before it merges,
+    so the bytes on either side merge as neighbours. StarCoder's file has no token for
+    0xF1 and Falcon's none for 0x05 (among others): a differential fuzz against HF found
+    gpubpe dropping the byte after merging, which kept its neighbours apart."""
+    data = file_without_bytes(hf_documents, b"\x05\xf1")
+    hf, tok = HfTokenizer.from_str(json.dumps(data)), gpubpe.Tokenizer.from_hf(data)
+    assert tok.vocabulary.metadata["hf_import_notes"][0].startswith("2 byte(s) have no token")
+    # U+589FB is F1 98 A7 BB; a long document takes the batch path, with the word cache.
+    probes = [".\x05.", "x =\x05= \x05", '"\x05,', "\x05", "\u0342\U000589fb", "e\U000589fbr"]
+    samples = probes + with_bytes_between(hf_documents[1:40:4], "\x05", 3) + \
+        with_bytes_between(hf_documents[2:40:4], "\U000589fb", 5)
+    theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
+    assert [tok.encode(text) for text in probes] == theirs[:len(probes)]
+    assert tok.encode_batch(samples, num_threads=2) == theirs
+    assert tok.encode_batch(samples, num_threads=1) == theirs  # the cache holds them now
+
+
 @pytest.mark.parametrize("kind", ["WordPiece", "Unigram"])
 def test_unsupported_models_say_what_is_supported(kind):
     from tokenizers import models

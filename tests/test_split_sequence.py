@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import regex
 from test_real_vocab import two_kb_documents as documents  # ~2 KB documents of a file
 
 import gpubpe
@@ -24,6 +25,7 @@ from gpubpe.errors import ConfigError
 from gpubpe.pretokenize import (
     BYTES_STEP,
     count_words,
+    hf_punctuation_class,
     isolated,
     resolve_pattern,
     split_words,
@@ -158,10 +160,30 @@ def test_hf_trained_files_with_several_steps(kind):
     texts = documents(CORPUS, 60)
     hf = hf_trained_with(Sequence(steps), texts)
     tok = gpubpe.Tokenizer.from_hf(hf.to_str())
-    samples = texts[::3] + EDGES + ["½ ü ³ 12345 a¹b"]
+    samples = texts[::3] + EDGES + ["½ ü ³ 12345 a¹b", PUNCTUATION_HF_DOES_NOT_KNOW]
     assert tok.encode_batch(samples) == hf_ids(hf, samples)
     exported = HfTokenizer.from_str(json.dumps(tok.to_hf_json()))
     assert hf_ids(exported, samples) == hf_ids(hf, samples)
+
+
+# Punctuation to Unicode 16 (and to ``regex``) but not to HF's Punctuation step: U+11F4C
+# (Kawi, Unicode 15), U+2E4F (14.0), U+061D (14.0); and U+166D, punctuation to HF only.
+PUNCTUATION_HF_DOES_NOT_KNOW = "  \U00011f4c x \u2e4f\u2e4fy,\u061d z \u166d. a\U000111c9b"
+
+
+def test_hf_punctuation_is_hfs_own_table():
+    """HF's Punctuation step is ``is_ascii_punctuation || is_punctuation`` of the
+    ``unicode_categories`` crate, whose tables are years older than Unicode 16: 140 code
+    points of ``\\p{P}`` are not punctuation to it. gpubpe read the step as ``\\p{P}``
+    until a differential fuzz against HF found Falcon's file splitting otherwise."""
+    from tokenizers.pre_tokenizers import Punctuation
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and c != ord("a")]
+    pieces = Punctuation("isolated").pre_tokenize_str("a".join(chars))
+    theirs = {piece for piece, _ in pieces if len(piece) == 1 and piece != "a"}
+    ours = set(regex.findall(hf_punctuation_class(), "".join(chars)))
+    assert len(theirs) == 726 and ours == theirs
+    assert "\U00011f4c" not in ours and "\u166d" in ours
 
 
 def test_a_step_on_bytes_may_end_a_word_inside_a_character():

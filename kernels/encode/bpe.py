@@ -250,6 +250,31 @@ def bpe_heap_word(symbols, n, rules, nxt, prv, heap, value):
     return count
 
 
+@inlined
+def word_symbols(data, start, n, rules, symbols):
+    """Copy the word ``data[start:start + n]`` into ``symbols`` as byte ids, leaving out
+    each byte that has no token; returns how many are kept.
+
+    A byte has no token only in an imported vocabulary (its output list is empty: the
+    file has no token for it, as StarCoder's has none for 0xF1 or Falcon's for 0x05).
+    HF's BPE drops such a byte before it merges, so the bytes on either side of it merge
+    as neighbours; dropped after merging, it kept them apart (found by a differential
+    fuzz against HF: U+0342 U+589FB under StarCoder's file, CD 82 [F1] 98 A7 BB, where
+    HF merges 82 98).
+    """
+    offsets = rules.demolish_offsets
+    if rules.output_ids.size or offsets.size == 0:  # every byte has its one output id
+        for i in range(n):
+            symbols[i] = data[start + i]
+        return n
+    kept = 0
+    for i in range(n):
+        byte = data[start + i]
+        symbols[kept] = byte
+        kept += offsets[byte + 1] > offsets[byte]
+    return kept
+
+
 @hot
 def emit_output_ids(symbols, count, rules, out, out_at):
     """Write the output ids of ``symbols[:count]`` at ``out[out_at:]``; returns how many."""
@@ -296,14 +321,14 @@ def encode_word_list_cpu(data, word_at, word_len, rules):
     for w in range(n_words):
         n = word_len[w]
         start = word_at[w]
-        for i in range(n):
-            symbols[i] = data[start + i]
         token = whole_token(data, start, n, rules)
         if token >= 0:
             symbols[0] = token
             n = 1
-        elif n > 1:
-            n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
+        else:
+            n = word_symbols(data, start, n, rules, symbols)
+            if n > 1:
+                n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
         offsets[w + 1] = offsets[w] + emit_output_ids(symbols, n, rules, ids, offsets[w])
     return ids[:offsets[n_words]], offsets
 

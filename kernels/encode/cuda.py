@@ -43,7 +43,8 @@ _merge_by_scan_on_device = device_function(merge_by_scan)
 
 @cuda.jit
 def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, rule_result,
-                        whole_table, token_pool, token_offsets, symbols, pair_rank, n_symbols):
+                        whole_table, token_pool, token_offsets, demolish_offsets, symbols,
+                        pair_rank, n_symbols):
     """n_symbols[w] = ids left in word w after BPE, packed at symbols[word_start[w]:].
 
     Launch: one thread per word, grid-stride over ``order`` (the words by length,
@@ -51,14 +52,20 @@ def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, ru
     (int32) and ``pair_rank`` (int64), one entry per byte. The merge order is
     ``merge_by_scan``'s, the CPU's: lowest rank first, leftmost at equal rank. A
     word that is a whole token (``whole_table`` not empty: tiktoken, HF
-    ignore_merges) becomes that token first, as ``encode_word_list_cpu`` does.
+    ignore_merges) becomes that token first, as ``encode_word_list_cpu`` does. A byte
+    with no token (no output in ``demolish_offsets``) is left out before merging, as
+    ``bpe.word_symbols`` leaves it out.
     """
+    drops = demolish_offsets.size > 0
     for k in range(cuda.grid(1), order.size, cuda.gridsize(1)):
         w = order[k]
         start = word_start[w]
         n = word_start[w + 1] - start
+        kept = start
         for i in range(start, start + n):
-            symbols[i] = word_bytes[i]
+            byte = word_bytes[i]
+            symbols[kept] = byte
+            kept += not drops or demolish_offsets[byte + 1] > demolish_offsets[byte]
         token = -1
         if whole_table.size > 0 and n >= 2:
             token = interleaved_find_on_device(word_bytes, start, n,
@@ -69,8 +76,8 @@ def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, ru
             symbols[start] = token
             n_symbols[w] = 1
         else:
-            n_symbols[w] = _merge_by_scan_on_device(symbols, pair_rank, start, n, rule_keys,
-                                                    rule_ranks, rule_result)
+            n_symbols[w] = _merge_by_scan_on_device(symbols, pair_rank, start, kept - start,
+                                                    rule_keys, rule_ranks, rule_result)
 
 
 @cuda.jit
@@ -130,8 +137,8 @@ def encode_word_list_cuda(word_bytes, word_start, rules: RuleTable, xp):
     pair_rank = device_empty(xp, word_bytes.size, xp.int64)
     n_symbols = device_empty(xp, n_words, xp.int64)
     launch(encode_words_kernel, n_words, word_bytes, word_start, order, rules.keys, rules.ranks,
-           rules.result, rules.whole_table, rules.token_pool, rules.token_offsets, symbols,
-           pair_rank, n_symbols)
+           rules.result, rules.whole_table, rules.token_pool, rules.token_offsets,
+           rules.demolish_offsets, symbols, pair_rank, n_symbols)
     out_len = device_empty(xp, n_words, xp.int64)
     launch(output_lengths_kernel, n_words, symbols, word_start, n_symbols,
            rules.demolish_offsets, out_len)
@@ -146,8 +153,8 @@ def encode_word_list_cuda(word_bytes, word_start, rules: RuleTable, xp):
 # PTX test compiles each for sm_80 and sm_90 without a device.
 ENCODE_CUDA_SIGNATURES = {
     encode_words_kernel: "void(uint8[::1], int64[::1], int64[::1], uint64[::1], int64[::1], "
-                         "int64[::1], uint64[::1], uint8[::1], int64[::1], int32[::1], "
-                         "int64[::1], int64[::1])",
+                         "int64[::1], uint64[::1], uint8[::1], int64[::1], int64[::1], "
+                         "int32[::1], int64[::1], int64[::1])",
     output_lengths_kernel: "void(int32[::1], int64[::1], int64[::1], int64[::1], int64[::1])",
     write_output_kernel: "void(int32[::1], int64[::1], int64[::1], uint32[::1], int64[::1], "
                          "int64[::1], uint32[::1])",

@@ -8,7 +8,7 @@ from numba import njit
 from .._jit import hot_nogil
 from ..pretok import piece_end
 from ._shared import inlined
-from .bpe import bpe_word, emit_output_ids, encode_word_list_cpu
+from .bpe import bpe_word, emit_output_ids, encode_word_list_cpu, word_symbols
 from .rules import whole_token
 from .words import word_refs_scan_cpu
 
@@ -127,14 +127,14 @@ def encode_short_text_cpu(data, scanner, table, rules):
     while start < size:
         end = piece_end(scanner, data, start, size, table)
         n = end - start
-        for i in range(n):
-            symbols[i] = data[start + i]
         token = whole_token(data, start, n, rules)
         if token >= 0:
             symbols[0] = token
             n = 1
-        elif n > 1:
-            n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
+        else:
+            n = word_symbols(data, start, n, rules, symbols)
+            if n > 1:
+                n = bpe_word(symbols, n, rules, nxt, prv, heap, value, scan_keys)
         count += emit_output_ids(symbols, n, rules, ids, count)
         start = end
     return ids[:count]
