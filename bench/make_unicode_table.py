@@ -1,8 +1,11 @@
 r"""Write ``gpubpe/data/unicode16_flags.zlib``: the scanners' character-class flags of every
 code point (``gpubpe.pretokenize.code_point_flags``), and ``unicode16_punctuation.zlib``:
 the ranges of ``\p{P}`` (``unicode_punctuation``, DeepSeek Coder's scanner), read from
-``regex``; and ``hf_punctuation.zlib``: the ranges HF's Punctuation pre-tokenizer splits at
-(``hf_punctuation_class``), read from HF ``tokenizers`` (its table does not follow Unicode).
+``regex``; and from HF ``tokenizers`` (whose tables do not follow Unicode):
+``hf_punctuation.zlib``, the ranges its Punctuation pre-tokenizer splits at
+(``hf_punctuation_class``), and ``hf_nfc_marks.zlib``, the code points its NFC normalizer
+gives a combining class (``hf_nfc``; found by probing each of Python's, so run it under a
+Python whose Unicode is newer than HF's: 3.11 has 14.0, HF 9.0).
 
 Run it under a ``regex`` whose Unicode is 16.0 (2024.9.11 - 2025.9.18, the 'dev' extra's
 pin), the Unicode tiktoken 0.14 and HF tokenizers' ByteLevel use. When tiktoken moves to a
@@ -12,12 +15,14 @@ newer Unicode, move the pin, rerun this, rename the file and check
     python bench/make_unicode_table.py
 """
 
+import unicodedata
 import zlib
 from importlib.metadata import version
 
 import numpy as np
 
 from gpubpe.pretokenize import (
+    HF_NFC_MARKS,
     HF_PUNCTUATION,
     UNICODE_PUNCTUATION,
     UNICODE_TABLE,
@@ -32,7 +37,25 @@ def hf_punctuation_ranges() -> np.ndarray:
 
     code_points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and c != ord("a")]
     pieces = Punctuation("isolated").pre_tokenize_str("a".join(map(chr, code_points)))
-    found = sorted(ord(piece) for piece, _ in pieces if len(piece) == 1 and piece != "a")
+    return ranges_of(sorted(ord(piece) for piece, _ in pieces if len(piece) == 1 and
+                            piece != "a"))
+
+
+def hf_nfc_mark_ranges() -> np.ndarray:
+    """(first, last) ranges of the code points HF's NFC gives a combining class above 0:
+    each of Python's marks that HF reorders against a mark of another class."""
+    from tokenizers.normalizers import NFC
+
+    nfc = NFC()
+    marks = [chr(c) for c in range(0x110000) if unicodedata.combining(chr(c))]
+    low, high = "\u0334", "\u0301"  # classes 1 and 230; "x" composes with neither
+    probes = ["x" + (x + low if unicodedata.combining(x) > 1 else high + x) for x in marks]
+    return ranges_of([ord(x) for x, probe in zip(marks, probes)
+                      if nfc.normalize_str(probe) != probe])
+
+
+def ranges_of(found: list[int]) -> np.ndarray:
+    """(first, last) uint32 rows of the runs of sorted code points."""
     ranges = []
     for c in found:
         if ranges and ranges[-1][1] == c - 1:
@@ -46,10 +69,11 @@ def main() -> None:
     UNICODE_TABLE.write_bytes(zlib.compress(flags_from_regex().tobytes(), 9))
     UNICODE_PUNCTUATION.write_bytes(zlib.compress(punctuation_from_regex().tobytes(), 9))
     HF_PUNCTUATION.write_bytes(zlib.compress(hf_punctuation_ranges().tobytes(), 9))
+    HF_NFC_MARKS.write_bytes(zlib.compress(hf_nfc_mark_ranges().tobytes(), 9))
     for path in (UNICODE_TABLE, UNICODE_PUNCTUATION):
         print(f"{path}: {path.stat().st_size} bytes, regex {version('regex')}")
-    print(f"{HF_PUNCTUATION}: {HF_PUNCTUATION.stat().st_size} bytes, "
-          f"tokenizers {version('tokenizers')}")
+    for path in (HF_PUNCTUATION, HF_NFC_MARKS):
+        print(f"{path}: {path.stat().st_size} bytes, tokenizers {version('tokenizers')}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import gc
 import itertools
 import os
 import threading
-import unicodedata
 import weakref
 from collections.abc import Collection, Iterable, Sequence
 from contextlib import contextmanager
@@ -99,6 +98,7 @@ from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_pat
 from .pretokenize import (
     compiled_pattern,
     has_bytes_steps,
+    hf_nfc,
     resolve_pattern,
     scanner_for,
     scanner_table,
@@ -1254,7 +1254,7 @@ def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
 def _nfc_documents(array, doc_start, doc_end):
     """The documents in Unicode NFC (HF's NFC normalizer), as a new buffer and ranges."""
     data = array.tobytes()
-    texts = [unicodedata.normalize("NFC", data[a:b].decode("utf-8", "surrogateescape"))
+    texts = [hf_nfc(data[a:b].decode("utf-8", "surrogateescape"))
              for a, b in zip(doc_start.tolist(), doc_end.tolist())]
     encoded = [text.encode("utf-8", "surrogateescape") for text in texts]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
