@@ -236,11 +236,15 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
         raise ModelFormatError(f"{where}: {len(kinds)} token types for {len(tokens)} tokens")
     merges = _field(metadata, "tokenizer.ggml.merges", list, where)
     pre_tokenizer, normalizer, whole_tokens = _pre_tokenizer(metadata, where, pattern)
-    vocab = {text: i for i, (text, kind) in enumerate(zip(tokens, kinds)) if kind == _NORMAL}
     added = [{"id": i, "content": text, "single_word": False, "lstrip": False,
               "rstrip": False, "normalized": False, "special": kind == _CONTROL}
              for i, (text, kind) in enumerate(zip(tokens, kinds))
              if kind in (_CONTROL, _USER_DEFINED) and text]
+    # The added tokens are in the vocab too, as in HF's own files: HF keeps an added
+    # token's id only when the vocab has it, and gives it a new one otherwise (StarCoder's
+    # "<fim_prefix>", id 1, read back as 49115 until they were).
+    vocab = {text: i for i, (text, kind) in enumerate(zip(tokens, kinds))
+             if kind == _NORMAL or (kind in (_CONTROL, _USER_DEFINED) and text)}
     model = {"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": whole_tokens}
     return {"normalizer": normalizer and {"type": normalizer}, "pre_tokenizer": pre_tokenizer,
             "model": model, "added_tokens": added}

@@ -269,7 +269,7 @@ def word_symbols(data, start, n, rules, symbols):
         return n
     kept = 0
     for i in range(n):
-        byte = data[start + i]
+        byte = np.int64(data[start + i])
         symbols[kept] = byte
         kept += offsets[byte + 1] > offsets[byte]
     return kept

@@ -63,7 +63,7 @@ def encode_words_kernel(word_bytes, word_start, order, rule_keys, rule_ranks, ru
         n = word_start[w + 1] - start
         kept = start
         for i in range(start, start + n):
-            byte = word_bytes[i]
+            byte = np.int64(word_bytes[i])  # as uint8, the simulator's byte + 1 wraps at 255
             symbols[kept] = byte
             kept += not drops or demolish_offsets[byte + 1] > demolish_offsets[byte]
         token = -1
