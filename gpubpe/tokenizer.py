@@ -692,13 +692,15 @@ class Tokenizer:
         array = _readonly_bytes(data)
         doc_start, doc_end = _document_ranges(doc_start, doc_end, array.size)
         layout = self._vocab.layout
-        if layout is not None and layout.normalizer == "NFC":
-            array, doc_start, doc_end = _nfc_documents(array, doc_start, doc_end)
         threads = _thread_count(num_threads, array.size)
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed, threads)
         on_device = self._device_batches(array.size)
         piece_threads = 1 if on_device else threads
-        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, allowed, piece_threads)
+        matches = self._special_matches(array, doc_start, doc_end, allowed, piece_threads)
+        if layout is not None and layout.normalizer == "NFC":
+            array, doc_start, doc_end, matches = _nfc_documents(array, doc_start, doc_end,
+                                                                matches)
+        pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, matches, piece_threads)
         if self._source_layout is not None:
             array, pieces = _source_pieces(array, pieces, doc_first_piece, layout,
                                            piece_threads)
@@ -787,20 +789,29 @@ class Tokenizer:
     def _word_encoder(self, threads: int) -> _WordEncoder:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
-    def _pieces(self, array, doc_start, doc_end, allowed: frozenset[str], threads: int):
-        """Cut documents at allowed special tokens (and long scanned text near thread shares)."""
-        match_at = match_len = match_id = np.zeros(0, dtype=np.int64)
-        if allowed:
-            token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
-            match_at, match_token = _find_specials(array, doc_start, doc_end,
-                                                   (token_bytes, token_offsets, first_byte),
-                                                   2**62, threads)
-            match_len = np.diff(token_offsets)[match_token]
-            match_id = token_ids[match_token]
-            flags = self._flags_by_id()
-            if flags:
-                match_at, match_len, match_id = _apply_special_flags(
-                    array, doc_start, doc_end, match_at, match_len, match_id, flags)
+    def _special_matches(self, array, doc_start, doc_end, allowed: frozenset[str],
+                         threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(match_at, match_len, match_id) of the allowed special tokens in the documents,
+        HF's lstrip / rstrip applied."""
+        if not allowed:
+            none = np.zeros(0, dtype=np.int64)
+            return none, none, none
+        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+        match_at, match_token = _find_specials(array, doc_start, doc_end,
+                                               (token_bytes, token_offsets, first_byte),
+                                               2**62, threads)
+        match_len = np.diff(token_offsets)[match_token]
+        match_id = token_ids[match_token]
+        flags = self._flags_by_id()
+        if flags:
+            return _apply_special_flags(array, doc_start, doc_end, match_at, match_len,
+                                        match_id, flags)
+        return match_at, match_len, match_id
+
+    def _pieces(self, array, doc_start, doc_end, matches, threads: int):
+        """Cut documents at the special tokens ``matches`` (``_special_matches``), and long
+        scanned text near thread shares."""
+        match_at, match_len, match_id = matches
         cut_bytes = 0 if self._source_layout is not None else \
             self._cut_bytes(array.size, doc_start, doc_end, threads)  # (else: _cut_source_pieces)
         if match_at.size == 0 and cut_bytes == 0:  # the pieces are the documents
@@ -1251,15 +1262,36 @@ def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
     return (piece_start, piece_end, piece_special), doc_first_piece
 
 
-def _nfc_documents(array, doc_start, doc_end):
-    """The documents in Unicode NFC (HF's NFC normalizer), as a new buffer and ranges."""
+def _nfc_documents(array, doc_start, doc_end, matches):
+    """The documents in HF's NFC (``hf_nfc``) as a new buffer and ranges, with the special
+    token ``matches`` moved along: as HF, only the text between them is normalized.
+
+    The whole documents were normalized before their special tokens were looked for: a
+    differential fuzz against HF found Qwen 2's "<|im_start|>" followed by U+0338 turning
+    into "<|im_start|" and U+226F (">" and U+0338 composed), no special token left."""
+    match_at, match_len, match_id = matches
     data = array.tobytes()
-    texts = [hf_nfc(data[a:b].decode("utf-8", "surrogateescape"))
-             for a, b in zip(doc_start.tolist(), doc_end.tolist())]
-    encoded = [text.encode("utf-8", "surrogateescape") for text in texts]
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    ends = np.cumsum(lengths)
-    return _readonly_bytes(b"".join(encoded)), ends - lengths, ends
+    parts, position, k = [], 0, 0
+    starts, ends = np.empty_like(doc_start), np.empty_like(doc_end)
+    moved_at = np.empty_like(match_at)
+    for d, (first, end) in enumerate(zip(doc_start.tolist(), doc_end.tolist())):
+        starts[d], at = position, first
+        while k < match_at.size and match_at[k] < end:
+            special = int(match_at[k])
+            parts.append(_nfc_bytes(data[at:special]))
+            position += len(parts[-1])
+            moved_at[k], at = position, special + int(match_len[k])
+            parts.append(data[special:at])
+            position += len(parts[-1])
+            k += 1
+        parts.append(_nfc_bytes(data[at:end]))
+        position += len(parts[-1])
+        ends[d] = position
+    return _readonly_bytes(b"".join(parts)), starts, ends, (moved_at, match_len, match_id)
+
+
+def _nfc_bytes(text: bytes) -> bytes:
+    return hf_nfc(text.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 def _without_leading_spaces(out: np.ndarray, bounds: np.ndarray):

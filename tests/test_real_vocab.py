@@ -390,9 +390,11 @@ def test_hf_file_options(hf_documents, change):
              "use_regex": False}]}
     hf = HfTokenizer.from_str(json.dumps(data))
     tok = gpubpe.Tokenizer.from_hf(data)
-    samples = hf_documents[2::9] + ["e\u0301 cafe\u0301 Å", "ﬁ ①", MARKS_HF_LACKS]
+    # HF finds its added tokens before normalizing: ">" and U+0338 are not composed there.
+    samples = hf_documents[2::9] + ["e\u0301 cafe\u0301 Å", "ﬁ ①", MARKS_HF_LACKS,
+                                    "<|endoftext|>\u0338 a<|endoftext|>e\u0301>\u0338"]
     theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
-    assert tok.encode_batch(samples) == theirs
+    assert tok.encode_batch(samples, allowed_special="all") == theirs
 
 
 def file_without_bytes(hf_documents, missing: bytes) -> dict:

