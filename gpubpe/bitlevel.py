@@ -245,11 +245,10 @@ class BitLevelCodec:
         a ``parallel=True`` loop, whose OpenMP layer ended any process forked after it ran
         ("fork() called from a process already using GNU OpenMP": a DataLoader worker)."""
         kernel = getattr(bitpack, f"bitlevel_{operation}_{self.backend}")
-        if self.backend != "cuda":
+        if self._device_tables is self._tables:  # a host target (NumPy's takes no chunks)
             tables = [self._tables[name] for name in table_names]
-            chunks = {"n_chunks": thread_count(num_threads), "run": run_all} \
-                if self.backend == "cpu" else {}
-            return kernel(ids, offsets, *tables, self.base_vocab_size, **chunks)
+            return kernel(ids, offsets, *tables, self.base_vocab_size,
+                          n_chunks=thread_count(num_threads), run=run_all)
         tables = [self._device_tables[name] for name in table_names]
         xp = self._xp
         results = kernel(to_device(xp, ids), to_device(xp, offsets), *tables,

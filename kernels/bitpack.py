@@ -188,8 +188,11 @@ def _char_prefixes_numpy(ids, boundary, lead_prefix_ids):
     return char_prefix
 
 
-def bitlevel_encode_numpy(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size):
+def bitlevel_encode_numpy(ids, offsets, lead_prefix_ids, value_ids, base_vocab_size,
+                          n_chunks=1, run=None):
     """Encode with NumPy array steps: start flags, lengths, exclusive scan, scatter.
+    ``n_chunks`` and ``run`` are ``bitlevel_encode_cpu``'s, taken and left unused: one
+    pass over all the ids.
 
     Returns ``(out_ids, out_offsets, first_bad)``; ``first_bad`` is the position of
     the first id >= ``base_vocab_size`` outside a character, or -1. Temporaries: a
@@ -255,8 +258,9 @@ def _decode_units_numpy(kind, boundary, has_prefix):
     return unit
 
 
-def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size):
-    """Decode with NumPy array steps: classify, "last prefix seen" scan, lengths, scan, scatter.
+def bitlevel_decode_numpy(ids, offsets, decode_table, base_vocab_size, n_chunks=1, run=None):
+    """Decode with NumPy array steps: classify, "last prefix seen" scan, lengths, scan, scatter
+    (``n_chunks`` and ``run`` taken and left unused, as for encoding).
 
     Returns ``(out_ids, out_offsets, n_malformed, first_malformed)``. Temporaries:
     entries, kinds, prefixes, units and positions (about 50 bytes per id).
