@@ -504,13 +504,18 @@ def hf_nfc(text: str) -> str:
     if normal == text:
         return normal
     lacking = _marks_hf_lacks()
-    if lacking.bmp.search(text) is None and (
-            not any(prefix in text.encode("utf-8", "surrogateescape")
-                    for prefix in lacking.astral_prefixes) or
-            lacking.astral.search(text) is None):
+    if lacking.bmp.search(text) is None and not _holds_astral_mark(text, lacking):
         return normal
     return "".join(unicodedata.normalize("NFC", piece)
                    for piece in lacking.both.split(text) if piece)
+
+
+def _holds_astral_mark(text: str, lacking: _LackingMarks) -> bool:
+    """Whether ``text`` holds one of the marks HF lacks outside the BMP, searched for only
+    where its UTF-8 holds the first two bytes of one."""
+    data = text.encode("utf-8", "surrogateescape")
+    return any(prefix in data for prefix in lacking.astral_prefixes) and \
+        lacking.astral.search(text) is not None
 
 
 class _LackingMarks(NamedTuple):
@@ -531,7 +536,7 @@ def _marks_hf_lacks() -> _LackingMarks:
     astral = "".join(_escaped(ord(c)) for c in lacking if c > "\uffff")
     return _LackingMarks(re.compile(f"[{bmp}]" if bmp else "(?!)"),
                          re.compile(f"[{astral}]" if astral else "(?!)"),
-                         tuple({c.encode()[:2] for c in lacking if c > "\uffff"}),
+                         tuple(sorted({c.encode()[:2] for c in lacking if c > "\uffff"})),
                          re.compile(f"([{bmp}{astral}])" if lacking else "(?!)"))
 
 
