@@ -246,10 +246,8 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
     vocab = {text: i for i, (text, kind) in enumerate(zip(tokens, kinds))
              if kind == _NORMAL or (kind in (_CONTROL, _USER_DEFINED) and text)}
     model = {"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": whole_tokens}
-    decoder = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
-               "use_regex": True}
     return {"normalizer": normalizer and {"type": normalizer}, "pre_tokenizer": pre_tokenizer,
-            "model": model, "added_tokens": added, "decoder": decoder}
+            "model": model, "added_tokens": added, "decoder": _GPT2}
 
 
 def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
