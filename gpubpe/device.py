@@ -5,7 +5,7 @@ A :class:`~gpubpe.Tokenizer` whose backend is ``cuda`` hands whole batches to a
 the steps). What runs where, per batch:
 
 - Host: special tokens in host text (``find_specials_cpu``) and cutting
-  documents into pieces, when special tokens are in play; NFC and HF's prefix space (imported
+  documents into pieces, when special tokens are in play; a normalizer and HF's prefix space (imported
   vocabularies that ask for them); custom ``regex`` patterns (they never reach
   the device).
 - Device: word starts (``kernels.encode.pretok_cuda.word_start_flags_cuda``: safe
@@ -40,7 +40,7 @@ encoded without coming to the host; device document ranges come down once
 (two small reads). Special tokens in it are found on the device
 (``find_specials``: a thread per byte marks candidates, one read counts them,
 one more brings them down when there are any; the leftmost non-overlapping are
-kept, as ``find_specials_cpu`` keeps them). A custom pattern, NFC, HF's prefix
+kept, as ``find_specials_cpu`` keeps them). A custom pattern, a normalizer, HF's prefix
 space or special-token flags, or a disallowed special token found (the host
 path raises with its message) copy the text to the host once. Decoding device ids
 (``gather_device_bytes``) checks the ids and sizes its output in one read.
@@ -74,7 +74,7 @@ holds the count. Memory: ``STREAM_SLOTS`` (2) text buffers, pinned on the host a
 on the device, and as many pinned id buffers on the host, reused and grown only for
 a larger batch (by ``STREAM_HEADROOM``); a batch's device ids are its own (CuPy's
 pool reuses them), at most three batches' at a time. ``encode_files`` states the
-byte bound. With a custom pattern, NFC or HF's prefix space the text must reach
+byte bound. With a custom pattern, a normalizer or HF's prefix space the text must reach
 the host, so ``Tokenizer.batch_stream`` hands out a :class:`HostBatchStream` there
 (the device still encodes the distinct words).
 

@@ -26,7 +26,7 @@ encodes:
   these two: the pair of smaller ids in the base (new tokens above all).
 
 Refused, with the reason: Scaffold-BPE and bit-level bases, bases that change
-text before splitting (HF prefix space, NFC: counts files do not), bases
+text before splitting (HF prefix space, a normalizer: counts files do not), bases
 without all 256 byte tokens, rule-based imports (without whole-word lookup)
 whose byte tokens are numbered among the merged ones.
 """

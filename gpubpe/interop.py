@@ -71,6 +71,7 @@ from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, strings_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .kernels.encode.rules import all_splits
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
+from .normalize import FORMS
 from .pretokenize import (
     BYTES_STEP,
     CL100K_PATTERN,
@@ -148,7 +149,8 @@ def to_hf_json(vocab: Vocabulary) -> dict:
         "truncation": None,
         "padding": None,
         "added_tokens": _hf_added_tokens(vocab),
-        "normalizer": {"type": "NFC"} if layout is not None and layout.normalizer else None,
+        "normalizer": {"type": layout.normalizer} if layout is not None and layout.normalizer
+        else None,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": _byte_level(use_regex=False, trim_offsets=False),
         "decoder": _byte_level(use_regex=True),
@@ -213,7 +215,8 @@ def _hf_added_tokens(vocab: Vocabulary) -> list[dict]:
     return [
         {"id": token_id, "content": content, "single_word": "single_word" in flags.get(content, ()),
          "lstrip": "lstrip" in flags.get(content, ()),
-         "rstrip": "rstrip" in flags.get(content, ()), "normalized": False,
+         "rstrip": "rstrip" in flags.get(content, ()),
+         "normalized": "normalized" in flags.get(content, ()),
          "special": "not_special" not in flags.get(content, ())}
         for content, token_id in sorted(vocab.special_ids().items(), key=lambda item: item[1])
     ]
@@ -304,7 +307,8 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
     (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
     either way), alone or after ``Split``, ``Digits`` and ``Punctuation`` steps (run in
     sequence), then ``Split`` and ``Digits`` steps on the bytes' characters (Falcon's), no
-    normalizer or NFC, added tokens (all become special tokens, matched before
+    normalizer or one Unicode form (NFC, NFD, NFKC, NFKD, as HF's tables have them:
+    ``gpubpe.normalize``), added tokens (all become special tokens, matched before
     the split with their lstrip / rstrip / single_word flags; those HF does not call
     special are matched always, as HF does). A custom
     ``Split`` regex with ``Isolated`` behavior gets an alternative matching the
@@ -430,7 +434,8 @@ def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json", pattern=
             _check_imported_split(data["pre_tokenizer"], pattern, where, strict, notes)
         else:
             pattern = _named(pattern)
-    specials = _special_from_hf(data.get("added_tokens") or [], where, notes)
+    specials = _special_from_hf(data.get("added_tokens") or [], where,
+                                layout.normalizer is not None)
     layout.special_ids = [token_id for _, token_id, _ in specials]
     layout.special_flags = {content: flags for content, _, flags in specials if flags}
     hf_vocab = model.get("vocab")
@@ -575,7 +580,8 @@ def _check_model_options(model: dict, where: str, strict: bool, notes: list[str]
 
 
 def _normalizer_from_hf(normalizer, where: str, strict: bool, notes: list[str]) -> str | None:
-    """None or "NFC"; any other normalizer changes text in ways gpubpe does not follow."""
+    """None or a Unicode normal form (``normalize.FORMS``); any other normalizer changes text
+    in ways gpubpe does not follow."""
     if normalizer is None:
         return None
     steps = normalizer.get("normalizers") if isinstance(normalizer, dict) and \
@@ -583,9 +589,10 @@ def _normalizer_from_hf(normalizer, where: str, strict: bool, notes: list[str]) 
     kinds = [step.get("type") if isinstance(step, dict) else step for step in steps or []]
     if not kinds:
         return None
-    if kinds == ["NFC"]:
-        return "NFC"
-    _strict_issue(f"a {kinds} normalizer is set; gpubpe supports no normalizer or NFC only, "
+    if len(kinds) == 1 and kinds[0] in FORMS:
+        return kinds[0]
+    _strict_issue(f"a {kinds} normalizer is set; gpubpe supports no normalizer or one of "
+                  f"{', '.join(FORMS)}, "
                   "so normalize text yourself before encoding", where, strict, notes)
     return None
 
@@ -697,10 +704,12 @@ def _pattern_of_split(split: dict, where: str) -> str:
     return isolated(text)  # the text between matches is kept as words too
 
 
-def _special_from_hf(added_tokens, where: str, notes: list[str]):
+def _special_from_hf(added_tokens, where: str, normalizing: bool):
     """[(content, HF id, flags)] of the added tokens, in HF id order; they become special
-    tokens, matched before the split with their lstrip / rstrip / single_word flags, and
-    "not_special" for HF's ``special: false`` (matched always, as HF does)."""
+    tokens, matched before the split with their lstrip / rstrip / single_word flags,
+    "not_special" for HF's ``special: false`` (matched always, as HF does), and, when a
+    normalizer is set, "normalized" for HF's ``normalized: true`` (matched in the
+    normalized text: NFKC's "﹤mask﹥" is a "<mask>" there)."""
     specials = []
     for token in sorted(added_tokens, key=lambda t: t.get("id") or 0):
         content, token_id = token.get("content"), token.get("id")
@@ -710,6 +719,7 @@ def _special_from_hf(added_tokens, where: str, notes: list[str]):
             raise ModelFormatError(f"{where}: added token {content!r} has id {token_id!r}")
         flags = [flag for flag in ("lstrip", "rstrip", "single_word") if token.get(flag)]
         flags += ["not_special"] if token.get("special") is False else []
+        flags += ["normalized"] if normalizing and token.get("normalized") else []
         specials.append((content, token_id, flags))
     return specials
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import atomic
 from .errors import ConfigError, InputTypeError, ModelFormatError
+from .normalize import FORMS
 from .pretokenize import resolve_pattern
 
 FORMAT = "gpubpe/1"
@@ -45,11 +46,13 @@ class IdLayout:
     rank_by_token: bool = False
     # A word that is itself a token maps to it before any merge (tiktoken; HF ignore_merges).
     whole_tokens: bool = False
-    # HF text handling before the split: a space before each text piece, NFC.
+    # HF text handling before the split: a space before each text piece, a normalizer.
     prefix_space: bool = False
-    normalizer: str | None = None  # None or "NFC"
+    normalizer: str | None = None  # None or a Unicode normal form (``normalize.FORMS``)
     # HF added-token flags by content: a subset of ("lstrip", "rstrip", "single_word",
-    # "not_special"), the last for HF's ``special: false`` (matched always, as HF does).
+    # "not_special", "normalized"): "not_special" for HF's ``special: false`` (matched
+    # always, as HF does), "normalized" for ``normalized: true`` under a normalizer
+    # (matched in the normalized text, its content normalized too, as HF does).
     special_flags: dict[str, list[str]] = field(default_factory=dict)
     # Which text pieces get the prefix space (``PREFIX_RULES``).
     prefix_rule: str = "unless-space"
@@ -58,10 +61,10 @@ class IdLayout:
     # source lacks) emits these ids of its bytes.
     byte_fallback_ids: np.ndarray | None = None  # int64[256]
 
-    def not_special_tokens(self) -> frozenset[str]:
-        """The added tokens the source does not call special (flag "not_special")."""
-        return frozenset(token for token, flags in self.special_flags.items()
-                         if "not_special" in flags)
+    def tokens_flagged(self, flag: str) -> frozenset[str]:
+        """The added tokens with ``flag`` ("not_special": those the source does not call
+        special; "normalized": those matched in the normalized text)."""
+        return frozenset(token for token, flags in self.special_flags.items() if flag in flags)
 
     @property
     def metaspace(self) -> bool:
@@ -433,8 +436,9 @@ def _check_layout(layout: IdLayout, n_tokens: int, n_specials: int) -> None:
     if np.unique(used).size != used.size:
         values, counts = np.unique(used, return_counts=True)
         raise ValueError(f"output id {int(values[counts > 1][0])} is given to two tokens")
-    if layout.normalizer not in (None, "NFC"):
-        raise ValueError(f"normalizer {layout.normalizer!r}: only None and 'NFC' are supported")
+    if layout.normalizer is not None and layout.normalizer not in FORMS:
+        raise ValueError(f"normalizer {layout.normalizer!r}: expected None or one of "
+                         f"{', '.join(FORMS)}")
     if layout.prefix_rule not in PREFIX_RULES:
         raise ValueError(f"prefix_rule {layout.prefix_rule!r}: expected one of {PREFIX_RULES}")
     fallback = layout.byte_fallback_ids

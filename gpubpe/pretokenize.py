@@ -25,16 +25,13 @@ import gzip
 import itertools
 import json
 import os
-import re
 import threading
-import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import regex
@@ -404,11 +401,6 @@ UNICODE_PUNCTUATION = Path(__file__).parent / "data" / "unicode16_punctuation.zl
 # any ``regex``'s (726 code points; ``\p{P}`` in Unicode 16 has 140 more, and two of
 # its own moved out of P since). Read from HF by ``bench/make_unicode_table.py``.
 HF_PUNCTUATION = Path(__file__).parent / "data" / "hf_punctuation.zlib"
-# The code points HF's NFC normalizer (the unicode-normalization-alignments crate) gives a
-# combining class above 0: 814, its tables being Unicode 9.0's. Python's have more (912 in
-# Unicode 14), and a mark HF does not know is a starter to it, which it never reorders.
-# Read from HF by ``bench/make_unicode_table.py``.
-HF_NFC_MARKS = Path(__file__).parent / "data" / "hf_nfc_marks.zlib"
 
 
 @lru_cache(maxsize=1)
@@ -482,65 +474,12 @@ def hf_punctuation_class() -> str:
     Falcon's file: U+11F4C (a Kawi sign, P since Unicode 15) is punctuation to
     ``regex`` and not to HF, so "  \\U00011f4c" split apart otherwise."""
     ranges = np.frombuffer(zlib.decompress(HF_PUNCTUATION.read_bytes()), dtype=np.uint32)
-    spans = (_escaped(lo) if lo == hi else f"{_escaped(lo)}-{_escaped(hi)}"
+    spans = (escaped_char(lo) if lo == hi else f"{escaped_char(lo)}-{escaped_char(hi)}"
              for lo, hi in ranges.reshape(-1, 2).tolist())
     return "[" + "".join(spans) + "]"
 
 
-def hf_nfc(text: str) -> str:
-    """``text`` in NFC as HF's NFC normalizer writes it.
-
-    Python's NFC, but a combining mark HF's older tables do not know is a starter, as HF
-    has it: the text is normalized in pieces cut before and after each such mark (a
-    starter HF cannot compose with anything: nothing is reordered or composed across
-    it). Found by a differential fuzz against HF on Qwen 2's file: U+089C U+0338 stays
-    so in HF, Python puts U+0338 (class 1) first. Text Python's NFC leaves as it is, HF's
-    leaves too, so only changed text is searched for such marks (3 ns a character for
-    those of the BMP, a class ``re`` tests in one lookup; the others, in ranges ``re``
-    tests one by one at 48 ns a character, only where the text holds bytes of their
-    planes). Characters that compose or decompose only in a Unicode newer than Python
-    3.13's (15.1) are not covered."""
-    normal = unicodedata.normalize("NFC", text)
-    if normal == text:
-        return normal
-    lacking = _marks_hf_lacks()
-    if lacking.bmp.search(text) is None and not _holds_astral_mark(text, lacking):
-        return normal
-    return "".join(unicodedata.normalize("NFC", piece)
-                   for piece in lacking.both.split(text) if piece)
-
-
-def _holds_astral_mark(text: str, lacking: _LackingMarks) -> bool:
-    """Whether ``text`` holds one of the marks HF lacks outside the BMP, searched for only
-    where its UTF-8 holds the first two bytes of one."""
-    data = text.encode("utf-8", "surrogateescape")
-    return any(prefix in data for prefix in lacking.astral_prefixes) and \
-        lacking.astral.search(text) is not None
-
-
-class _LackingMarks(NamedTuple):
-    bmp: re.Pattern  # one of those in the BMP
-    astral: re.Pattern  # one of the others
-    astral_prefixes: tuple[bytes, ...]  # the first two UTF-8 bytes of the others
-    both: re.Pattern  # any, as a group (``split`` keeps it as a piece of its own)
-
-
-@lru_cache(maxsize=1)
-def _marks_hf_lacks() -> _LackingMarks:
-    """The combining marks of this Python's Unicode that HF's NFC does not know."""
-    ranges = np.frombuffer(zlib.decompress(HF_NFC_MARKS.read_bytes()), dtype=np.uint32)
-    known = {c for lo, hi in ranges.reshape(-1, 2).tolist() for c in range(lo, hi + 1)}
-    lacking = [chr(c) for c in range(0x110000) if unicodedata.combining(chr(c)) and
-               c not in known]
-    bmp = "".join(_escaped(ord(c)) for c in lacking if c <= "\uffff")
-    astral = "".join(_escaped(ord(c)) for c in lacking if c > "\uffff")
-    return _LackingMarks(re.compile(f"[{bmp}]" if bmp else "(?!)"),
-                         re.compile(f"[{astral}]" if astral else "(?!)"),
-                         tuple(sorted({c.encode()[:2] for c in lacking if c > "\uffff"})),
-                         re.compile(f"([{bmp}{astral}])" if lacking else "(?!)"))
-
-
-def _escaped(code_point: int) -> str:
+def escaped_char(code_point: int) -> str:
     """The character itself, escaped where a class reads it otherwise: Oniguruma (HF's
     regex, where the export writes the class) reads no ``\\U`` escape and ``regex`` no
     ``\\x{...}``, but both read characters."""

@@ -95,10 +95,10 @@ from .kernels.encode import (
 )
 from .kernels.pretok import GPT2, JOINS
 from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_path
+from .normalize import hf_normalize
 from .pretokenize import (
     compiled_pattern,
     has_bytes_steps,
-    hf_nfc,
     resolve_pattern,
     scanner_for,
     scanner_table,
@@ -313,7 +313,11 @@ class Tokenizer:
         # Decoding drops each sequence's leading space (HF's SentencePiece-style decoders).
         self._strips_space = layout is not None and layout.strips_space
         # Added tokens HF does not call special: matched whatever ``allowed_special`` says.
-        self._always_matched = frozenset() if layout is None else layout.not_special_tokens()
+        self._always_matched = frozenset() if layout is None else \
+            layout.tokens_flagged("not_special")
+        # Added tokens HF matches in the normalized text (only under a normalizer).
+        self._normalized_specials = frozenset() if layout is None else \
+            layout.tokens_flagged("normalized")
         # The special tokens' first two characters, and bytes: a text holds a token only
         # if it holds its start ("<|" for tiktoken's and Llama's; one character would send
         # every text with a "<" to the general path). What ``_quick_ids`` looks for.
@@ -630,7 +634,7 @@ class Tokenizer:
         ``data`` may be text already on the device (a CuPy uint8 array; the ranges
         host or device int64 arrays): with ``backend="cuda"`` it never comes back
         to the host (special tokens are found on the device too); a custom
-        pattern, an NFC or prefix-space vocabulary copy it to the host once. ``device``: where
+        pattern, a normalizer or HF's prefix space copy it to the host once. ``device``: where
         the ids go (default: where ``data`` is, when the backend has a device);
         ``dtype`` as in :meth:`encode_arrays`.
         """
@@ -659,10 +663,10 @@ class Tokenizer:
         return self._device.batch_stream()
 
     def _host_sees_text(self, specials: bool) -> bool:
-        """Whether encoding needs the text on the host: NFC, HF's prefix space, or special
-        tokens with HF's flags (imported vocabularies)."""
+        """Whether encoding needs the text on the host: a normalizer, HF's prefix space, or
+        special tokens with HF's flags (imported vocabularies)."""
         layout = self._vocab.layout
-        return layout is not None and (layout.normalizer == "NFC" or self._source_layout
+        return layout is not None and (layout.normalizer is not None or self._source_layout
                                        is not None or specials and layout.special_flags)
 
     def clear_cache(self) -> None:
@@ -696,10 +700,8 @@ class Tokenizer:
         self._raise_on_disallowed(array, doc_start, doc_end, disallowed, threads)
         on_device = self._device_batches(array.size)
         piece_threads = 1 if on_device else threads
-        matches = self._special_matches(array, doc_start, doc_end, allowed, piece_threads)
-        if layout is not None and layout.normalizer == "NFC":
-            array, doc_start, doc_end, matches = _nfc_documents(array, doc_start, doc_end,
-                                                                matches)
+        array, doc_start, doc_end, matches = self._normal_text_and_specials(
+            array, doc_start, doc_end, allowed, piece_threads)
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, matches, piece_threads)
         if self._source_layout is not None:
             array, pieces = _source_pieces(array, pieces, doc_first_piece, layout,
@@ -750,7 +752,7 @@ class Tokenizer:
     def _encode_device_text(self, data, doc_start, doc_end, allowed: frozenset[str],
                             disallowed: frozenset[str], dtype, device: bool) -> RaggedBatch | None:
         """Text already on the device, encoded there; None when the host must see it (a custom
-        pattern, NFC, a prefix space, HF special-token flags, a disallowed special token
+        pattern, a normalizer, a prefix space, HF special-token flags, a disallowed special token
         found: the host path raises, or a hash collision)."""
         if data.dtype != np.uint8 or data.ndim != 1:
             raise InputTypeError(f"device text must be a 1-D uint8 array of UTF-8 bytes, not "
@@ -789,14 +791,36 @@ class Tokenizer:
     def _word_encoder(self, threads: int) -> _WordEncoder:
         return _WordEncoder(self._rules, threads, self._device, self._device_min_work)
 
+    def _normal_text_and_specials(self, array, doc_start, doc_end, allowed: frozenset[str],
+                                  threads: int):
+        """(text, doc_start, doc_end, matches): the text normalized where the vocabulary has a
+        normalizer, and the allowed special tokens found in it as HF finds them: those not
+        "normalized" in the text as given, the text between them normalized, then the
+        "normalized" ones in that, their contents normalized too."""
+        form = None if self._vocab.layout is None else self._vocab.layout.normalizer
+        if form is None:
+            return array, doc_start, doc_end, self._special_matches(array, doc_start, doc_end,
+                                                                    allowed, threads)
+        normalized = allowed & self._normalized_specials if self._normalized_specials else \
+            frozenset()
+        matches = self._special_matches(array, doc_start, doc_end, allowed - normalized, threads)
+        array, doc_start, doc_end, matches = _normalized_documents(array, doc_start, doc_end,
+                                                                   matches, form)
+        if normalized:
+            seg_start, seg_end = _text_between(doc_start, doc_end, *matches[:2])
+            found = self._special_matches(array, seg_start, seg_end, normalized, threads, form)
+            order = np.argsort(np.concatenate([matches[0], found[0]]), kind="stable")
+            matches = tuple(np.concatenate([old, new])[order] for old, new in zip(matches, found))
+        return array, doc_start, doc_end, matches
+
     def _special_matches(self, array, doc_start, doc_end, allowed: frozenset[str],
-                         threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                         threads: int, form: str | None = None):
         """(match_at, match_len, match_id) of the allowed special tokens in the documents,
-        HF's lstrip / rstrip applied."""
+        HF's lstrip / rstrip applied; their contents in normal ``form`` where given."""
         if not allowed:
             none = np.zeros(0, dtype=np.int64)
             return none, none, none
-        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed, form)
         match_at, match_token = _find_specials(array, doc_start, doc_end,
                                                (token_bytes, token_offsets, first_byte),
                                                2**62, threads)
@@ -946,14 +970,16 @@ class Tokenizer:
             )
         return names
 
-    def _special_table(self, tokens: frozenset[str]):
+    def _special_table(self, tokens: frozenset[str], form: str | None = None):
         """(bytes, offsets, first-byte mask, ids) of tokens by first byte, longest first (as
-        ``find_specials_cpu`` reads them); cached per set."""
-        key = tokens
+        ``find_specials_cpu`` reads them), in normal ``form`` where given; cached per set."""
+        key = tokens if form is None else (tokens, form)
         if key not in self._special_tables:
-            ordered = sorted(tokens, key=lambda t: (t.encode("utf-8")[0], -len(t.encode("utf-8")),
-                                                    t))
-            encoded = [t.encode("utf-8") for t in ordered]
+            def text(token):
+                return token if form is None else hf_normalize(token, form)
+            ordered = sorted(tokens, key=lambda t: (text(t).encode("utf-8")[0],
+                                                    -len(text(t).encode("utf-8")), t))
+            encoded = [text(t).encode("utf-8") for t in ordered]
             offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
             np.cumsum([len(e) for e in encoded], out=offsets[1:])
             first_byte = np.zeros(256, dtype=np.bool_)
@@ -1262,8 +1288,8 @@ def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
     return (piece_start, piece_end, piece_special), doc_first_piece
 
 
-def _nfc_documents(array, doc_start, doc_end, matches):
-    """The documents in HF's NFC (``hf_nfc``) as a new buffer and ranges, with the special
+def _normalized_documents(array, doc_start, doc_end, matches, form: str):
+    """The documents in HF's ``form`` (``hf_normalize``) as a new buffer and ranges, with the special
     token ``matches`` moved along: as HF, only the text between them is normalized.
 
     The whole documents were normalized before their special tokens were looked for: a
@@ -1278,20 +1304,30 @@ def _nfc_documents(array, doc_start, doc_end, matches):
         starts[d], at = position, first
         while k < match_at.size and match_at[k] < end:
             special = int(match_at[k])
-            parts.append(_nfc_bytes(data[at:special]))
+            parts.append(_normalized_bytes(data[at:special], form))
             position += len(parts[-1])
             moved_at[k], at = position, special + int(match_len[k])
             parts.append(data[special:at])
             position += len(parts[-1])
             k += 1
-        parts.append(_nfc_bytes(data[at:end]))
+        parts.append(_normalized_bytes(data[at:end], form))
         position += len(parts[-1])
         ends[d] = position
     return _readonly_bytes(b"".join(parts)), starts, ends, (moved_at, match_len, match_id)
 
 
-def _nfc_bytes(text: bytes) -> bytes:
-    return hf_nfc(text.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+def _text_between(doc_start, doc_end, match_at, match_len):
+    """(start, end) of the non-empty text ranges between the ``matches`` of documents in
+    order (after ``_normalized_documents``: each document follows the last)."""
+    starts = np.sort(np.concatenate([doc_start, match_at + match_len]))
+    ends = np.sort(np.concatenate([match_at, doc_end]))
+    filled = ends > starts
+    return starts[filled], ends[filled]
+
+
+def _normalized_bytes(text: bytes, form: str) -> bytes:
+    return hf_normalize(text.decode("utf-8", "surrogateescape"), form).encode(
+        "utf-8", "surrogateescape")
 
 
 def _without_leading_spaces(out: np.ndarray, bounds: np.ndarray):

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import json
-import random
-import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,6 @@ from gpubpe.pretokenize import (
     LLAMA3_PATTERN,
     NAMED_PATTERNS,
     QWEN2_PATTERN,
-    hf_nfc,
     split_words,
 )
 
@@ -355,32 +352,20 @@ def hf_small(hf_documents):
 # Marks newer than Unicode 9 (U+089C, U+1AC2, U+10D24; class 230) before marks of class 1:
 # Python's NFC puts the class-1 mark first, HF's (Unicode 9's classes) leaves them so.
 MARKS_HF_LACKS = "\u089c\u0338 a\u1ac2\u0335\u0301 \u1acd\u064e \U00010d24\u0334\U0001f600"
+# Compatibility characters, some older than Unicode 9 (fullwidth, ligatures, circled,
+# vulgar fractions, superscripts, small forms) and some newer, which HF keeps (U+32FF a
+# square era name, U+A7F2 a modifier letter, U+10781 a Latin modifier letter).
+COMPATIBILITY = "ＡＢＣ １２３ ﬁne ﬀ ² ½ ① ㍿ ℡ Ⅻ ﹤x﹥ ｶﾞ \u32ff \ua7f2 \U00010781 \u1e9b\u0323"
 
 
-def test_nfc_is_hfs_nfc():
-    """HF's NFC normalizer has Unicode 9's combining classes: a mark it does not know is
-    a starter to it, never reordered, where Python's NFC reorders it. A differential fuzz
-    against HF found Qwen 2's file (NFC) giving other ids on such text."""
-    from tokenizers.normalizers import NFC
-
-    marks = [chr(c) for c in range(0x300, 0x1F000) if unicodedata.combining(chr(c))]
-    letters = list("aeoAEx \u1100\u1161\u11a8\u00c5\u212b") + ["\u0301", "\u0338", "\u0308"] * 4
-    rng = random.Random(5)
-    texts = [MARKS_HF_LACKS, "plain", ""] + ["".join(rng.choice(marks + letters) for _ in range(30))
-                                           for _ in range(400)]
-    hf = NFC()
-    assert [hf_nfc(text) for text in texts] == [hf.normalize_str(text) for text in texts]
-    assert hf_nfc(MARKS_HF_LACKS) != unicodedata.normalize("NFC", MARKS_HF_LACKS)
-
-
-@pytest.mark.parametrize("change", ["ignore_merges", "nfc", "split"])
+@pytest.mark.parametrize("change", ["ignore_merges", "NFC", "NFD", "NFKC", "NFKD", "split"])
 def test_hf_file_options(hf_documents, change):
     hf = hf_trained(hf_documents[::6], prefix_space=False)
     data = json.loads(hf.to_str())
     if change == "ignore_merges":
         data["model"]["ignore_merges"] = True
-    elif change == "nfc":
-        data["normalizer"] = {"type": "NFC"}
+    elif change.startswith("NF"):
+        data["normalizer"] = {"type": change}
     else:  # Qwen2's: NFC, a Split with its regex, then ByteLevel without its own
         data["normalizer"] = {"type": "NFC"}
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
@@ -391,10 +376,42 @@ def test_hf_file_options(hf_documents, change):
     hf = HfTokenizer.from_str(json.dumps(data))
     tok = gpubpe.Tokenizer.from_hf(data)
     # HF finds its added tokens before normalizing: ">" and U+0338 are not composed there.
-    samples = hf_documents[2::9] + ["e\u0301 cafe\u0301 Å", "ﬁ ①", MARKS_HF_LACKS,
+    samples = hf_documents[2::9] + ["e\u0301 cafe\u0301 Å", "ﬁ ①", MARKS_HF_LACKS, COMPATIBILITY,
                                     "<|endoftext|>\u0338 a<|endoftext|>e\u0301>\u0338"]
     theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
     assert tok.encode_batch(samples, allowed_special="all") == theirs
+
+
+def test_added_tokens_hf_matches_in_the_normalized_text(hf_documents):
+    """An added token with ``normalized: true`` is matched, by HF, in the normalized text,
+    its content normalized too: under NFKC "﹤mask﹥" and "＜ｍａｓｋ＞" are "<mask>", and "fix"
+    is "ﬁx"; one with ``normalized: false`` ("ｑｑ") only as written. With each normalizer,
+    lstrip and rstrip, the tokens beside text that normalizes, export and save / load."""
+    hf = hf_trained(hf_documents[::6], prefix_space=False)
+    data = json.loads(hf.to_str())
+    data["normalizer"] = {"type": "NFKC"}
+    first = max(data["model"]["vocab"].values()) + 1
+    data["added_tokens"] += [
+        {"id": first + k, "content": content, "special": special, "normalized": normalized,
+         "single_word": False, "lstrip": lstrip, "rstrip": False}
+        for k, (content, special, normalized, lstrip) in enumerate([
+            ("<mask>", False, True, True), ("\ufb01x", True, True, False),
+            ("\uff51\uff51", True, False, False)])]
+    samples = ["a <mask> b", "a \ufe64mask\ufe65 b", "a  \uff1c\uff4d\uff41\uff53\uff4b\uff1e",
+               "fix \ufb01x", "qq \uff51\uff51", "x<mask>y\ufb01x", "\u2460<mask>\u0301",
+               "\uff51\uff51<mask>\ufe64mask\ufe65\uff51\uff51", "e\u0301\uff0e fix"] + \
+        hf_documents[3:60:12]
+    for form in ("NFKC", "NFC", "NFKD", "NFD"):
+        data["normalizer"] = {"type": form}
+        hf = HfTokenizer.from_str(json.dumps(data))
+        tok = gpubpe.Tokenizer.from_hf(data)
+        theirs = [e.ids for e in hf.encode_batch(samples, add_special_tokens=False)]
+        assert tok.encode_batch(samples, allowed_special="all") == theirs, form
+        if form == "NFKC":  # what only the normalized text holds
+            assert first in theirs[1] and first in theirs[2] and first + 1 in theirs[3]
+            assert first + 2 not in theirs[4][:-1]
+    again = HfTokenizer.from_str(json.dumps(tok.to_hf_json()))
+    assert [e.ids for e in again.encode_batch(samples, add_special_tokens=False)] == theirs
 
 
 def file_without_bytes(hf_documents, missing: bytes) -> dict:
@@ -445,5 +462,5 @@ def test_text_changing_normalizer_is_refused(hf_documents):
     data = json.loads(hf_trained(hf_documents[::20], prefix_space=False).to_str())
     data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"},
                                                               {"type": "Lowercase"}]}
-    with pytest.raises(gpubpe.errors.ModelFormatError, match="no normalizer or NFC"):
+    with pytest.raises(gpubpe.errors.ModelFormatError, match="Lowercase.*no normalizer or one of NFC, NFD"):
         gpubpe.Tokenizer.from_hf(data)
