@@ -33,6 +33,7 @@ import gc
 import itertools
 import os
 import threading
+import unicodedata
 import weakref
 from collections.abc import Collection, Iterable, Sequence
 from contextlib import contextmanager
@@ -1289,31 +1290,56 @@ def _pieces_around(doc_start, doc_end, match_at, match_len, match_id):
 
 
 def _normalized_documents(array, doc_start, doc_end, matches, form: str):
-    """The documents in HF's ``form`` (``hf_normalize``) as a new buffer and ranges, with the special
-    token ``matches`` moved along: as HF, only the text between them is normalized.
+    """The documents in HF's ``form`` (``hf_normalize``) as a new buffer and ranges, with the
+    special token ``matches`` moved along: as HF, only the text between them is normalized.
 
     The whole documents were normalized before their special tokens were looked for: a
     differential fuzz against HF found Qwen 2's "<|im_start|>" followed by U+0338 turning
-    into "<|im_start|" and U+226F (">" and U+0338 composed), no special token left."""
+    into "<|im_start|" and U+226F (">" and U+0338 composed), no special token left.
+
+    Only documents that hold a character past U+00A0 can change (ASCII and C1 controls
+    are in every form); the bytes of the others, and between documents, are copied in
+    runs. 100 K short English lines under NFKC (88 with a no-break space or a "²"):
+    ``encode_batch`` 13.5-16.4 -> 25.2-25.5 MB/s (27.8-27.9 without the normalizer); the
+    normalizing itself 67-113 -> 11-13 ms (a call a document before)."""
+    if unicodedata.is_normalized(form, codecs.utf_8_decode(memoryview(array), "surrogateescape",
+                                                           True)[0]):
+        return array, doc_start, doc_end, matches  # and so is every part of it
     match_at, match_len, match_id = matches
+    match_doc = np.searchsorted(doc_end, match_at, side="right")  # ranges are in order
+    first_match = np.searchsorted(match_doc, np.arange(doc_start.size + 1))
     data = array.tobytes()
-    parts, position, k = [], 0, 0
-    starts, ends = np.empty_like(doc_start), np.empty_like(doc_end)
-    moved_at = np.empty_like(match_at)
-    for d, (first, end) in enumerate(zip(doc_start.tolist(), doc_end.tolist())):
-        starts[d], at = position, first
-        while k < match_at.size and match_at[k] < end:
+    parts, copied = [], 0
+    growth = np.zeros(doc_start.size, dtype=np.int64)
+    within = np.full(match_at.size, -1, dtype=np.int64)  # a moved match's place in its document
+    for d in _documents_past_ascii(array, doc_start, doc_end).tolist():
+        first, end = int(doc_start[d]), int(doc_end[d])
+        parts.append(data[copied:first])
+        at, length = first, 0
+        for k in range(int(first_match[d]), int(first_match[d + 1])):
             special = int(match_at[k])
             parts.append(_normalized_bytes(data[at:special], form))
-            position += len(parts[-1])
-            moved_at[k], at = position, special + int(match_len[k])
-            parts.append(data[special:at])
-            position += len(parts[-1])
-            k += 1
+            within[k] = length = length + len(parts[-1])
+            at = special + int(match_len[k])
+            parts += [data[special:at]]
+            length += at - special
         parts.append(_normalized_bytes(data[at:end], form))
-        position += len(parts[-1])
-        ends[d] = position
+        growth[d] = length + len(parts[-1]) - (end - first)
+        copied = end
+    parts.append(data[copied:])
+    shift = np.cumsum(growth) - growth  # what the documents before each grew by
+    starts, ends = doc_start + shift, doc_end + shift + growth
+    moved_at = np.where(within >= 0, starts[match_doc] + within, match_at + shift[match_doc])
     return _readonly_bytes(b"".join(parts)), starts, ends, (moved_at, match_len, match_id)
+
+
+def _documents_past_ascii(array, doc_start, doc_end) -> np.ndarray:
+    """The indices of the non-empty documents holding a byte from C2 A0 (U+00A0) up."""
+    filled = np.flatnonzero(doc_end > doc_start)
+    if filled.size == 0:
+        return filled
+    wide = np.logical_or.reduceat(array >= 0xC2, doc_start[filled])  # each to the next start
+    return filled[wide]
 
 
 def _text_between(doc_start, doc_end, match_at, match_len):

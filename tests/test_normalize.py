@@ -22,6 +22,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_real_vocab import COMPATIBILITY, CORPUS, DEMO, MARKS_HF_LACKS, two_kb_documents
 
@@ -142,3 +143,25 @@ def test_claudes_file_gives_hfs_ids(claude_file, tmp_path):
     tok.save(tmp_path / "claude.json")
     assert gpubpe.Tokenizer.load(tmp_path / "claude.json").encode_batch(
         documents, allowed_special="all") == theirs
+
+
+def test_a_buffer_of_documents_with_gaps_and_special_tokens(claude_file):
+    """``encode_buffer`` over ranges with bytes between them that are not in NFKC, ASCII
+    documents (copied as they are) beside documents that change, empty ones, and special
+    tokens in both kinds: each document gets HF's ids, and the gaps are never read."""
+    hf = tokenizers.Tokenizer.from_file(str(claude_file))
+    tok = gpubpe.Tokenizer.from_hf(claude_file)
+    texts = ["<EOT>plain ascii<META>", "", "ＡＢ<EOT>ｃ", "tail <SOS>", "\u00a0x<META>\u00b2",
+             "ascii only", "<SOS>", "ﬁ<EOT>", "é e\u0301<META> end"] * 3
+    gap = "Ｚ\u00b2<EOT>".encode()
+    data, starts, ends = b"", [], []
+    for text in texts:
+        data += gap
+        starts.append(len(data))
+        data += text.encode()
+        ends.append(len(data))
+    theirs = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+    for threads in (1, 2):
+        batch = tok.encode_buffer(np.frombuffer(data + gap, dtype=np.uint8), starts, ends,
+                                  allowed_special="all", num_threads=threads)
+        assert batch.tolist() == theirs
