@@ -21,7 +21,6 @@ import gpubpe
 from gpubpe.encode_files import (
     _read_ahead,
     _TokenFileWriter,
-    _with_appended,
     encode_files,
     read_batches,
     token_dtype,
@@ -49,7 +48,7 @@ def caller_writes(tok, corpus: Path, out: Path, threads: int) -> None:
     writer = _TokenFileWriter(out, token_dtype(tok.n_vocab))
     for batch, data in _read_ahead(read_batches([corpus]), lambda data: data):
         encoded = tok.encode_buffer(data, batch.doc_starts, batch.doc_ends, num_threads=threads)
-        writer.append(*_with_appended(encoded.ids, encoded.offsets, None))
+        writer.append(encoded.ids, encoded.offsets)
     writer.commit()
 
 

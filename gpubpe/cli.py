@@ -166,6 +166,9 @@ def _add_encode(commands) -> None:
                    help="id type of a .npy/.bin output (default: uint16 when every id fits)")
     p.add_argument("--append-special", metavar="TOKEN",
                    help="special token appended to every document (e.g. '<|endoftext|>')")
+    p.add_argument("--prepend-special", metavar="TOKEN",
+                   help="special token put before every document (e.g. Llama 3's "
+                        "'<|begin_of_text|>', which its HF post-processor adds)")
     p.add_argument("--text-field", default="text",
                    help="field of .jsonl records / column of .parquet files (default: text)")
     p.add_argument("--threads", type=_positive_int, default=None,
@@ -447,6 +450,7 @@ def _run_encode(args) -> int:
         done = encode_files(tok, files, args.output, dtype=args.dtype,
                             num_threads=args.threads, progress=not args.no_progress,
                             text_field=args.text_field, append_special=args.append_special,
+                            prepend_special=args.prepend_special,
                             skip_documents=args.skip_documents, allowed_special=allowed)
         print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
               f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
@@ -492,7 +496,8 @@ def _run_encode_on_dask(args, tok, files, allowed) -> int:
     with connect(args.scheduler, args.scheduler_timeout) as client:
         done = encode_files(tok, files, args.output, client=client, dtype=args.dtype,
                             text_field=args.text_field, allowed_special=allowed,
-                            append_special=args.append_special, overwrite=args.overwrite)
+                            append_special=args.append_special, overwrite=args.overwrite,
+                            prepend_special=args.prepend_special)
     print(f"encoded {done['documents']:,} documents into {done['tokens']:,} {done['dtype']} ids "
           f"in {len(done['shards'])} shards ({done['encoded']} written, {done['skipped']} "
           f"already done) in {time.perf_counter() - started:.2f} s on {args.scheduler} -> "
@@ -520,16 +525,16 @@ def _backend_said(asked: str, used: str) -> str:
 
 def _lines_of(tok, args, files, allowed):
     """One text line of space-separated ids per document of ``--text`` or the input files."""
-    from .encode_files import _appended_id, read_batches, stream_batches
+    from .encode_files import _framing, read_batches, stream_batches
 
     try:
-        appended = _appended_id(tok, args.append_special)
+        framing = _framing(tok, args.prepend_special, args.append_special)
     except GpubpeError as exc:
-        raise _usage(f"--append-special: {exc}") from None
-    appended = [] if appended is None else [appended]
+        raise _usage(f"--prepend-special / --append-special: {exc}") from None
+    first, last = ([] if special is None else [special] for special in framing)
     if args.text is not None:
         ids = tok.encode(args.text, allowed_special=allowed, disallowed_special=())
-        yield " ".join(map(str, ids + appended)) + "\n"
+        yield " ".join(map(str, first + ids + last)) + "\n"
         return
     batches = stream_batches(sys.stdin.buffer, args.skip_documents) if args.stdin else \
         read_batches(files, args.text_field, skip_documents=args.skip_documents)
@@ -537,7 +542,7 @@ def _lines_of(tok, args, files, allowed):
         encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
                                     num_threads=args.threads, allowed_special=allowed)
         for ids in encoded.tolist():
-            yield " ".join(map(str, ids + appended)) + "\n"
+            yield " ".join(map(str, first + ids + last)) + "\n"
 
 
 def _run_decode(args) -> int:

@@ -198,7 +198,8 @@ def _merge_counts(first, *rest):
 
 def encode_files(tokenizer, paths, out_dir, *, client=None, dtype=None, text_field: str = "text",
                  allowed_special=(), append_special: str | None = None,
-                 split_bytes: int = SPLIT_BYTES, overwrite: bool = False) -> dict:
+                 split_bytes: int = SPLIT_BYTES, overwrite: bool = False,
+                 prepend_special: str | None = None) -> dict:
     """Encode files on a Dask cluster into ``out_dir``: one shard per split, a manifest last.
 
     The same documents and ids as :func:`gpubpe.encode_files` (read them with
@@ -208,16 +209,18 @@ def encode_files(tokenizer, paths, out_dir, *, client=None, dtype=None, text_fie
     ``"encoded"`` and ``"skipped"``: how many shards this run wrote and kept.
     """
     from . import shards
-    from .encode_files import _appended_id, token_dtype
+    from .encode_files import _framing, token_dtype
     from .pretokenize import corpus_paths
     from .tokenizer import Tokenizer
 
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     paths = corpus_paths(paths)
-    _appended_id(tok, append_special)
+    _framing(tok, prepend_special, append_special)
     settings = {"dtype": str(token_dtype(tok.n_vocab, dtype)), "text_field": text_field,
                 "allowed_special": _allowed_list(tok, allowed_special),
                 "append_special": append_special}
+    if prepend_special is not None:  # (absent otherwise: earlier jobs keep their keys)
+        settings["prepend_special"] = prepend_special
     fingerprint = shards.tokenizer_fingerprint(tok)
     job = shards.job_key(fingerprint, settings, paths)
     client = _client(client)
@@ -252,7 +255,7 @@ def _allowed_list(tok, allowed_special):
 def _encode_split(tok, index, split, out_dir, job, fingerprint, settings) -> dict:
     """Write shard ``index`` unless a complete, valid one is there; its record."""
     from . import shards
-    from .encode_files import BATCH_BYTES, _appended_id, _with_appended
+    from .encode_files import BATCH_BYTES, _framed, _framing
 
     out_dir = Path(out_dir)
     key = shards.shard_key(fingerprint, settings, split)
@@ -261,13 +264,13 @@ def _encode_split(tok, index, split, out_dir, job, fingerprint, settings) -> dic
         return dict(kept, skipped=True)
     threads = _worker_threads()
     allowed = settings["allowed_special"]
-    appended = _appended_id(tok, settings["append_special"])
+    framing = _framing(tok, settings.get("prepend_special"), settings["append_special"])
     id_parts, end_parts, tokens = [], [np.zeros(1, dtype=np.int64)], 0
     for batch in shards.split_batches(split, settings["text_field"], BATCH_BYTES):
         encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,
                                     num_threads=threads,
                                     allowed_special=set(allowed) if allowed != "all" else "all")
-        ids, offsets = _with_appended(encoded.ids, encoded.offsets, appended)
+        ids, offsets = _framed(encoded.ids, encoded.offsets, framing)
         id_parts.append(ids)
         end_parts.append(offsets[1:] + tokens)
         tokens += int(ids.size)

@@ -66,6 +66,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -111,13 +112,16 @@ class EncodedFiles:
 def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None = None,
                  progress: bool = True, text_field: str = "text", allowed_special=(),
                  append_special: str | None = None, batch_bytes: int = BATCH_BYTES,
-                 skip_documents: int = 0, backend: str | None = None) -> EncodedFiles:
+                 skip_documents: int = 0, backend: str | None = None,
+                 prepend_special: str | None = None) -> EncodedFiles:
     """Encode the documents of ``paths`` into ``output`` (``.npy`` or ``.bin``, see above).
 
     ``tokenizer`` is a :class:`~gpubpe.Tokenizer` or the path of a tokenizer
     file. Special-token text is ordinary text unless listed in
     ``allowed_special``; ``append_special`` (e.g. ``"<|endoftext|>"``) is a
-    special token appended to every document, as nanoGPT does.
+    special token appended to every document, as nanoGPT does, and ``prepend_special``
+    one put before each (e.g. Llama 3's ``"<|begin_of_text|>"``, which its HF
+    post-processor adds).
     ``skip_documents``: leave out the first N documents (to finish a run a
     device failure stopped). ``backend``: 'auto', 'cpu' or 'cuda' (default: the
     tokenizer's own). Reading, encoding and writing overlap on three threads, and
@@ -133,13 +137,13 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     paths = corpus_paths(paths)
     output = _checked_output(output, paths)
     id_dtype = token_dtype(tok.n_vocab, dtype)
-    appended = _appended_id(tok, append_special)
+    framing = _framing(tok, prepend_special, append_special)
     check_num_threads(num_threads)
     started = time.perf_counter()
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
     bar = _progress_bar(sum(p.stat().st_size for p in paths), progress)
     stream = tok.batch_stream(allowed_special)  # checks allowed_special before files open
-    writing = _InOrder(lambda down: _write(writer, down, appended), "gpubpe-writer")
+    writing = _InOrder(lambda down: _write(writer, down, framing), "gpubpe-writer")
     input_bytes = 0
     writer = None
     try:  # from before the temporary files are made: a signal then leaves none either
@@ -172,11 +176,11 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
                         input_bytes, time.perf_counter() - started)
 
 
-def _write(writer: _TokenFileWriter, down, appended: int | None) -> None:
+def _write(writer: _TokenFileWriter, down, framing: _Framing) -> None:
     """Write one batch's ids (writer thread): wait for them, append, give the buffers back."""
     try:
         ids, offsets = down.wait()
-        writer.append(*_with_appended(ids, offsets, appended))
+        writer.append(*_framed(ids, offsets, framing))
     finally:
         down.release()
 
@@ -383,20 +387,37 @@ def _progress_bar(total: int, enabled: bool):
                 disable=not enabled, leave=False)
 
 
-def _appended_id(tok, special: str | None) -> int | None:
+class _Framing(NamedTuple):
+    """The special ids put around every document (None: none)."""
+
+    first: int | None
+    last: int | None
+
+
+def _framing(tok, prepend_special: str | None, append_special: str | None) -> _Framing:
+    """The ids of ``prepend_special`` and ``append_special``, checked."""
+    return _Framing(*(_special_id(tok, name, special) for name, special in
+                      (("prepend_special", prepend_special), ("append_special", append_special))))
+
+
+def _special_id(tok, name: str, special: str | None) -> int | None:
     if special is None:
         return None
     if special not in tok.special_tokens:
-        raise ConfigError(f"append_special={special!r} is not a special token of this tokenizer; "
+        raise ConfigError(f"{name}={special!r} is not a special token of this tokenizer; "
                           f"it has {sorted(tok.special_tokens)}")
     return tok.special_tokens[special]
 
 
-def _with_appended(ids: np.ndarray, offsets: np.ndarray, appended: int | None):
-    if appended is None:
-        return ids, offsets
-    return (np.insert(ids, offsets[1:], appended),
-            offsets + np.arange(offsets.size, dtype=np.int64))
+def _framed(ids: np.ndarray, offsets: np.ndarray, framing: _Framing):
+    """(ids, offsets) with ``framing``'s ids before and after every document."""
+    if framing.first is not None:
+        ids = np.insert(ids, offsets[:-1], framing.first)
+        offsets = offsets + np.arange(offsets.size, dtype=np.int64)
+    if framing.last is not None:
+        ids = np.insert(ids, offsets[1:], framing.last)
+        offsets = offsets + np.arange(offsets.size, dtype=np.int64)
+    return ids, offsets
 
 
 # ---------------------------------------------------------------- writing

@@ -555,6 +555,8 @@ def test_export_writes_a_tokenizer_config_with_special_roles(tok_path, tmp_path,
 @pytest.mark.parametrize("args, needle", [
     (["encode", "-t", "{tok}", "{src}", "-o", "{tmp}/x.txt", "--append-special", "<no>"],
      "not a special token"),
+    (["encode", "-t", "{tok}", "{src}", "--prepend-special", "<no>"],
+     "prepend_special='<no>' is not a special token"),
     (["encode", "-t", "{tok}", "--text", "x", "{src}"], "not both"),
     (["encode", "-t", "{tok}", "{tmp}"], "is a directory"),
     (["decode", "-t", "{tok}", "{tmp}/none.npy"], "no such token file"),

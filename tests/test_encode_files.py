@@ -80,6 +80,36 @@ def test_bin_and_idx_are_flat_nanogpt_files(tok, corpus, tmp_path, dtype):
     assert np.array_equal(read_ids, ids) and np.array_equal(read_offsets, offsets)
 
 
+def test_prepended_and_appended_specials_frame_every_document(lines, tmp_path):
+    """``prepend_special`` (Llama 3's "<|begin_of_text|>", which HF's post-processor adds)
+    and ``append_special`` around every document, empty ones too, in the file and printed."""
+    tok = gpubpe.train([line + "\n" for line in lines[:600]], 400, progress=False,
+                       special_tokens=["<|begin_of_text|>", "<|end_of_text|>"])
+    first, last = (tok.special_tokens[t] for t in ("<|begin_of_text|>", "<|end_of_text|>"))
+    records = [{"text": text} for text in ["", "a b", "", "\u4e2d\u6587 x\n", ""]]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    bodies = tok.encode_batch([r["text"] for r in records])
+    for prepend, append, framed in [
+            ("<|begin_of_text|>", "<|end_of_text|>", [[first] + b + [last] for b in bodies]),
+            ("<|begin_of_text|>", None, [[first] + b for b in bodies])]:
+        out = tmp_path / f"framed-{append is None}.npy"
+        encode_files(tok, [path], out, progress=False, prepend_special=prepend,
+                     append_special=append)
+        ids, offsets = load_npy(out)
+        assert [ids[a:b].tolist() for a, b in zip(offsets, offsets[1:])] == framed
+        printed = tmp_path / f"framed-{append is None}.txt"
+        tok_path = tmp_path / "tok.json"
+        tok.save(tok_path)
+        assert main(["encode", "-t", str(tok_path), str(path), "-o", str(printed),
+                     "--prepend-special", prepend] +
+                    (["--append-special", append] if append else [])) == 0
+        assert [list(map(int, line.split())) for line in
+                printed.read_text().splitlines()] == framed
+    with pytest.raises(ConfigError, match="prepend_special='<s>' is not a special token"):
+        encode_files(tok, [path], tmp_path / "x.npy", progress=False, prepend_special="<s>")
+
+
 def test_dtype_follows_the_vocabulary_size():
     assert token_dtype(65536) == np.uint16 and token_dtype(65537) == np.uint32
     with pytest.raises(ConfigError, match="cannot hold the ids"):
