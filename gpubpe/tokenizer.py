@@ -802,9 +802,9 @@ class Tokenizer:
         if form is None:
             return array, doc_start, doc_end, self._special_matches(array, doc_start, doc_end,
                                                                     allowed, threads)
-        normalized = allowed & self._normalized_specials if self._normalized_specials else \
-            frozenset()
-        matches = self._special_matches(array, doc_start, doc_end, allowed - normalized, threads)
+        normalized = allowed & self._normalized_specials  # (empty but in HF files)
+        raw = allowed - normalized if normalized else allowed  # ``allowed``: its table cached
+        matches = self._special_matches(array, doc_start, doc_end, raw, threads)
         array, doc_start, doc_end, matches = _normalized_documents(array, doc_start, doc_end,
                                                                    matches, form)
         if normalized:
@@ -976,11 +976,10 @@ class Tokenizer:
         ``find_specials_cpu`` reads them), in normal ``form`` where given; cached per set."""
         key = tokens if form is None else (tokens, form)
         if key not in self._special_tables:
-            def text(token):
-                return token if form is None else hf_normalize(token, form)
-            ordered = sorted(tokens, key=lambda t: (text(t).encode("utf-8")[0],
-                                                    -len(text(t).encode("utf-8")), t))
-            encoded = [text(t).encode("utf-8") for t in ordered]
+            text = {t: (t if form is None else hf_normalize(t, form)).encode("utf-8")
+                    for t in tokens}
+            ordered = sorted(tokens, key=lambda t: (text[t][0], -len(text[t]), t))
+            encoded = [text[t] for t in ordered]
             offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
             np.cumsum([len(e) for e in encoded], out=offsets[1:])
             first_byte = np.zeros(256, dtype=np.bool_)
