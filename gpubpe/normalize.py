@@ -145,7 +145,7 @@ def characters_hf_lacks(form: str) -> set[int]:
     parts of compositions it does not make."""
     if form not in FORMS:
         raise ValueError(f"normal form {form!r}: expected one of {', '.join(FORMS)}")
-    marks, decomposable = hf_code_points(HF_COMBINING_MARKS), hf_code_points(HF_DECOMPOSABLE)
+    marks, decomposable = _hf_code_points(HF_COMBINING_MARKS), _hf_code_points(HF_DECOMPOSABLE)
     compatible = form.startswith("NFK")
     lacking = set()
     for c in range(0x110000):
@@ -170,7 +170,7 @@ def _composes(char: str, parts: str) -> bool:
 
 
 @lru_cache(maxsize=2)
-def hf_code_points(path: Path) -> frozenset[int]:
+def _hf_code_points(path: Path) -> frozenset[int]:
     """The code points of a list of (first, last) ranges probed from HF."""
     ranges = np.frombuffer(zlib.decompress(path.read_bytes()), dtype=np.uint32)
     return frozenset(c for lo, hi in ranges.reshape(-1, 2).tolist() for c in range(lo, hi + 1))
