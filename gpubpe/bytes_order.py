@@ -70,3 +70,10 @@ _NOT_LATIN1 = re.compile("[^\x00-\xff]")
 def gpt2_byte_to_unicode() -> dict[int, str]:
     """``{byte: character}``, the form GPT-2's own code returns."""
     return dict(enumerate(BYTE_TO_CHAR))
+
+
+def hf_byte_level(use_regex: bool, trim_offsets: bool = True) -> dict:
+    """HF's ByteLevel step (pre-tokenizer, decoder or post-processor) over this alphabet, as
+    ``tokenizer.json`` writes it: GPT-2's split when ``use_regex``, no prefix space."""
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": trim_offsets,
+            "use_regex": use_regex}

@@ -30,6 +30,7 @@ import struct
 from pathlib import Path
 
 from . import sentencepiece
+from .bytes_order import hf_byte_level
 from .errors import ConfigError, ModelFormatError
 from .pretokenize import (
     DEEPSEEK_CODER_SPLITS,
@@ -180,17 +181,12 @@ def _split(text: str) -> dict:
     return {"type": "Split", "pattern": {"Regex": text}, "behavior": "Isolated", "invert": False}
 
 
-def _byte_level(use_regex: bool) -> dict:
-    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-            "use_regex": use_regex}
-
-
 def _splits_then_bytes(*texts: str) -> dict:
     """Isolated Splits, each run on the pieces of the one before, then the bytes' characters."""
-    return {"type": "Sequence", "pretokenizers": [*map(_split, texts), _byte_level(False)]}
+    return {"type": "Sequence", "pretokenizers": [*map(_split, texts), hf_byte_level(False)]}
 
 
-_GPT2 = _byte_level(True)
+_GPT2 = hf_byte_level(True)
 # tokenizer.ggml.pre -> (HF pre-tokenizer, HF normalizer, HF ignore_merges): llama.cpp's
 # table, for the names whose regex list gpubpe reads as HF would, written as HF steps
 # (StarCoder's family splits digits with HF's Digits step: \p{N}, one each). Qwen 2's

@@ -67,7 +67,7 @@ import numpy as np
 import regex
 
 from . import gguf, sentencepiece
-from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, strings_to_bytes
+from .bytes_order import BYTE_TO_CHAR, chars_to_bytes, hf_byte_level, strings_to_bytes
 from .errors import ConfigError, ModelFormatError
 from .kernels.encode.rules import all_splits
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
@@ -152,8 +152,8 @@ def to_hf_json(vocab: Vocabulary) -> dict:
         "normalizer": {"type": layout.normalizer} if layout is not None and layout.normalizer
         else None,
         "pre_tokenizer": pre_tokenizer,
-        "post_processor": _byte_level(use_regex=False, trim_offsets=False),
-        "decoder": _byte_level(use_regex=True),
+        "post_processor": hf_byte_level(use_regex=False, trim_offsets=False),
+        "decoder": hf_byte_level(use_regex=True),
         "model": _hf_bpe_model(vocab),
     }
 
@@ -179,22 +179,17 @@ def _check_plain_bpe(vocab: Vocabulary, target: str) -> None:
         )
 
 
-def _byte_level(use_regex: bool, trim_offsets: bool = True) -> dict:
-    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": trim_offsets,
-            "use_regex": use_regex}
-
-
 def _hf_pre_tokenizer(pattern) -> dict:
     text = resolve_pattern(pattern)
     if text is None:
-        return _byte_level(use_regex=False)
+        return hf_byte_level(use_regex=False)
     if text == GPT2_PATTERN:
-        return _byte_level(use_regex=True)
+        return hf_byte_level(use_regex=True)
     steps = text if isinstance(text, tuple) else (text,)
     on_text = [step for step in steps if not step.startswith(BYTES_STEP)]
     on_bytes = [step.removeprefix(BYTES_STEP) for step in steps[len(on_text):]]
     return {"type": "Sequence", "pretokenizers": [*map(_hf_split, on_text),
-                                                  _byte_level(use_regex=False),
+                                                  hf_byte_level(use_regex=False),
                                                   *map(_hf_split, on_bytes)]}
 
 
@@ -370,7 +365,7 @@ def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:
     data = {
         "added_tokens": [{"id": hf_vocab[t], "content": t, "special": True} for t in extra],
         "normalizer": None,
-        "pre_tokenizer": _byte_level(use_regex=True),
+        "pre_tokenizer": hf_byte_level(use_regex=True),
         "model": {"type": "BPE", "vocab": hf_vocab, "merges": merges},
     }
     return _import_hf(data, strict=True, where=str(vocab_path))[0]
