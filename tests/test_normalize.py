@@ -136,6 +136,13 @@ def test_claudes_file_gives_hfs_ids(claude_file, tmp_path):
     assert tok.encode_batch(documents, allowed_special="all", num_threads=1) == theirs
     assert tok.encode_batch(documents, allowed_special="all", num_threads=2) == theirs
     assert [tok.encode(text, allowed_special="all") for text in documents[-6:]] == theirs[-6:]
+    # backend "cuda" (the simulator here; a device on a GPU node): the text is normalized
+    # and split on the host, its words encoded on the device.
+    device_tok = tok.with_backend("cuda")
+    with gpubpe.device_stats() as stats:
+        assert device_tok.encode_batch(documents[::15] + documents[-6:],
+                                       allowed_special="all") == theirs[::15] + theirs[-6:]
+    assert stats.n_launches > 0
     assert tok.decode_batch(theirs) == hf.decode_batch(theirs, skip_special_tokens=False)
     # Exported and saved, the normalizer stays.
     again = tokenizers.Tokenizer.from_str(json.dumps(tok.to_hf_json()))
