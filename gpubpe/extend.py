@@ -266,11 +266,10 @@ def _check_layout(layout) -> None:
     if layout.metaspace:
         raise ConfigError("the base is a SentencePiece-style vocabulary (characters, '▁' for "
                           "spaces, <0xXX> byte fallback); gpubpe extends byte-level BPE only")
-    if layout.prefix_space or layout.normalizer is not None:
-        change = "adds a space before each text piece" if layout.prefix_space else \
-            f"normalizes text ({layout.normalizer})"
-        raise ConfigError(f"the base {change} before splitting, which counts files do not "
-                          "record; extend a base without a normalizer or add_prefix_space")
+    if layout.text_change() is not None:
+        raise ConfigError(f"the base {layout.text_change()} before splitting, which counts "
+                          "files do not record; extend a base without a normalizer or "
+                          "add_prefix_space")
     if layout.rank_by_token and not layout.whole_tokens:
         raise ConfigError("the base merges by token rank without looking up whole words "
                           "first, which is neither tiktoken's rule nor HF's; it cannot be "

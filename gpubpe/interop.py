@@ -774,7 +774,14 @@ def to_tiktoken(vocab: Vocabulary, name: str = "gpubpe"):
 
 
 def tiktoken_pattern(vocab: Vocabulary) -> str:
-    """The ``pat_str`` tiktoken needs for ``vocab``: it splits with one regex."""
+    """The ``pat_str`` tiktoken needs for ``vocab``: it splits with one regex, and changes
+    no text before (an export of Claude's NFKC file, or Qwen 2's NFC one, gave other ids
+    than gpubpe's on text the normalizer changes: "ＡＢＣ" 9 ids, not 1)."""
+    change = None if vocab.layout is None else vocab.layout.text_change()
+    if change is not None:
+        raise ConfigError(f"this vocabulary {change} before splitting, which tiktoken cannot: "
+                          "its ids would differ from gpubpe's on such text; export it as a "
+                          "HF tokenizer.json instead")
     text = resolve_pattern(vocab.pattern)
     if isinstance(text, tuple):
         raise ConfigError(f"tiktoken splits text with one regex; this vocabulary runs {len(text)} "

@@ -61,6 +61,13 @@ class IdLayout:
     # source lacks) emits these ids of its bytes.
     byte_fallback_ids: np.ndarray | None = None  # int64[256]
 
+    def text_change(self) -> str | None:
+        """What the source does to text before splitting, in words, or None: what a format
+        without a normalizer or a prefix space (tiktoken, counts files) cannot follow."""
+        if self.prefix_space:
+            return "adds a space before each text piece"
+        return None if self.normalizer is None else f"normalizes text ({self.normalizer})"
+
     def tokens_flagged(self, flag: str) -> frozenset[str]:
         """The added tokens with ``flag`` ("not_special": those the source does not call
         special; "normalized": those matched in the normalized text)."""

@@ -147,6 +147,8 @@ def test_claudes_file_gives_hfs_ids(claude_file, tmp_path):
     # Exported and saved, the normalizer stays.
     again = tokenizers.Tokenizer.from_str(json.dumps(tok.to_hf_json()))
     assert [e.ids for e in again.encode_batch(documents, add_special_tokens=False)] == theirs
+    with pytest.raises(gpubpe.errors.ConfigError, match=r"normalizes text \(NFKC\).*tiktoken"):
+        tok.to_tiktoken()  # tiktoken has no normalizer: "ＡＢＣ" would be 9 ids, not 1
     tok.save(tmp_path / "claude.json")
     assert gpubpe.Tokenizer.load(tmp_path / "claude.json").encode_batch(
         documents, allowed_special="all") == theirs

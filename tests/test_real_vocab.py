@@ -334,6 +334,9 @@ def test_hf_trained_file_ids(hf_documents, prefix_space, monkeypatch):
     # Export after import: HF reads gpubpe's file and gives the same ids.
     again = HfTokenizer.from_str(json.dumps(tok.to_hf_json()))
     assert [e.ids for e in again.encode_batch(samples, add_special_tokens=False)] == theirs
+    if prefix_space:  # tiktoken puts no space before a text: its ids would differ
+        with pytest.raises(gpubpe.errors.ConfigError, match="adds a space.*tiktoken cannot"):
+            tok.to_tiktoken()
 
 
 @given(st.text(alphabet=st.sampled_from(list("ab \n中é<>mask[]ENDword_1")), max_size=60))
