@@ -31,7 +31,6 @@ from encode_bench import hf_tokenizer, machine, tiktoken_encoding  # noqa: E402
 
 import gpubpe  # noqa: E402
 from gpubpe.backend import resolve_backend  # noqa: E402
-from gpubpe.bench import synchronize  # noqa: E402
 from gpubpe.errors import BackendUnavailable  # noqa: E402
 
 
@@ -90,17 +89,17 @@ def bench_tokenizer(tok, docs, megabytes, repeats) -> list[dict]:
         def cold(each=each, backend=backend):
             each.clear_cache()
             batch = each.encode_arrays(docs)
-            synchronize(backend)
+            backend.synchronize("bench clock")
             return batch
 
         seconds, batch, stats = best(cold, repeats)
         same = expected is None or np.array_equal(batch.ids, expected.ids)
         expected = batch if expected is None else expected
         rows.append(row("encode_arrays, cold word cache", f"gpubpe {name}", seconds, megabytes,
-                        stats if name == "cuda" else None, "" if same else "IDS DIFFER"))
+                        stats if backend.on_device else None, "" if same else "IDS DIFFER"))
         seconds, text, stats = best(lambda each=each, batch=batch: each.decode_batch(batch), repeats)
         rows.append(row("decode_batch", f"gpubpe {name}", seconds, megabytes,
-                        stats if name == "cuda" else None,
+                        stats if backend.on_device else None,
                         "" if text == docs else "TEXT DIFFERS"))
     rows += reference_rows(tok, docs, megabytes, repeats, expected)
     return rows

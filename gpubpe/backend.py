@@ -27,6 +27,7 @@ import logging
 import os
 from dataclasses import dataclass
 from importlib import metadata
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,12 +42,59 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Backend:
-    """The array module a computation uses, and which kernels (by target name)."""
+    """Where the heavy work runs, and the operations that differ there: this class is the
+    host (NumPy arrays, Numba's CPU kernels), :class:`DeviceBackend` a CUDA device.
+
+    Callers ask the backend for its training state, its codec and its syncs; none
+    branches on its name (which is what metadata and messages show)."""
 
     name: str
     xp: object
     reason: str
     simulated: bool = False
+    on_device: ClassVar[bool] = False
+
+    def train_state(self, word_counts, vocab_size: int, min_count: int, scaffold: bool,
+                    merges_per_step: int | None, launcher: str | None):
+        """The merge loop's state here, and the merges it runs a step (``launcher`` is a
+        device's; the host has one loop)."""
+        from .trainer import CPU_MERGES_PER_STEP, CpuTrainState
+
+        state = CpuTrainState(word_counts, vocab_size, min_count, scaffold)
+        return state, merges_per_step or CPU_MERGES_PER_STEP
+
+    def codec(self, rules):
+        """The device codec a tokenizer hands its batches to: None, the host encodes."""
+        return None
+
+    def synchronize(self, where: str) -> None:
+        """Wait for the work queued here before a clock stops: the host has none queued."""
+
+
+class DeviceBackend(Backend):
+    """A CUDA device (CuPy arrays), or the Numba CUDA simulator (NumPy arrays)."""
+
+    on_device = True
+
+    def train_state(self, word_counts, vocab_size: int, min_count: int, scaffold: bool,
+                    merges_per_step: int | None, launcher: str | None):
+        from .trainer import DEVICE_MERGES_PER_STEP, DeviceTrainState
+
+        step = merges_per_step or DEVICE_MERGES_PER_STEP
+        state = DeviceTrainState(word_counts, vocab_size, min_count, scaffold, self.xp, step,
+                                 launcher)
+        return state, step
+
+    def codec(self, rules):
+        from .device import DeviceCodec
+
+        return DeviceCodec(self, rules)
+
+    def synchronize(self, where: str) -> None:
+        if not self.simulated:  # the simulator runs each launch to its end: no sync counted
+            from .kernels._cuda import synchronize
+
+            synchronize(self.xp, where)
 
 
 def simulator_enabled() -> bool:
@@ -162,7 +210,8 @@ def resolve_backend(name: str = "auto") -> Backend:
     if simulator_enabled():
         if name == "cuda":
             _cuda_used_in.setdefault("pid", os.getpid())
-            return Backend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)", True)
+            return DeviceBackend("cuda", np, "the Numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)",
+                                 True)
         return Backend("cpu", np, "auto picked the CPU: the CUDA simulator is on; "
                                   "auto never picks it")
     reason = cuda_unavailable_reason() or probe_cuda()
@@ -170,7 +219,7 @@ def resolve_backend(name: str = "auto") -> Backend:
         import cupy
 
         _cuda_used_in.setdefault("pid", os.getpid())
-        return Backend("cuda", cupy, "a CUDA device is usable (the probe kernels ran)")
+        return DeviceBackend("cuda", cupy, "a CUDA device is usable (the probe kernels ran)")
     if name == "cuda":
         raise BackendUnavailable(f"backend='cuda' cannot run here: {reason}. Versions: "
                                  f"{versions_line()}. Fix: {INSTALL_HINT}, with a numpy the "

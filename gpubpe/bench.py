@@ -20,7 +20,6 @@ import numpy as np
 
 from .backend import BackendUnavailable, resolve_backend
 from .kernels._cuda import device_stats
-from .kernels._cuda import synchronize as synchronize_device
 
 
 @dataclass
@@ -35,14 +34,8 @@ class Row:
     syncs_per_unit: float | None = None
 
 
-def synchronize(backend) -> None:
-    """Wait for the device before a clock stops (no-op on the CPU and under the simulator)."""
-    if backend.name == "cuda" and not backend.simulated:
-        synchronize_device(backend.xp, "bench clock")
-
-
 def _with_counts(row: Row, backend, stats, unit: str, n_units: float) -> Row:
-    if backend.name == "cuda":
+    if backend.on_device:
         per = stats.per(n_units)
         row.unit, row.launches_per_unit, row.syncs_per_unit = unit, per["launches"], per["syncs"]
     return row
@@ -67,7 +60,7 @@ def run_bench(corpus_path, vocab_size: int, backends: list[str]) -> list[Row]:
         started = time.perf_counter()
         with device_stats() as stats:
             tok = train([corpus_path], vocab_size, backend=name, progress=False)
-        synchronize(backend)
+        backend.synchronize("bench clock")
         seconds = time.perf_counter() - started
         reference = reference or tok
         note = "" if tok.merges == reference.merges else "MERGES DIFFER"
@@ -96,7 +89,7 @@ def _encode_row(tok, documents, megabytes, contender, backend, expected) -> tupl
     started = time.perf_counter()
     with device_stats() as stats:
         batch = tok.encode_arrays(documents)
-    synchronize(backend)
+    backend.synchronize("bench clock")
     seconds = time.perf_counter() - started
     same = expected is None or np.array_equal(batch.ids, expected)
     note = "cold word cache" + ("" if same else "; IDS DIFFER from the first backend")

@@ -47,6 +47,7 @@ VALUES = tuple(sorted(HI_VALUES + LO_VALUES))  # value id N + k holds VALUES[k]
 DEFAULT_LEAD_BYTES = range(0xE0, 0xF0)  # every 3-byte UTF-8 lead
 PAPER_LEAD_BYTES = range(0xE4, 0xF0)  # the paper's setting: 3 prefixes p1-p3 (0x39-0x3B)
 BACKENDS = ("numpy", "cpu", "cuda")
+_BACKEND_OF_TARGET = {"numpy": "cpu", "cpu": "cpu", "cuda": "cuda"}  # kernel target: backend
 ERROR_MODES = ("strict", "replace")
 _MAX_ID = 0xFFFFFFFF
 _HI_SET, _LO_SET = frozenset(HI_VALUES), frozenset(LO_VALUES)
@@ -85,11 +86,14 @@ class BitLevelCodec:
             raise ConfigError(f"base_vocab_size={base_vocab_size} leaves no room for the codec's "
                               f"{self.vocab_size - self.base_vocab_size} ids in uint32")
         self.backend = _check_backend(backend)
-        self._xp = _cuda_array_module() if backend == "cuda" else np
+        # Where the kernels run ("numpy" is a host target too); "cuda" without a usable
+        # device raises BackendUnavailable here, naming why.
+        self._place = resolve_backend(_BACKEND_OF_TARGET[backend])
+        self._xp = self._place.xp
         self._tables = _build_tables(self.base_vocab_size, self.lead_bytes, self.prefixes)
         self._device_tables = {k: kernel_view(to_device(self._xp, v))
                                for k, v in self._tables.items()} \
-            if backend == "cuda" else self._tables
+            if self._place.on_device else self._tables
 
     def __repr__(self) -> str:
         leads = f"0x{self.lead_bytes[0]:02X}-0x{self.lead_bytes[-1]:02X}"
@@ -209,8 +213,7 @@ class BitLevelCodec:
 
     def _on_device(self, ids, offsets) -> bool:
         """Device arrays in, with a device backend: the result stays on the device."""
-        return self._device_tables is not self._tables and is_device_array(ids) \
-            and is_device_array(offsets)
+        return self._place.on_device and is_device_array(ids) and is_device_array(offsets)
 
     def _run_on_device(self, operation, ids, offsets, errors: str = "strict"):
         """encode_batch / decode_batch over device arrays: device (ids, offsets) out.
@@ -245,7 +248,7 @@ class BitLevelCodec:
         a ``parallel=True`` loop, whose OpenMP layer ended any process forked after it ran
         ("fork() called from a process already using GNU OpenMP": a DataLoader worker)."""
         kernel = getattr(bitpack, f"bitlevel_{operation}_{self.backend}")
-        if self._device_tables is self._tables:  # a host target (NumPy's takes no chunks)
+        if not self._place.on_device:  # a host target (NumPy's takes no chunks)
             tables = [self._tables[name] for name in table_names]
             return kernel(ids, offsets, *tables, self.base_vocab_size,
                           n_chunks=thread_count(num_threads), run=run_all)
@@ -308,11 +311,6 @@ def _check_backend(backend) -> str:
     if backend not in BACKENDS:
         raise ConfigError(f"backend={backend!r} is not one of {BACKENDS}")
     return backend
-
-
-def _cuda_array_module():
-    """numpy under the Numba CUDA simulator, cupy on a usable device (probed); else a clear error."""
-    return resolve_backend("cuda").xp
 
 
 def _build_tables(base_vocab_size, lead_bytes, prefixes) -> dict[str, np.ndarray]:

@@ -59,10 +59,8 @@ from .kernels.pairs import (
     SIZES_LENGTH,
     build_pair_index_cpu,
 )
-from .trainer import HF_BYTE_RANK, _CpuTrainState, _grown
+from .trainer import CPU_MERGES_PER_STEP, HF_BYTE_RANK, CpuTrainState, _grown
 
-# Rules per call of the Numba loop, as in the trainer.
-_RULES_PER_CALL = 512
 _BYTE_LEVEL = "--extend needs a byte-level BPE vocabulary"
 
 
@@ -408,7 +406,7 @@ def continue_merges(word_table, token_bytes: list[bytes], vocab_size: int,
     with tqdm(total=vocab_size - len(token_bytes), desc="merges", unit="tok",
               disable=not progress, leave=False) as bar:
         while True:
-            rules, _, stop = state.run(_RULES_PER_CALL)
+            rules, _, stop = state.run(CPU_MERGES_PER_STEP)
             batches.append(rules)
             bar.update(len(rules))
             if stop:
@@ -416,7 +414,7 @@ def continue_merges(word_table, token_bytes: list[bytes], vocab_size: int,
     return np.concatenate(batches)
 
 
-class _SeededState(_CpuTrainState):
+class _SeededState(CpuTrainState):
     """The trainer's CPU state, starting from existing tokens instead of the 256 bytes."""
 
     def __init__(self, word_table, token_bytes: list[bytes], vocab_size: int, min_count: int,

@@ -1704,7 +1704,7 @@ def _counting_device(backend: str, regex_text) -> object | None:
     from .backend import resolve_backend
 
     chosen = resolve_backend(backend)
-    if chosen.name != "cuda" or scanner_for(regex_text) is None:
+    if not chosen.on_device or scanner_for(regex_text) is None:
         return None
     return chosen.xp
 

@@ -287,11 +287,8 @@ class Tokenizer:
         self._special_ids = vocab.special_ids()
         self._rules = _rule_table_of(vocab)
         self._backend_name = backend
-        chosen = resolve_backend(backend)
-        self._device = None
-        if chosen.name == "cuda":
-            self._device = DeviceCodec(chosen, self._rules)
-        self._device_min_work = 0 if backend == "cuda" else _AUTO_DEVICE_MIN_WORK
+        self._device = resolve_backend(backend).codec(self._rules)  # None: the host encodes
+        self._device_min_work = _AUTO_DEVICE_MIN_WORK if backend == "auto" else 0
         self._special_tables: dict[frozenset, tuple] = {}
         self._decode_table: tuple[np.ndarray, np.ndarray] | None = None
         self._id_pieces: list[bytes | None] | None = None

@@ -17,7 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ._threads import check_num_threads
-from .backend import Backend, resolve_training_backend
+from .backend import Backend, resolve_backend, resolve_training_backend
 from .bytes_order import HF_BYTE_RANK as _HF_BYTE_RANK
 from .errors import ConfigError, CorpusError, DeviceError
 from .kernels import train_device as dev
@@ -45,7 +45,7 @@ from .pretokenize import count_words, resolve_pattern
 TIE_BREAKS = ("hf",)
 # Merges per step of the Numba loop: small enough for a lively progress bar,
 # large enough that the call overhead (~50 us) does not show.
-_RULES_PER_CALL = 512
+CPU_MERGES_PER_STEP = 512
 HF_BYTE_RANK = np.array(_HF_BYTE_RANK, dtype=np.int64)
 # Merges per step on a device: one host read per step, so the step's launches
 # and its one sync are spread over this many merges.
@@ -129,13 +129,8 @@ def train_from_counts(
     scaffold, 2 one re-admitted (``kernels/train_policy.py``).
     """
     min_count = max(min_frequency, 1)
-    if backend is not None and backend.name == "cuda":
-        step = merges_per_step or DEVICE_MERGES_PER_STEP
-        state = _DeviceTrainState(word_counts, vocab_size, min_count, scaffold, backend.xp, step,
-                                  launcher)
-    else:
-        step = merges_per_step or _RULES_PER_CALL
-        state = _CpuTrainState(word_counts, vocab_size, min_count, scaffold)
+    state, step = (backend or resolve_backend("cpu")).train_state(
+        word_counts, vocab_size, min_count, scaffold, merges_per_step, launcher)
     bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
     rule_batches, event_batches = [], []
     with bar:
@@ -204,7 +199,7 @@ class _TrainState:
                     a[name] = _grown(a[name], int(wanted))
 
 
-class _CpuTrainState(_TrainState):
+class CpuTrainState(_TrainState):
     """Every array the Numba merge loop keeps between calls."""
 
     # Tie order of the byte tokens (merged tokens rank by id after them): HF's, or an
@@ -251,7 +246,7 @@ class _CpuTrainState(_TrainState):
         return rules[:done], events[: self.sizes[N_EVENTS]], bool(self.sizes[STOP])
 
 
-class _DeviceTrainState:
+class DeviceTrainState:
     """Training state on the device (``kernels/train_device.py``): a step runs up to K
     merges there and the host reads its rules and events once (the step's one sync)."""
 

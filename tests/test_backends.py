@@ -203,7 +203,7 @@ def test_auto_trains_on_the_cpu_even_where_a_device_is_usable(monkeypatch):
     from gpubpe import backend as backend_module
 
     def device_found(name: str = "auto"):
-        return backend_module.Backend("cuda", np, "a usable device (this test's stand-in)")
+        return backend_module.DeviceBackend("cuda", np, "a usable device (this test's stand-in)")
 
     monkeypatch.setattr(backend_module, "resolve_backend", device_found)
     assert backend_module.resolve_training_backend("auto").name == "cpu"

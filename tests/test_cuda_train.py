@@ -12,6 +12,7 @@ one more: the persistent kernel over many blocks, whose grid syncs the simulator
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -23,11 +24,11 @@ from hypothesis import strategies as st
 
 import gpubpe
 from gpubpe import _reference
-from gpubpe.backend import resolve_backend
+from gpubpe.backend import Backend, resolve_backend
 from gpubpe.errors import DeviceError
 from gpubpe.kernels import train_device as dev
 from gpubpe.kernels._cuda import to_host
-from gpubpe.trainer import _DeviceTrainState, train_from_counts
+from gpubpe.trainer import DeviceTrainState, train_from_counts
 
 CUDA = resolve_backend("cuda")
 LAUNCHERS = ("phased", "cooperative")
@@ -87,7 +88,7 @@ def test_phased_launcher_runs_over_two_blocks_and_the_persistent_kernel_over_one
     word_counts = {b"abcabcab": 3, b"bcabca": 2, b"cab": 5}
     cpu = train_from_counts(word_counts, 266, progress=False)
     for launcher, blocks in (("phased", 2), ("cooperative", 1)):
-        state = _DeviceTrainState(word_counts, 266, 1, False, np, 4, launcher)
+        state = DeviceTrainState(word_counts, 266, 1, False, np, 4, launcher)
         rules = np.concatenate([state.run(4)[0] for _ in range(4)])
         assert rules.tolist() == cpu.tolist()
         # The count phase records the grid it ran with.
@@ -112,7 +113,7 @@ def test_the_persistent_kernel_over_many_blocks_equals_cpu(scaffold):
     word_counts = random_words(20000, seed=11)
     cpu, device = train_both(word_counts, 1256, scaffold, launcher="cooperative", step=64)
     assert_same(cpu, device, scaffold)
-    state = _DeviceTrainState(word_counts, 1256, 1, scaffold, CUDA.xp, 64, "cooperative")
+    state = DeviceTrainState(word_counts, 1256, 1, scaffold, CUDA.xp, 64, "cooperative")
     state.run(64)
     assert to_host(state.state["control"], "test")[dev.GRID_BLOCKS] > 1
 
@@ -134,7 +135,7 @@ def test_chunks_kept_in_groups_of_several(monkeypatch, launcher):
     # small inputs otherwise get a group a chunk).
     monkeypatch.setattr(dev, "GROUPS", 2)
     word_counts = random_words(40, seed=5)
-    state = _DeviceTrainState(word_counts, 300, 1, True, CUDA.xp, 8, launcher)
+    state = DeviceTrainState(word_counts, 300, 1, True, CUDA.xp, 8, launcher)
     assert to_host(state.state["control"], "test")[dev.GROUP_CHUNKS] > 2
     cpu, device = train_both(word_counts, 300, True, launcher=launcher, step=16)
     assert_same(cpu, device, True)
@@ -157,7 +158,7 @@ def test_a_merge_pays_two_grid_syncs_three_when_its_two_tokens_are_one(monkeypat
                                            ({b"aaaa": 2}, 258, [3, 3]),
                                            ({b"aaab": 2}, 259, [3, 2, 2])):
         calls.clear()
-        state = _DeviceTrainState(word_counts, vocab_size, 1, False, CUDA.xp, 4, "cooperative")
+        state = DeviceTrainState(word_counts, vocab_size, 1, False, CUDA.xp, 4, "cooperative")
         rules = state.run(4)[0]  # one launch of an iteration a missing token
         assert rules.tolist() == reference_rules(word_counts, vocab_size)
         assert len(calls) == sum(syncs) * dev.block_threads()  # every thread calls each sync
@@ -219,7 +220,7 @@ def test_scaffold_events_replay_to_the_flags():
 
 
 def test_token_pool_grows_when_the_device_runs_short(monkeypatch):
-    monkeypatch.setattr(_DeviceTrainState, "initial_pool_bytes",
+    monkeypatch.setattr(DeviceTrainState, "initial_pool_bytes",
                         staticmethod(lambda max_tokens, vocab_size: 258))
     word_counts = {b"abcdefgh": 3, b"abcd": 2}
     cpu, device = train_both(word_counts, 263, step=3)
@@ -242,7 +243,7 @@ def test_demo_corpus_slice_on_the_device_equals_cpu(tmp_path):
                                          random_words(300, seed=3)])
 def test_the_planned_device_bytes_are_what_the_state_holds(word_counts):
     # device_bytes sizes the error a device without room gets; it must be the state's size.
-    state = _DeviceTrainState(word_counts, 300, 1, False, CUDA.xp, 8, "phased").state
+    state = DeviceTrainState(word_counts, 300, 1, False, CUDA.xp, 8, "phased").state
     held = sum(to_host(array, "test").nbytes for name, array in state.items()
                if name not in ("control", "rules", "events"))  # views of "out"
     planned = dev.device_bytes(state["tokens"].size, len(word_counts), state["token_len"].size,
@@ -296,3 +297,17 @@ def test_without_grid_sync_the_step_falls_back_to_the_phased_launcher(monkeypatc
         device = train_from_counts(word_counts, 262, progress=False, backend=CUDA,
                                    launcher="cooperative")
     assert device.tolist() == train_from_counts(word_counts, 262, progress=False).tolist()
+
+
+def test_the_backend_object_picks_the_loop_not_its_name():
+    # Where the merges run is the Backend's own choice (``Backend.train_state``): a device
+    # backend under another name still launches, a host one named "cuda" launches nothing.
+    word_counts = {b"hello": 3, b"yellow": 2, b"mellow": 4}
+    expected = train_from_counts(word_counts, 264, progress=False).tolist()
+    renamed_device = dataclasses.replace(CUDA, name="gpu")
+    host_named_cuda = Backend("cuda", np, "a host backend under the device's name")
+    for backend, launches in ((renamed_device, True), (host_named_cuda, False)):
+        with gpubpe.device_stats() as stats:
+            rules = train_from_counts(word_counts, 264, progress=False, backend=backend)
+        assert rules.tolist() == expected
+        assert (stats.n_launches > 0) is launches, (backend, stats.launches)
