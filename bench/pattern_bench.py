@@ -7,7 +7,7 @@ Encodings, shipped by ``llama-models`` (when it is installed). ``--qwen-file`` a
 for Qwen's own ``qwen.tiktoken`` (in the ``dashscope`` wheel: ``dashscope/resources/``),
 ``--tekken-file`` one for a Mistral ``tekken*.json`` (in the ``mistral-common`` wheel:
 ``mistral_common/data/``), each against the tiktoken Encoding their own SDKs build from it;
-gpubpe reads the Qwen file itself (``from_tiktoken(path, pattern="qwen2")``). Documents are ~2 KB, made from
+gpubpe reads both files itself (``from_tiktoken(path, pattern="qwen2")``, ``load(path)``). Documents are ~2 KB, made from
 real text shipped here (no network): English is ``gpubpe/data/demo.txt``
 (Python docs); code (Python stdlib modules), Chinese and Japanese are the
 parts of ``tests/data/multiscript.txt``. Each is timed apart, then all four
@@ -163,22 +163,23 @@ def real_file_encodings(qwen_file: str | None, tekken_file: str | None):
                                              special_tokens=specials).with_backend("cpu")
         tools.append(("qwen", encoding, tok))
     if tekken_file:
-        encoding = tekken_encoding(tekken_file)
-        tools.append(("tekken", encoding,
-                      gpubpe.Tokenizer.from_tiktoken(encoding).with_backend("cpu")))
+        tools.append(("tekken", tekken_encoding(tekken_file),
+                      gpubpe.load(tekken_file, backend="cpu")))
     return tools
 
 
 def tekken_encoding(path: str):
-    """The Encoding mistral-common's ``Tekkenizer`` builds of a tekken JSON: the first
-    ``default_vocab_size - default_num_special_tokens`` ranks, the file's pattern, no specials
-    (Mistral's ids are these ranks plus the special-token count)."""
+    """The Encoding mistral-common's ``Tekkenizer`` builds of a tekken JSON (the first
+    ``default_vocab_size - default_num_special_tokens`` ranks, the file's pattern, no
+    specials), its ranks moved up by the special-token count: Mistral's ids, which its
+    ``encode`` makes by adding that count in a Python loop (not timed here)."""
     import tiktoken
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     config = data["config"]
-    inner = config["default_vocab_size"] - config["default_num_special_tokens"]
-    ranks = {base64.b64decode(token["token_bytes"]): token["rank"]
+    first_id = config["default_num_special_tokens"]
+    inner = config["default_vocab_size"] - first_id
+    ranks = {base64.b64decode(token["token_bytes"]): token["rank"] + first_id
              for token in data["vocab"][:inner]}
     return tiktoken.Encoding(Path(path).stem, pat_str=config["pattern"], mergeable_ranks=ranks,
                              special_tokens={})

@@ -815,7 +815,7 @@ def from_tiktoken(encoding, pattern: str | None = None,
         except AttributeError:
             raise TypeError(f"expected a tiktoken.Encoding or a .tiktoken path, got "
                             f"{type(encoding).__name__}") from None
-    return vocabulary_from_ranks(ranks, _pattern_name(pat_str), specials,
+    return vocabulary_from_ranks(ranks, tiktoken_pattern_name(pat_str), specials,
                                  {"imported_from": f"tiktoken {name}"},
                                  f"tiktoken encoding {name!r}")
 
@@ -900,7 +900,7 @@ def _tokens_by_rank(ranks: dict[bytes, int], where: str):
     return token_bytes, output_ids
 
 
-def _pattern_name(pat_str: str) -> str | None:
+def tiktoken_pattern_name(pat_str: str) -> str | None:
     """A gpubpe pattern name for a tiktoken pattern when it is one of them, else the regex."""
     if pat_str == TIKTOKEN_GPT2_PATTERN:
         return "gpt2"

@@ -602,8 +602,12 @@ def replay_token_bytes(rules: np.ndarray) -> list[bytes]:
 
 
 def tokenizer_json_path(path: Path) -> Path:
-    """A tokenizer file's path: a model folder stands for the ``tokenizer.json`` in it."""
-    return path / "tokenizer.json" if path.is_dir() else path
+    """A tokenizer file's path: a model folder stands for the ``tokenizer.json`` in it, or
+    for Mistral's ``tekken.json`` where it holds that alone."""
+    if not path.is_dir():
+        return path
+    hf_file, tekken_file = path / "tokenizer.json", path / "tekken.json"
+    return tekken_file if tekken_file.exists() and not hf_file.exists() else hf_file
 
 
 def read_tokenizer_json(path: Path):

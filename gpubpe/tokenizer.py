@@ -45,7 +45,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import regex
 
-from . import gguf, interop
+from . import gguf, interop, tekken
 from ._pystr import TextTables, decode_texts
 from ._threads import HelpedPool, check_num_threads, run_all, thread_count
 from .backend import FORKED_AFTER_CUDA, resolve_backend
@@ -416,14 +416,17 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path, backend: str = "auto") -> Tokenizer:
         """Read a tokenizer written by :meth:`save`, a HF ``tokenizer.json`` or a model
-        folder holding one (imported as :meth:`from_hf` imports it), or a GGUF file (as
-        :meth:`from_gguf`); a bad file raises ModelFormatError."""
+        folder holding one (imported as :meth:`from_hf` imports it), a GGUF file (as
+        :meth:`from_gguf`) or Mistral's ``tekken.json`` (mistral-common's ids,
+        ``gpubpe.tekken``); a bad file raises ModelFormatError."""
         path = tokenizer_json_path(Path(path))
         if gguf.is_gguf(path):
             return cls(interop.from_gguf(path), backend)
         data = read_tokenizer_json(path)
         if isinstance(data, dict) and "format" not in data and "model" in data:
             return cls(interop.from_hf(data, where=str(path)), backend)
+        if tekken.is_tekken(data):
+            return cls(tekken.from_tekken(data, str(path)), backend)
         vocab = Vocabulary.from_json(data, str(path))
         if vocab.bitlevel_leads is not None:
             return BitLevelTokenizer(vocab, backend)

@@ -22,18 +22,14 @@ without either, the tests that need it skip, saying so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tarfile
-import tempfile
 import unicodedata
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pinned import pinned_folder
 from test_real_vocab import two_kb_documents as documents
 from test_split_sequence import CORPUS, DEMO, EDGES, deepseek_file, hf_ids  # noqa: F401
 
@@ -49,8 +45,6 @@ tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
 SDIST_URL = ("https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f"
              "6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz")
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpubpe-tests" / \
-    "llama-cpp-python-0.3.36-models"
 # The BPE files llama.cpp ships test vectors for, and the pattern each imports as: eleven
 # byte-level, and three SentencePiece BPE (Llama 2's vocabulary, Phi-3's, Gemma 4's: "▁"
 # for spaces, <0xXX> byte fallback, no split: cut where no token joins, ``JOINS``).
@@ -69,36 +63,14 @@ def models() -> Path:
     given = os.environ.get("GPUBPE_LLAMA_CPP_MODELS")
     if given:
         return Path(given)
-    if not (CACHE / "ggml-vocab-gpt-2.gguf.out").exists():
-        try:
-            fetch_vocab_files(CACHE)
-        except OSError as exc:
-            pytest.skip(f"llama.cpp's vocab files could not be fetched from PyPI ({exc}); set "
-                        "GPUBPE_LLAMA_CPP_MODELS to a llama.cpp models/ folder")
-    return CACHE
+    return pinned_folder("llama-cpp-python-0.3.36-models", SDIST_URL, SDIST_SHA256,
+                         vocab_file_name, "llama.cpp's vocab files (set GPUBPE_LLAMA_CPP_MODELS "
+                         "to a llama.cpp models/ folder)")
 
 
-def fetch_vocab_files(target: Path) -> None:
-    """The sdist's ``vendor/llama.cpp/models/ggml-vocab-*`` files, into ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        archive, folder = Path(tmp) / "sdist.tar.gz", Path(tmp) / "models"
-        with urllib.request.urlopen(SDIST_URL, timeout=300) as source, open(archive, "wb") as out:
-            shutil.copyfileobj(source, out)
-        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-        if digest != SDIST_SHA256:
-            raise OSError(f"the sdist's sha256 is {digest}, expected {SDIST_SHA256}")
-        with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers()
-                       if "/models/ggml-vocab-" in m.name and m.isfile()]
-            for member in members:
-                member.name = Path(member.name).name
-            tar.extractall(folder, members=members)  # noqa: S202 (a pinned archive)
-        try:
-            os.replace(folder, target)
-        except OSError:
-            if not target.exists():  # else another test worker put it there first
-                raise
+def vocab_file_name(member: str) -> str | None:
+    """The sdist's ``vendor/llama.cpp/models/ggml-vocab-*`` files, by their names alone."""
+    return Path(member).name if "/models/ggml-vocab-" in member else None
 
 
 def vectors(models: Path, name: str) -> tuple[list[str], list[list[int]]]:

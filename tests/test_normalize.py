@@ -12,18 +12,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
-import tempfile
 import unicodedata
-import urllib.request
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pinned import pinned_folder
 from test_real_vocab import COMPATIBILITY, CORPUS, DEMO, MARKS_HF_LACKS, two_kb_documents
 
 import gpubpe
@@ -34,8 +30,6 @@ tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
 WHEEL_URL = ("https://files.pythonhosted.org/packages/4e/40/bbb252b77f7a0345aa8c759bab8280d97eab"
              "5a9acf4df49fa2251f4a3a58/anthropic-0.37.1-py3-none-any.whl")
 WHEEL_SHA256 = "8f550f88906823752e2abf99fbe491fbc8d40bce4cb26b9663abdf7be990d721"
-CLAUDE_FILE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
-    "gpubpe-tests" / "anthropic-0.37.1-tokenizer.json"
 # Dives Akuru's E and AA (Unicode 13) compose to U+11938 in Python's NFC, not in HF's.
 COMPOSITION_HF_LACKS = "\U00011935\U00011930"
 
@@ -99,28 +93,11 @@ def test_an_unknown_form_is_refused():
 
 @pytest.fixture(scope="module")
 def claude_file() -> Path:
-    if not CLAUDE_FILE.exists():
-        try:
-            fetch_claude_file(CLAUDE_FILE)
-        except OSError as exc:
-            pytest.skip(f"the anthropic wheel could not be fetched from PyPI ({exc})")
-    return CLAUDE_FILE
-
-
-def fetch_claude_file(target: Path) -> None:
-    """``anthropic/tokenizer.json`` of the pinned wheel, into ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        wheel = Path(tmp) / "anthropic.whl"
-        with urllib.request.urlopen(WHEEL_URL, timeout=300) as source:
-            wheel.write_bytes(source.read())
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-        if digest != WHEEL_SHA256:
-            raise OSError(f"the wheel's sha256 is {digest}, expected {WHEEL_SHA256}")
-        extracted = Path(tmp) / "tokenizer.json"
-        with zipfile.ZipFile(wheel) as archive:
-            extracted.write_bytes(archive.read("anthropic/tokenizer.json"))
-        os.replace(extracted, target)
+    folder = pinned_folder("anthropic-0.37.1", WHEEL_URL, WHEEL_SHA256,
+                           lambda member: "tokenizer.json"
+                           if member == "anthropic/tokenizer.json" else None,
+                           "the anthropic wheel")
+    return folder / "tokenizer.json"
 
 
 def test_claudes_file_gives_hfs_ids(claude_file, tmp_path):
