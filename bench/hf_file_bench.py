@@ -9,13 +9,19 @@ gpubpe: ``disallowed_special=()``, no added token is in the text). Each round ti
 then gpubpe with its word cache cleared ("cold"); the table shows the median of each
 round's ratio (HF time / gpubpe time).
 
+``--sentencepiece FILE``: a SentencePiece BPE ``tokenizer.model`` instead, against the
+``sentencepiece`` package (its ``encode`` of the list, ``num_threads`` as gpubpe's); gpubpe
+reads it with ``gpubpe.load``. The documents hold no user-defined piece: the ids are
+SentencePiece's (``tests/test_sentencepiece_model.py``).
+
 ``--gguf FILE``: a GGUF file (llama.cpp's) instead. gpubpe reads it with
 ``Tokenizer.from_gguf``; HF runs the tokenizer.json gpubpe reads it as
 (``gpubpe.gguf.hf_tokenizer_json``: the model's pre-tokenizer by its name, which
 ``tests/test_gguf.py`` checks against llama.cpp's HF-made test ids). The load line also
 times llama.cpp's own reader (``gguf.GGUFReader``, the metadata only) on the same file.
 
-    python bench/hf_file_bench.py [--file tokenizer.json | --gguf FILE] [--threads 1] [--repeats 5]
+    python bench/hf_file_bench.py [--file tokenizer.json | --gguf FILE | --sentencepiece FILE]
+        [--threads 1] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", help="a tokenizer.json (default: DeepSeek's)")
     parser.add_argument("--gguf", help="a GGUF file instead (llama.cpp's format)")
+    parser.add_argument("--sentencepiece", help="a SentencePiece BPE tokenizer.model instead, "
+                                                "against the sentencepiece package")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -54,7 +62,10 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pattern_bench import corpora
 
-    if args.gguf:
+    if args.sentencepiece:
+        path, (reference, tok, import_s) = args.sentencepiece, sentencepiece_pair(
+            args.sentencepiece, args.threads)
+    elif args.gguf:
         path, (hf, tok, import_s) = args.gguf, gguf_pair(args.gguf)
     else:
         path = args.file or deepseek_file()
@@ -62,6 +73,9 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         tok = gpubpe.Tokenizer.from_hf(path).with_backend("cpu")
         import_s = time.perf_counter() - started
+    if not args.sentencepiece:
+        def reference(documents, hf=hf):
+            return [e.ids for e in hf.encode_batch(documents, add_special_tokens=False)]
     docs_by_corpus = {name: docs for name, docs in corpora().items()
                       if name in ("english", "code", "zh", "ja")}
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
@@ -72,16 +86,17 @@ def main(argv=None) -> int:
         pattern if isinstance(pattern, str) else "a sequence"
     print(f"# {path}: pattern {pattern},"
           f" {tok.n_vocab} ids; gpubpe import {import_s:.2f} s")
-    print("| corpus | docs | MB | HF MB/s | gpubpe cold MB/s | ratio | ids |")
+    name = "sentencepiece" if args.sentencepiece else "HF"
+    print(f"| corpus | docs | MB | {name} MB/s | gpubpe cold MB/s | ratio | ids |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for corpus, documents in docs_by_corpus.items():
-        expected = [e.ids for e in hf.encode_batch(documents, add_special_tokens=False)]
+        expected = reference(documents)
         if tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads) != expected:
-            raise SystemExit(f"{corpus}: ids differ from HF's")
+            raise SystemExit(f"{corpus}: ids differ from {name}'s")
         times = []
         for _ in range(args.repeats):
             at = time.perf_counter()
-            hf.encode_batch(documents, add_special_tokens=False)
+            reference(documents)
             hf_s = time.perf_counter() - at
             tok.clear_cache()
             at = time.perf_counter()
@@ -94,6 +109,23 @@ def main(argv=None) -> int:
               f"| **{np.median(times[:, 0] / times[:, 1]):.2f}x** | equal |", flush=True)
     print(f"# load {os.getloadavg()[0]:.1f} at the end")
     return 0
+
+
+def sentencepiece_pair(path: str, threads: int):
+    """(the sentencepiece package's encoder of a list, gpubpe's tokenizer, gpubpe's load
+    time); prints both load times."""
+    import sentencepiece
+
+    import gpubpe
+
+    started = time.perf_counter()
+    tok = gpubpe.load(path, backend="cpu")
+    import_s = time.perf_counter() - started
+    started = time.perf_counter()
+    processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    print(f"# loads: gpubpe.load {import_s:.2f} s; SentencePieceProcessor "
+          f"{time.perf_counter() - started:.2f} s")
+    return (lambda documents: processor.encode(documents, num_threads=threads)), tok, import_s
 
 
 def gguf_pair(path: str):

@@ -71,9 +71,10 @@ def _add_corpus_files(p) -> None:
 def _add_tokenizer_option(p) -> None:
     p.add_argument("-t", "--tokenizer", type=Path, required=True,
                    help="a gpubpe tokenizer file, a HF tokenizer.json, a model folder "
-                        "holding one (e.g. DeepSeek's, Qwen's), Mistral's tekken.json (or a "
-                        "folder holding it alone), or a GGUF model file (llama.cpp's; only "
-                        "its tokenizer is read)")
+                        "holding one (e.g. DeepSeek's, Qwen's), Mistral's tekken.json, a "
+                        "SentencePiece BPE tokenizer.model (a folder without tokenizer.json "
+                        "stands for these), or a GGUF model file (llama.cpp's; only its "
+                        "tokenizer is read)")
 
 
 def _add_pattern_option(p) -> None:

@@ -47,7 +47,9 @@ MAGIC = b"GGUF"
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
                    10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED = 1, 2, 3, 4, 5
+# A token's kind (``tokenizer.ggml.token_type``): SentencePiece's piece types.
+_NORMAL, _CONTROL, _USER_DEFINED = (sentencepiece.NORMAL, sentencepiece.CONTROL,
+                                    sentencepiece.USER_DEFINED)
 
 # What llama.cpp's other tokenizer models are (``tokenizer.ggml.model``).
 _OTHER_MODELS = {
@@ -248,9 +250,7 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
 
 def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
     """The HF tokenizer.json of a SentencePiece BPE GGUF (``tokenizer.ggml.model`` "llama",
-    or "gemma4" with its merges), as transformers' converter writes Llama's: merges from the
-    pieces' scores unless the file has them, "▁" for spaces and one before the text (unless
-    ``add_space_prefix`` is false), <0xXX> fallback."""
+    or "gemma4" with its merges): ``sentencepiece.hf_tokenizer_json`` of its pieces."""
     if pattern is not None:
         raise ConfigError(f"{where}: a SentencePiece GGUF's text is split as its model says "
                           "(not at all); it takes no pattern")
@@ -260,26 +260,10 @@ def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
     if not len(kinds) == len(scores) == len(tokens):
         raise ModelFormatError(f"{where}: {len(tokens)} tokens, {len(scores)} scores and "
                                f"{len(kinds)} token types")
-    kept = [(text, i, kind) for i, (text, kind) in enumerate(zip(tokens, kinds))
-            if kind != _UNUSED and text]
-    prefix = metadata.get("tokenizer.ggml.add_space_prefix", True)
-    unknown = metadata.get("tokenizer.ggml.unknown_token_id", 0)
-    added = [{"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": kind != _USER_DEFINED}
-             for text, i, kind in kept if kind in (_UNKNOWN, _CONTROL, _USER_DEFINED)]
-    model = {"type": "BPE", "byte_fallback": True, "fuse_unk": True,
-             "unk_token": tokens[unknown] if 0 <= unknown < len(tokens) else None,
-             "vocab": {text: i for text, i, _ in kept},
-             "merges": metadata.get("tokenizer.ggml.merges") or sentencepiece.merges_by_score(
-                 [text for text, _, _ in kept], [scores[i] for _, i, _ in kept])}
-    replace = {"type": "Replace", "pattern": {"String": " "}, "content": sentencepiece.METASPACE}
-    prepend = [{"type": "Prepend", "prepend": sentencepiece.METASPACE}] if prefix else []
-    strip = [{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix else []
-    decoders = [{**replace, "pattern": {"String": sentencepiece.METASPACE}, "content": " "},
-                {"type": "ByteFallback"}, {"type": "Fuse"}, *strip]
-    return {"normalizer": {"type": "Sequence", "normalizers": [*prepend, replace]},
-            "pre_tokenizer": None, "model": model, "added_tokens": added,
-            "decoder": {"type": "Sequence", "decoders": decoders}}
+    pieces = sentencepiece.Pieces(tokens, scores, kinds)
+    return sentencepiece.hf_tokenizer_json(
+        pieces, metadata.get("tokenizer.ggml.add_space_prefix", True),
+        metadata.get("tokenizer.ggml.unknown_token_id", 0), metadata.get("tokenizer.ggml.merges"))
 
 
 def _check_bpe_model(metadata: dict, where: str) -> str:

@@ -348,6 +348,23 @@ def from_gguf(path, *, pattern=None, strict: bool = True) -> Vocabulary:
     return dataclasses.replace(vocab, metadata={**vocab.metadata, "imported_from": "gguf"})
 
 
+def from_sentencepiece(path) -> Vocabulary:
+    """Import a SentencePiece BPE ``tokenizer.model`` (Llama 1-2, Mistral 7B, Gemma, Phi-3):
+    SentencePiece's ids, read as transformers' converter writes the model's tokenizer.json
+    (``gpubpe.sentencepiece.read_model_file``). Control pieces (``<s>``) are special
+    tokens, never matched in text by SentencePiece (``disallowed_special=()`` gives its
+    ids); user-defined pieces are matched always, as SentencePiece matches them, but text
+    holding one takes the converter's ids: its "▁" before each stretch of text between
+    added tokens, where SentencePiece writes one before the whole text. A model of another
+    kind (Unigram) or with other text rules raises ModelFormatError naming it."""
+    path = Path(path)
+    pieces, prefix_space, unknown_id = sentencepiece.read_model_file(path)
+    data = sentencepiece.hf_tokenizer_json(pieces, prefix_space, unknown_id)
+    vocab = _import_hf(data, True, str(path))[0]
+    return dataclasses.replace(vocab, metadata={**vocab.metadata,
+                                                "imported_from": f"sentencepiece {path.name}"})
+
+
 def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:
     """Import GPT-2 style ``vocab.json`` + ``merges.txt`` (GPT-2 pattern, no prefix space).
 

@@ -601,13 +601,18 @@ def replay_token_bytes(rules: np.ndarray) -> list[bytes]:
     return pieces
 
 
+# The tokenizer files a model folder may hold, the first found read: HF's, Mistral's,
+# SentencePiece's.
+_FOLDER_FILES = ("tokenizer.json", "tekken.json", "tokenizer.model")
+
+
 def tokenizer_json_path(path: Path) -> Path:
-    """A tokenizer file's path: a model folder stands for the ``tokenizer.json`` in it, or
-    for Mistral's ``tekken.json`` where it holds that alone."""
+    """A tokenizer file's path: a model folder stands for the first of ``_FOLDER_FILES`` in
+    it (its ``tokenizer.json`` where it holds none)."""
     if not path.is_dir():
         return path
-    hf_file, tekken_file = path / "tokenizer.json", path / "tekken.json"
-    return tekken_file if tekken_file.exists() and not hf_file.exists() else hf_file
+    return next((path / name for name in _FOLDER_FILES if (path / name).exists()),
+                path / "tokenizer.json")
 
 
 def read_tokenizer_json(path: Path):

@@ -1,5 +1,8 @@
 """SentencePiece-style BPE (HF's ``byte_fallback``: Llama 1-2, Mistral 7B, Phi-3, Gemma):
-its tokens as gpubpe's bytes and rules, its text handling as an ``IdLayout``.
+its tokens as gpubpe's bytes and rules, its text handling as an ``IdLayout``. Its sources:
+a HF tokenizer.json, a GGUF file's pieces, or SentencePiece's own ``tokenizer.model``
+(``read_model_file``), the last two as the tokenizer.json transformers' converter writes
+(``hf_tokenizer_json``).
 
 Such a vocabulary's symbols are characters, not bytes: a text's spaces become "▁", and a
 character the vocabulary lacks becomes its UTF-8 bytes as <0xXX> tokens, which no merge
@@ -20,12 +23,18 @@ joins. gpubpe reads it as a byte-level BPE that gives the same ids:
 from __future__ import annotations
 
 import re
+import struct
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from .errors import ModelFormatError
 
 METASPACE = "▁"
+# A piece's type in a SentencePiece model (``ModelProto.SentencePiece.Type``); GGUF's
+# ``tokenizer.ggml.token_type`` numbers them the same.
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 _FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 # Metaspace's split=true (MergedWithNext at each "▁"), on text whose "▁" are spaces.
 METASPACE_SPLIT = r" [^ ]*|[^ ]+"
@@ -162,6 +171,157 @@ def merges_by_score(texts: list[str], scores: list[float]) -> list[list[str]]:
         merges.extend((-score, *split) for split in sorted(splits))
     order = sorted(range(len(merges)), key=lambda k: merges[k][0])  # stable: vocab order
     return [[merges[k][3], merges[k][4]] for k in order]
+
+
+class Pieces(NamedTuple):
+    """A SentencePiece vocabulary: each piece's text, score and type, by id."""
+
+    texts: list[str]
+    scores: list[float]
+    kinds: list[int]
+
+
+def hf_tokenizer_json(pieces: Pieces, prefix_space: bool, unknown_id: int,
+                      merges: list | None = None) -> dict:
+    """The HF tokenizer.json transformers' converter writes for a SentencePiece BPE (Llama's):
+    merges from the pieces' scores unless given, "▁" for spaces and one before the text
+    (``prefix_space``), <0xXX> fallback; control, unknown and user-defined pieces are added
+    tokens (HF matches the user-defined ones in text, as SentencePiece does)."""
+    kept = [(text, i, kind) for i, (text, kind) in enumerate(zip(pieces.texts, pieces.kinds))
+            if kind != UNUSED and text]
+    added = [{"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": kind != USER_DEFINED}
+             for text, i, kind in kept if kind in (UNKNOWN, CONTROL, USER_DEFINED)]
+    unknown = pieces.texts[unknown_id] if 0 <= unknown_id < len(pieces.texts) else None
+    model = {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": unknown,
+             "vocab": {text: i for text, i, _ in kept},
+             "merges": merges or merges_by_score([text for text, _, _ in kept],
+                                                 [pieces.scores[i] for _, i, _ in kept])}
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": METASPACE}
+    prepend = [{"type": "Prepend", "prepend": METASPACE}] if prefix_space else []
+    strip = [{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix_space else []
+    decoders = [{**replace, "pattern": {"String": METASPACE}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}, *strip]
+    return {"normalizer": {"type": "Sequence", "normalizers": [*prepend, replace]},
+            "pre_tokenizer": None, "model": model, "added_tokens": added,
+            "decoder": {"type": "Sequence", "decoders": decoders}}
+
+
+# ------------------------------------------------------------ SentencePiece's model file
+# A ``tokenizer.model`` is a protobuf ``ModelProto`` (sentencepiece_model.proto): pieces
+# (field 1: text 1, score 2, type 3), trainer_spec (2) and normalizer_spec (3). Read here
+# without protobuf: the fields below, each with proto2's default where the file omits it.
+_TRAINER_DEFAULTS = {"model_type": (3, 1), "treat_whitespace_as_suffix": (24, 0),
+                     "byte_fallback": (35, 0), "unk_id": (40, 0)}
+_NORMALIZER_DEFAULTS = {"name": (1, b""), "precompiled_charsmap": (2, b""),
+                        "add_dummy_prefix": (3, 1), "remove_extra_whitespaces": (4, 1),
+                        "escape_whitespaces": (5, 1), "normalization_rule_tsv": (6, b"")}
+_BPE = 2
+_MODEL_TYPES = {1: "Unigram (T5, ALBERT, XLNet, mT5 ...)", 3: "WORD", 4: "CHAR"}
+
+
+def is_model_file(path: Path) -> bool:
+    """Whether the file at ``path`` starts as a SentencePiece model does (a piece: field 1,
+    whose text is field 1 too), and not as JSON."""
+    try:
+        with open(path, "rb") as file:
+            start = file.read(64)
+    except OSError:
+        return False
+    return start[:1] == b"\n" and start[2:3] == b"\n" and start.lstrip()[:1] not in b"{["
+
+
+def read_model_file(path: Path) -> tuple[Pieces, bool, int]:
+    """(pieces, prefix space, unknown id) of a SentencePiece BPE ``tokenizer.model``; a model
+    gpubpe would encode otherwise than SentencePiece raises ModelFormatError naming why."""
+    where = str(path)
+    try:
+        data = path.read_bytes()
+        pieces, specs = _model_fields(data)
+    except OSError as exc:
+        raise ModelFormatError(f"{where}: cannot be read ({exc.strerror})") from None
+    except (IndexError, ValueError, UnicodeDecodeError, struct.error) as exc:
+        raise ModelFormatError(f"{where} is not a SentencePiece model (protobuf ModelProto): "
+                               f"{exc}") from None
+    trainer = _spec(specs.get(2, b""), _TRAINER_DEFAULTS)
+    normalizer = _spec(specs.get(3, b""), _NORMALIZER_DEFAULTS)
+    _check_model_options(trainer, normalizer, where)
+    return pieces, bool(normalizer["add_dummy_prefix"]), trainer["unk_id"]
+
+
+def _check_model_options(trainer: dict, normalizer: dict, where: str) -> None:
+    """What gpubpe reads: BPE with byte fallback, spaces as "▁" before a piece, no other
+    normalization (Llama 1-2, Mistral 7B, Gemma's and Phi-3's models)."""
+    if trainer["model_type"] != _BPE:
+        kind = _MODEL_TYPES.get(trainer["model_type"], f"model_type {trainer['model_type']}")
+        raise ModelFormatError(f"{where}: a SentencePiece {kind} model, not BPE; gpubpe reads "
+                               "SentencePiece BPE models only")
+    refused = [why for why, bad in (
+        ("no byte_fallback (a character it lacks would be <unk>)", not trainer["byte_fallback"]),
+        ("treat_whitespace_as_suffix", trainer["treat_whitespace_as_suffix"]),
+        (f"the normalizer {normalizer['name'].decode()!r} (a precompiled character map)",
+         normalizer["precompiled_charsmap"] or normalizer["normalization_rule_tsv"]),
+        ("remove_extra_whitespaces", normalizer["remove_extra_whitespaces"]),
+        ("escape_whitespaces off", not normalizer["escape_whitespaces"])) if bad]
+    if refused:
+        raise ModelFormatError(f"{where}: a SentencePiece BPE with {', '.join(refused)}; gpubpe "
+                               "reads byte-fallback BPE whose only text rule is spaces as "
+                               "'▁' (Llama 2's, Mistral 7B's, Gemma's)")
+
+
+def _model_fields(data: bytes) -> tuple[Pieces, dict[int, bytes]]:
+    """The pieces of a ModelProto, and its other messages by field number."""
+    texts, scores, kinds, specs = [], [], [], {}
+    for number, value in _fields(data):
+        if number != 1:
+            specs[number] = value
+            continue
+        piece = {1: b"", 2: b"\0\0\0\0", 3: NORMAL} | dict(_fields(value))
+        texts.append(piece[1].decode("utf-8"))
+        scores.append(struct.unpack("<f", piece[2])[0])
+        kinds.append(piece[3])
+    if not texts:
+        raise ValueError("it holds no pieces")
+    return Pieces(texts, scores, kinds), specs
+
+
+def _spec(message: bytes, defaults: dict[str, tuple[int, object]]) -> dict:
+    """The named fields of a spec message, proto2's defaults where it omits them."""
+    found = dict(_fields(message))
+    return {name: found.get(number, default) for name, (number, default) in defaults.items()}
+
+
+def _fields(message: bytes):
+    """(field number, value) of each field: an int (varint), bytes (length-delimited), or
+    the 4 or 8 raw bytes of a fixed-width field. A repeated field comes once a value."""
+    at = 0
+    while at < len(message):
+        key, at = _varint(message, at)
+        wire = key & 7
+        if wire == 0:
+            value, at = _varint(message, at)
+        elif wire == 2:
+            size, at = _varint(message, at)
+            value, at = message[at:at + size], at + size
+            if at > len(message):
+                raise ValueError("a field runs past the end")
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, at = message[at:at + size], at + size
+        else:
+            raise ValueError(f"wire type {wire} at byte {at}")
+        yield key >> 3, value
+
+
+def _varint(message: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = message[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
 
 
 # ------------------------------------------------------------ export

@@ -45,7 +45,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import regex
 
-from . import gguf, interop, tekken
+from . import gguf, interop, sentencepiece, tekken
 from ._pystr import TextTables, decode_texts
 from ._threads import HelpedPool, check_num_threads, run_all, thread_count
 from .backend import FORKED_AFTER_CUDA, resolve_backend
@@ -417,11 +417,14 @@ class Tokenizer:
     def load(cls, path: str | Path, backend: str = "auto") -> Tokenizer:
         """Read a tokenizer written by :meth:`save`, a HF ``tokenizer.json`` or a model
         folder holding one (imported as :meth:`from_hf` imports it), a GGUF file (as
-        :meth:`from_gguf`) or Mistral's ``tekken.json`` (mistral-common's ids,
-        ``gpubpe.tekken``); a bad file raises ModelFormatError."""
+        :meth:`from_gguf`), Mistral's ``tekken.json`` (mistral-common's ids,
+        ``gpubpe.tekken``) or a SentencePiece BPE ``tokenizer.model`` (SentencePiece's ids,
+        ``interop.from_sentencepiece``); a bad file raises ModelFormatError."""
         path = tokenizer_json_path(Path(path))
         if gguf.is_gguf(path):
             return cls(interop.from_gguf(path), backend)
+        if sentencepiece.is_model_file(path):
+            return cls(interop.from_sentencepiece(path), backend)
         data = read_tokenizer_json(path)
         if isinstance(data, dict) and "format" not in data and "model" in data:
             return cls(interop.from_hf(data, where=str(path)), backend)

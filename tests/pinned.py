@@ -66,3 +66,24 @@ def _members(archive: Path, url: str):
         for member in tar:
             if member.isfile():
                 yield member.name, lambda member=member: tar.extractfile(member).read()
+
+
+# Mistral's tokenizer files in the mistral-common 1.13.1 wheel (6.6 MB): two tekken.json
+# and five SentencePiece BPE models (Mistral 7B v0.1's, its instruct versions v2-v7).
+MISTRAL_WHEEL_URL = ("https://files.pythonhosted.org/packages/e5/9c/58411e76b2bdd31a012a756dd0"
+                     "d13a624669cdd728e8966d709113d0d437/mistral_common-1.13.1-py3-none-any.whl")
+MISTRAL_WHEEL_SHA256 = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
+TEKKEN_FILES = ("tekken_240718.json", "tekken_240911.json")
+SENTENCEPIECE_FILES = ("tokenizer.model.v1", "mistral_instruct_tokenizer_240216.model.v2",
+                       "mistral_instruct_tokenizer_240323.model.v3",
+                       "mistral_instruct_tokenizer_241114.model.v7",
+                       "mistral_instruct_tokenizer_241114.model.v7m1")
+
+
+def mistral_files() -> Path:
+    """The folder holding ``TEKKEN_FILES`` and ``SENTENCEPIECE_FILES``."""
+    wanted = set(TEKKEN_FILES + SENTENCEPIECE_FILES)
+    return pinned_folder("mistral-common-1.13.1-tokenizers", MISTRAL_WHEEL_URL,
+                         MISTRAL_WHEEL_SHA256,
+                         lambda member: Path(member).name if Path(member).name in wanted
+                         else None, "the mistral-common wheel")

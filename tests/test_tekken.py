@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pinned import pinned_folder
+from pinned import TEKKEN_FILES, mistral_files
 from test_real_vocab import CORPUS, DEMO, two_kb_documents
 
 import gpubpe
@@ -29,18 +29,11 @@ from gpubpe.errors import ModelFormatError, SpecialTokenError
 
 tiktoken = pytest.importorskip("tiktoken", reason="needs the 'dev' extra")
 
-WHEEL_URL = ("https://files.pythonhosted.org/packages/e5/9c/58411e76b2bdd31a012a756dd0d13a624"
-             "669cdd728e8966d709113d0d437/mistral_common-1.13.1-py3-none-any.whl")
-WHEEL_SHA256 = "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"
-REAL_FILES = ("tekken_240718.json", "tekken_240911.json")
 
 
 @pytest.fixture(scope="module")
-def mistral_files() -> Path:
-    return pinned_folder("mistral-common-1.13.1", WHEEL_URL, WHEEL_SHA256,
-                         lambda member: Path(member).name
-                         if Path(member).name in REAL_FILES else None,
-                         "the mistral-common wheel")
+def mistral_folder() -> Path:
+    return mistral_files()
 
 
 def mistral_encoding(data: dict):
@@ -60,9 +53,9 @@ def documents() -> list[str]:
         "", " ", "\n\n\n", "12345678", "[INST] a [/INST]</s>", "<SPECIAL_999>", "é" * 300]
 
 
-@pytest.mark.parametrize("name", REAL_FILES)
-def test_mistrals_files_give_mistrals_ids(mistral_files, name):
-    path = mistral_files / name
+@pytest.mark.parametrize("name", TEKKEN_FILES)
+def test_mistrals_files_give_mistrals_ids(mistral_folder, name):
+    path = mistral_folder / name
     data = json.loads(path.read_text(encoding="utf-8"))
     expected_encoding = mistral_encoding(data)
     tok = gpubpe.load(path, backend="cpu")
@@ -76,9 +69,9 @@ def test_mistrals_files_give_mistrals_ids(mistral_files, name):
     assert tok.encode(b"\x00\xff", disallowed_special=()) == [1000, 1255]  # bytes at 1000-1255
 
 
-def test_special_tokens_as_mistral_numbers_them(mistral_files):
+def test_special_tokens_as_mistral_numbers_them(mistral_folder):
     # tekken_240718 (version v3) lists none: mistral-common's twenty, then <SPECIAL_20> ...
-    tok = gpubpe.load(mistral_files / "tekken_240718.json", backend="cpu")
+    tok = gpubpe.load(mistral_folder / "tekken_240718.json", backend="cpu")
     specials = tok.special_tokens
     assert [specials[t] for t in ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "<pad>",
                                   "[TOOL_CONTENT]", "<SPECIAL_20>", "<SPECIAL_999>")] == \
@@ -90,9 +83,9 @@ def test_special_tokens_as_mistral_numbers_them(mistral_files):
     assert tok.decode([1, 22177, 2]) == "<s>Hello</s>"
 
 
-def test_saved_and_hf_exported_keep_mistrals_ids(mistral_files, tmp_path):
+def test_saved_and_hf_exported_keep_mistrals_ids(mistral_folder, tmp_path):
     tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
-    tok = gpubpe.load(mistral_files / "tekken_240911.json", backend="cpu")
+    tok = gpubpe.load(mistral_folder / "tekken_240911.json", backend="cpu")
     tok.save(tmp_path / "saved.json")
     tok.to_hf(tmp_path / "tokenizer.json")
     texts = CORPUS.read_text(encoding="utf-8").splitlines()[:3000]
