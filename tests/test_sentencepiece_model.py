@@ -77,6 +77,20 @@ def test_user_defined_pieces_take_hfs_prefix_rule(mistral_folder):
     assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=False)  # not ``text``: HF's
 
 
+def test_saved_and_hf_exported_keep_sentencepieces_ids(mistral_folder, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+    path = mistral_folder / SENTENCEPIECE_FILES[0]
+    tok = gpubpe.load(path, backend="cpu")
+    tok.save(tmp_path / "saved.json")
+    tok.to_hf(tmp_path / "tokenizer.json")
+    documents = CORPUS.read_text(encoding="utf-8").splitlines()[:3000] + ["  a  b ", " x"]
+    expected = spm.SentencePieceProcessor(model_file=str(path)).encode(documents)
+    saved = gpubpe.load(tmp_path / "saved.json", backend="cpu")
+    assert saved.encode_batch(documents, disallowed_special=()) == expected
+    hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert [e.ids for e in hf.encode_batch(documents, add_special_tokens=False)] == expected
+
+
 def test_a_model_folder_and_the_cli(mistral_folder, tmp_path, capsys):
     folder = tmp_path / "mistral-7b"  # a folder holding tokenizer.model alone
     folder.mkdir()
