@@ -15,7 +15,7 @@ GPT-2's and Llama 3's files run again under each Unicode normalizer HF has (``gp
 in the ``anthropic`` 0.37.1 wheel, NFKC); ``--mistral-files`` adds Mistral's own files
 (``tekken*.json`` against tiktoken over the ranks mistral-common keeps, ids moved up by its
 special-token count; SentencePiece ``*.model*`` files against the ``sentencepiece``
-package, their control pieces put in the text as text). ``--exports`` runs each engine again as
+package, their control and user-defined pieces put in the text). ``--exports`` runs each engine again as
 "<name>-export": HF or tiktoken reading gpubpe's own export of the vocabulary
 (``to_hf_json``, ``to_tiktoken``) against gpubpe's ids.
 
@@ -160,10 +160,12 @@ def engines(names: list[str] | None, threads: int, hf_paths: list[str], exports:
 def mistral_engine(path: str, threads: int):
     """A Mistral file against its own runtime: tekken.json against tiktoken (as
     ``tests/test_tekken.py`` builds it), a SentencePiece model against ``sentencepiece``.
-    Neither matches a control token in text: its texts go in the documents as text."""
+    Neither matches a control token in text: its texts go in the documents as text, as do
+    the user-defined pieces SentencePiece matches (Mistral's ``[REFERENCE_DOC_n]``)."""
     tok = gpubpe.load(path, backend="cpu")
-    controls = [text for text, i in tok.special_tokens.items()
-                if text not in tok.vocabulary.layout.tokens_flagged("not_special")][:20]
+    user_defined = tok.vocabulary.layout.tokens_flagged("not_special")
+    controls = [text for text in tok.special_tokens if text not in user_defined][:20]
+    controls += sorted(user_defined)[:20]
     if path.endswith(".json"):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from pattern_bench import tekken_encoding

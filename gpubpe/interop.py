@@ -353,16 +353,17 @@ def from_sentencepiece(path) -> Vocabulary:
     SentencePiece's ids, read as transformers' converter writes the model's tokenizer.json
     (``gpubpe.sentencepiece.read_model_file``). Control pieces (``<s>``) are special
     tokens, never matched in text by SentencePiece (``disallowed_special=()`` gives its
-    ids); user-defined pieces are matched always, as SentencePiece matches them, but text
-    holding one takes the converter's ids: its "▁" before each stretch of text between
-    added tokens, where SentencePiece writes one before the whole text. A model of another
-    kind (Unigram) or with other text rules raises ModelFormatError naming it."""
+    ids); user-defined pieces are matched always, as SentencePiece matches them, with its
+    one "▁" before the whole text (the prefix rule "sentencepiece"; transformers' converter
+    puts one before each stretch between added tokens). A model of another kind (Unigram)
+    or with other text rules raises ModelFormatError naming it."""
     path = Path(path)
     pieces, prefix_space, unknown_id = sentencepiece.read_model_file(path)
     data = sentencepiece.hf_tokenizer_json(pieces, prefix_space, unknown_id)
     vocab = _import_hf(data, True, str(path))[0]
-    return dataclasses.replace(vocab, metadata={**vocab.metadata,
-                                                "imported_from": f"sentencepiece {path.name}"})
+    layout = dataclasses.replace(vocab.layout, prefix_rule="sentencepiece")
+    return dataclasses.replace(vocab, layout=layout, metadata={
+        **vocab.metadata, "imported_from": f"sentencepiece {path.name}"})
 
 
 def from_gpt2_files(vocab_json, merges_txt) -> Vocabulary:

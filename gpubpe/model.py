@@ -99,8 +99,12 @@ class IdLayout:
 # "unless-space": each one not starting with a space (ByteLevel's add_prefix_space,
 # Metaspace's prepend_scheme "always"); "always": each non-empty one (the Prepend("▁")
 # normalizer of Llama 2's files); "first": a document's first piece, when it starts the
-# document and not with a space (Metaspace's "first").
-PREFIX_RULES = ("unless-space", "always", "first")
+# document and not with a space (Metaspace's "first"); "sentencepiece": SentencePiece's own
+# (a ``tokenizer.model`` read itself), one before the text of a document or after a special
+# token, a user-defined token (matched always) counted as text: the space goes before a
+# piece that starts such a stretch when the piece holds text or a user-defined token
+# follows it, and never after a user-defined token.
+PREFIX_RULES = ("unless-space", "always", "first", "sentencepiece")
 
 
 @dataclass

@@ -374,7 +374,7 @@ def _hf_text_handling(layout, pattern, replace: dict) -> tuple[dict | None, dict
     """(normalizer, pre-tokenizer) that ``text_rules`` reads back as ``layout`` and
     ``pattern``."""
     split = pattern == METASPACE_SPLIT
-    if layout.prefix_space and layout.prefix_rule == "always":  # Llama 2's Prepend
+    if layout.prefix_space and layout.prefix_rule in ("always", "sentencepiece"):  # Prepend
         prepend = {"type": "Sequence", "normalizers": [
             {"type": "Prepend", "prepend": METASPACE}, replace]}
         return prepend, _metaspace("never", True) if split else None

@@ -63,6 +63,7 @@ from .kernels.encode import (
     ADMIT_IN_PARTS_FROM,
     PREFIX_ALWAYS,
     PREFIX_FIRST,
+    PREFIX_MARKED,
     PREFIX_NONE,
     PREFIX_UNLESS_SPACE,
     WordCache,
@@ -313,6 +314,8 @@ class Tokenizer:
         # Added tokens HF does not call special: matched whatever ``allowed_special`` says.
         self._always_matched = frozenset() if layout is None else \
             layout.tokens_flagged("not_special")
+        self._always_matched_ids = np.array([self._special_ids[t] for t in self._always_matched],
+                                            dtype=np.int64)
         # Added tokens HF matches in the normalized text (only under a normalizer).
         self._normalized_specials = frozenset() if layout is None else \
             layout.tokens_flagged("normalized")
@@ -726,7 +729,7 @@ class Tokenizer:
         pieces, doc_first_piece = self._pieces(array, doc_start, doc_end, matches, piece_threads)
         if self._source_layout is not None:
             array, pieces = _source_pieces(array, pieces, doc_first_piece, layout,
-                                           piece_threads)
+                                           piece_threads, self._always_matched_ids)
             pieces, doc_first_piece = self._cut_source_pieces(array, pieces, doc_first_piece,
                                                               piece_threads)
         if on_device:
@@ -1391,7 +1394,8 @@ def _source_text(data: bytes, layout: IdLayout) -> bytes:
     """One text piece that starts its document, as ``_source_pieces`` writes it."""
     if layout.metaspace:
         data = data.replace(_METASPACE_UTF8, b" ")
-    if layout.prefix_space and data and (layout.prefix_rule == "always" or data[0] != 0x20):
+    if layout.prefix_space and data and (layout.prefix_rule in ("always", "sentencepiece")
+                                         or data[0] != 0x20):
         data = b" " + data
     return data
 
@@ -1399,7 +1403,8 @@ def _source_text(data: bytes, layout: IdLayout) -> bytes:
 _METASPACE_UTF8 = "▁".encode()
 
 
-def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: int):
+def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: int,
+                   always_matched_ids: np.ndarray):
     """The pieces as HF's normalizer and pre-tokenizer see them: a space before those
     ``layout.prefix_rule`` names, each "▁" of text a space (metaspace). Returns a new buffer
     and the pieces' ranges in it; two passes (``source_piece_lengths``, then
@@ -1410,6 +1415,8 @@ def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: in
     piece_start, piece_end, piece_special = pieces
     first_piece = np.zeros(piece_start.size, dtype=bool)
     first_piece[doc_first_piece[:-1][np.diff(doc_first_piece) > 0]] = True
+    if layout.prefix_rule == "sentencepiece":
+        first_piece = _sentencepiece_marks(pieces, first_piece, always_matched_ids)
     rule = _PREFIX_CODES[layout.prefix_rule] if layout.prefix_space else PREFIX_NONE
     rewrite = (array, piece_start, piece_end, piece_special, first_piece, rule, layout.metaspace)
     shares = _shares(piece_end - piece_start, threads)
@@ -1422,8 +1429,24 @@ def _source_pieces(array, pieces, doc_first_piece, layout: IdLayout, threads: in
     return _readonly_bytes(out), (new_start, new_end, piece_special)
 
 
+def _sentencepiece_marks(pieces, starts_document: np.ndarray, always_matched_ids: np.ndarray):
+    """The text pieces SentencePiece's rule puts a space before (``PREFIX_RULES``): those
+    starting a document or following a special token that is not matched always, holding
+    text or followed by a token that is (a user-defined piece, which SentencePiece finds in
+    its text after putting the space before it). A document's first piece is text, an
+    empty one where it starts with a token."""
+    piece_start, piece_end, piece_special = pieces
+    user_defined = np.isin(piece_special, always_matched_ids)
+    after_special = np.zeros(piece_start.size, dtype=bool)
+    after_special[1:] = (piece_special[:-1] >= 0) & ~user_defined[:-1]
+    before_user_defined = np.zeros(piece_start.size, dtype=bool)
+    before_user_defined[:-1] = user_defined[1:]
+    return (piece_special < 0) & (starts_document | after_special) & \
+        ((piece_end > piece_start) | before_user_defined)
+
+
 _PREFIX_CODES = {"unless-space": PREFIX_UNLESS_SPACE, "always": PREFIX_ALWAYS,
-                 "first": PREFIX_FIRST}
+                 "first": PREFIX_FIRST, "sentencepiece": PREFIX_MARKED}
 
 
 # HF's added-token flags that move or drop a match (``_apply_special_flags``).

@@ -3,16 +3,15 @@
 - Real files no one here made: Mistral 7B's ``tokenizer.model`` (v1) and its four instruct
   versions (v2, v3, v7, v7m1; 768 control pieces, 20 user-defined ones from v3), from the
   pinned ``mistral-common`` 1.13.1 wheel (``tests/pinned.py``), against the
-  ``sentencepiece`` package's ids and text on real documents.
-- Where gpubpe follows transformers' converter instead (text holding a user-defined piece:
-  SentencePiece puts its one "▁" before the whole text, HF before each stretch between
-  added tokens), the test says so and checks HF's ids.
+  ``sentencepiece`` package's ids and text on real documents; ``bench/parity_fuzz.py
+  --mistral-files`` runs them on random text.
+- Text holding a user-defined piece takes SentencePiece's ids too: its one "▁" goes before
+  the whole text (transformers' converter puts one before each stretch between added tokens).
 - Models of another kind or with other text rules are refused, naming why.
 """
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from pinned import SENTENCEPIECE_FILES, mistral_files
 from test_real_vocab import CORPUS, DEMO
 
 import gpubpe
-from gpubpe import sentencepiece
 from gpubpe.cli import main
 from gpubpe.errors import ModelFormatError
 
@@ -57,24 +55,30 @@ def test_mistrals_models_give_sentencepieces_ids(mistral_folder, name):
     assert tok.decode_batch(expected) == processor.decode(expected)
 
 
-def test_user_defined_pieces_take_hfs_prefix_rule(mistral_folder):
-    # v3's [REFERENCE_DOC_n] pieces are matched in text by both; the one "▁" SentencePiece
-    # writes before the whole text, transformers' converter (and so gpubpe) writes before
-    # each stretch of text between added tokens.
-    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+def test_user_defined_pieces_as_sentencepiece_places_them(mistral_folder, tmp_path):
+    # v3's [REFERENCE_DOC_n] pieces are matched in text, and SentencePiece's one "▁" goes
+    # before the whole text, not before each stretch between them (transformers' converter
+    # does that: [ref3, "▁", "▁x", ref19, "▁y"] here).
     path = mistral_folder / "mistral_instruct_tokenizer_240323.model.v3"
     tok = gpubpe.load(path, backend="cpu")
-    hf = tokenizers.Tokenizer.from_str(json.dumps(
-        sentencepiece.hf_tokenizer_json(*sentencepiece.read_model_file(path))))
     processor = spm.SentencePieceProcessor(model_file=str(path))
-    text = "[REFERENCE_DOC_3] x[REFERENCE_DOC_19]y"
     ref3, ref19 = (processor.piece_to_id(f"[REFERENCE_DOC_{n}]") for n in (3, 19))
-    meta, meta_x, letter_y, meta_y = (processor.piece_to_id(p) for p in ("▁", "▁x", "y", "▁y"))
-    assert processor.encode(text) == [meta, ref3, meta_x, ref19, letter_y]
-    assert tok.encode(text) == hf.encode(text, add_special_tokens=False).ids == \
-        [ref3, meta, meta_x, ref19, meta_y]
-    ids = tok.encode(text)
-    assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=False)  # not ``text``: HF's
+    meta, meta_x, letter_y = (processor.piece_to_id(p) for p in ("▁", "▁x", "y"))
+    text = "[REFERENCE_DOC_3] x[REFERENCE_DOC_19]y"
+    assert processor.encode(text) == tok.encode(text) == [meta, ref3, meta_x, ref19, letter_y]
+    documents = [text, "a [REFERENCE_DOC_1]", " [REFERENCE_DOC_1] ", "[REFERENCE_DOC_0]",
+                 "[REFERENCE_DOC_0][REFERENCE_DOC_1]", "x\n[REFERENCE_DOC_2]\n", "", " ",
+                 "[INST] [REFERENCE_DOC_4] [/INST]"]
+    expected = processor.encode(documents)
+    assert tok.encode_batch(documents, disallowed_special=()) == expected
+    assert tok.decode_batch(expected) == processor.decode(expected)
+    tok.save(tmp_path / "saved.json")  # the rule is kept
+    saved = gpubpe.load(tmp_path / "saved.json")
+    assert saved.encode_batch(documents, disallowed_special=()) == expected
+    # A control token allowed in the text starts a stretch, as a document does: HF's rule.
+    assert tok.encode("[INST][REFERENCE_DOC_4] hi", allowed_special="all") == \
+        [processor.piece_to_id("[INST]"), meta, processor.piece_to_id("[REFERENCE_DOC_4]")] + \
+        processor.encode(" hi")[1:]
 
 
 def test_saved_and_hf_exported_keep_sentencepieces_ids(mistral_folder, tmp_path):

@@ -158,7 +158,7 @@ def build_pieces_cpu(data, doc_start, doc_end, match_at, match_len, match_id, cu
 
 # ---------------------------------------------------------------- prefix spaces, "▁"
 
-PREFIX_NONE, PREFIX_UNLESS_SPACE, PREFIX_ALWAYS, PREFIX_FIRST = -1, 0, 1, 2
+PREFIX_NONE, PREFIX_UNLESS_SPACE, PREFIX_ALWAYS, PREFIX_FIRST, PREFIX_MARKED = -1, 0, 1, 2, 3
 
 
 @hot
@@ -169,8 +169,13 @@ def _is_metaspace(data, i, end):
 
 @hot
 def _gets_prefix(data, start, end, special, first, rule, metaspace):
-    """Whether a piece gets a space before it under ``rule`` (``PREFIX_*``)."""
-    if special >= 0 or end == start or rule == PREFIX_NONE or (rule == PREFIX_FIRST and not first):
+    """Whether a piece gets a space before it under ``rule`` (``PREFIX_*``; ``PREFIX_MARKED``:
+    the text pieces the host marked in ``first``, empty ones too)."""
+    if special >= 0 or rule == PREFIX_NONE:
+        return False
+    if rule == PREFIX_MARKED:
+        return first
+    if end == start or (rule == PREFIX_FIRST and not first):
         return False
     if rule == PREFIX_ALWAYS:
         return True
