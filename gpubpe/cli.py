@@ -651,10 +651,27 @@ def _export_tiktoken(tok, args) -> int:
     check_output(args.output, [args.tokenizer])
     pat_str = tiktoken_pattern(tok.vocabulary)
     save_tiktoken_ranks(tok.vocabulary, args.output)
-    print(f"wrote {args.output}; give tiktoken.Encoding pat_str="
-          f"{pat_str!r} and special_tokens="
-          f"{tok.special_tokens!r}", file=sys.stderr)
+    print(f"wrote {args.output}; give tiktoken.Encoding pat_str={pat_str!r} and "
+          f"special_tokens={_special_tokens_given(tok.special_tokens, args.output)}",
+          file=sys.stderr)
     return 0
+
+
+# More special tokens than this are written to a JSON file beside the rank file, not printed
+# (Mistral's tekken.json has 1,000).
+_PRINTED_SPECIAL_TOKENS = 16
+
+
+def _special_tokens_given(special_tokens: dict[str, int], output: Path) -> str:
+    """The special tokens as the export's message gives them: printed, or, when there are
+    many, written as JSON beside ``output`` and the file named."""
+    if len(special_tokens) <= _PRINTED_SPECIAL_TOKENS:
+        return repr(special_tokens)
+    from .atomic import write_text_atomically
+
+    path = output.with_name(output.name + ".special_tokens.json")
+    write_text_atomically(path, json.dumps(special_tokens, ensure_ascii=False, indent=0))
+    return f"json.load(open({str(path)!r})) ({len(special_tokens)} tokens, written there)"
 
 
 def hf_tokenizer_config(tok, roles: dict[str, str | None], model_max_length=None) -> dict:

@@ -140,6 +140,26 @@ def test_the_cli_prints_mistrals_ids(cl100k, tmp_path, capsys):
     assert capsys.readouterr().out.split() == [str(i) for i in expected]
 
 
+def test_a_tiktoken_export_writes_its_many_special_tokens_beside_it(cl100k, tmp_path, capsys):
+    # 100 special tokens: printed, they would bury the message; written as JSON instead.
+    source = tmp_path / "tekken.json"
+    source.write_text(json.dumps(small_tekken(cl100k)), encoding="utf-8")
+    target = tmp_path / "small.tiktoken"
+    assert main(["export", "-t", str(source), "-o", str(target)]) == 0
+    message = capsys.readouterr().err
+    specials_file = tmp_path / "small.tiktoken.special_tokens.json"
+    assert str(specials_file) in message and "(100 tokens, written there)" in message
+    assert len(message) < 1000
+    specials = json.loads(specials_file.read_text(encoding="utf-8"))
+    tok = gpubpe.load(source)
+    assert specials == tok.special_tokens
+    exported = tiktoken.Encoding("small", pat_str=cl100k._pat_str,
+                                 mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(target)),
+                                 special_tokens=specials)
+    text = "<special 3>Hello world<SPECIAL_50> 12345"
+    assert exported.encode(text, allowed_special="all") == tok.encode(text, allowed_special="all")
+
+
 def _without_special_list(data):
     del data["special_tokens"]
 
