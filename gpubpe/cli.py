@@ -23,7 +23,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .errors import DeviceError, GpubpeError
+from .errors import DeviceError, GpubpeError, special_tokens_said
 
 EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -514,7 +514,8 @@ def _allowed_special(tok, tokens: list[str]):
     unknown = sorted(set(tokens) - set(tok.special_tokens))
     if unknown:
         raise _usage(f"--allowed-special {unknown[0]!r} is not a special token of this "
-                     f"tokenizer; it has {sorted(tok.special_tokens)} (or say 'all')")
+                     f"tokenizer; {special_tokens_said(tok.special_tokens, unknown[0])} "
+                     "(or say 'all')")
     return set(tokens)
 
 
@@ -686,7 +687,8 @@ def hf_tokenizer_config(tok, roles: dict[str, str | None], model_max_length=None
             continue
         if token not in tok.special_tokens:
             raise _usage(f"--{role}-token {token!r} is not a special token of this tokenizer; "
-                         f"it has {sorted(tok.special_tokens)} (train with --special-token)")
+                         f"{special_tokens_said(tok.special_tokens, token)} (train with "
+                         "--special-token)")
         config[f"{role}_token"] = token
     if model_max_length is not None:
         config["model_max_length"] = int(model_max_length)

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, special_tokens_said
 from .shards import SPLIT_BYTES
 
 # Seconds to wait for a scheduler before saying it cannot be reached.
@@ -248,7 +248,7 @@ def _allowed_list(tok, allowed_special):
     unknown = [token for token in allowed if token not in tok.special_tokens]
     if unknown:
         raise ConfigError(f"allowed_special {unknown[0]!r} is not a special token of this "
-                          f"tokenizer; it has {sorted(tok.special_tokens)}")
+                          f"tokenizer; {special_tokens_said(tok.special_tokens, unknown[0])}")
     return allowed
 
 

@@ -79,7 +79,7 @@ from .atomic import (
     temporary_path,
     write_text_atomically,
 )
-from .errors import ConfigError, CorpusError, DeviceError
+from .errors import ConfigError, CorpusError, DeviceError, special_tokens_said
 from .pretokenize import (
     Batch,
     content_suffix,
@@ -405,7 +405,7 @@ def _special_id(tok, name: str, special: str | None) -> int | None:
         return None
     if special not in tok.special_tokens:
         raise ConfigError(f"{name}={special!r} is not a special token of this tokenizer; "
-                          f"it has {sorted(tok.special_tokens)}")
+                          f"{special_tokens_said(tok.special_tokens, special)}")
     return tok.special_tokens[special]
 
 

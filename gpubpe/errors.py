@@ -42,3 +42,20 @@ class DeviceError(GpubpeError, RuntimeError):
 
 class InputTypeError(GpubpeError, TypeError):
     """An argument or document has a type gpubpe cannot use (the message names the type)."""
+
+
+# A tokenizer's special tokens are listed whole in a message up to this many; beyond, the
+# count and the ones nearest the bad name (Mistral's tekken.json has 1,000).
+_LISTED_TOKENS = 16
+
+
+def special_tokens_said(special_tokens, wanted: str = "") -> str:
+    """What an error says a tokenizer's special tokens are: "it has [...]" for a few, else
+    their count and those whose text is nearest ``wanted``."""
+    names = sorted(special_tokens)
+    if len(names) <= _LISTED_TOKENS:
+        return f"it has {names}"
+    import difflib
+
+    near = difflib.get_close_matches(wanted, names, n=5, cutoff=0.0)
+    return f"it has {len(names)}, of which the nearest to {wanted!r} are {near}"

@@ -57,6 +57,7 @@ from .errors import (
     CorpusError,
     InputTypeError,
     SpecialTokenError,
+    special_tokens_said,
 )
 from .kernels._cuda import array_module, to_device, to_host
 from .kernels.encode import (
@@ -990,7 +991,7 @@ class Tokenizer:
         if unknown:
             raise SpecialTokenError(
                 f"{sorted(unknown)} are not special tokens of this tokenizer; "
-                f"it has {sorted(self._special_ids)}"
+                f"{special_tokens_said(self._special_ids, min(unknown))}"
             )
         return names
 

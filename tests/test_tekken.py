@@ -160,6 +160,23 @@ def test_a_tiktoken_export_writes_its_many_special_tokens_beside_it(cl100k, tmp_
     assert exported.encode(text, allowed_special="all") == tok.encode(text, allowed_special="all")
 
 
+def test_an_unknown_special_token_is_named_with_the_nearest_not_all_100(cl100k, tmp_path,
+                                                                          capsys):
+    path = tmp_path / "tekken.json"
+    path.write_text(json.dumps(small_tekken(cl100k)), encoding="utf-8")
+    tok = gpubpe.load(path)
+    with pytest.raises(SpecialTokenError) as caught:
+        tok.encode("x", allowed_special={"<special 33>"})
+    message = str(caught.value)
+    assert "it has 100, of which the nearest to '<special 33>' are ['<special 3>'" in message
+    assert len(message) < 300
+    assert main(["encode", "-t", str(path), "--text", "x", "--allowed-special",
+                 "<SPECIAL_100>"]) == 2
+    error = capsys.readouterr().err
+    assert "it has 100, of which the nearest to '<SPECIAL_100>' are ['<SPECIAL_" in error
+    assert len(error) < 400
+
+
 def _without_special_list(data):
     del data["special_tokens"]
 
