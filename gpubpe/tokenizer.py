@@ -801,7 +801,7 @@ class Tokenizer:
         no_special = np.full(doc_start.size, -1, dtype=np.int64)
         if not allowed:
             return (doc_start, doc_end, no_special), np.arange(doc_start.size + 1)
-        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed)
+        token_bytes, token_offsets, first_byte, token_ids, _ = self._special_table(allowed)
         match_at, match_token = self._device.find_specials(data, doc_start, doc_end,
                                                            token_bytes, token_offsets, first_byte)
         return _pieces_around(doc_start, doc_end, match_at,
@@ -845,9 +845,9 @@ class Tokenizer:
         if not allowed:
             none = np.zeros(0, dtype=np.int64)
             return none, none, none
-        token_bytes, token_offsets, first_byte, token_ids = self._special_table(allowed, form)
+        token_bytes, token_offsets, _, token_ids, by_bytes = self._special_table(allowed, form)
         match_at, match_token = _find_specials(array, doc_start, doc_end,
-                                               (token_bytes, token_offsets, first_byte),
+                                               (token_bytes, token_offsets, by_bytes),
                                                2**62, threads)
         match_len = np.diff(token_offsets)[match_token]
         match_id = token_ids[match_token]
@@ -996,8 +996,10 @@ class Tokenizer:
         return names
 
     def _special_table(self, tokens: frozenset[str], form: str | None = None):
-        """(bytes, offsets, first-byte mask, ids) of tokens by first byte, longest first (as
-        ``find_specials_cpu`` reads them), in normal ``form`` where given; cached per set."""
+        """(bytes, offsets, first-byte mask, ids, byte order) of tokens by first byte,
+        longest first (as the device's ``special_candidates_kernel`` reads them; the host's
+        ``find_specials_cpu`` reads them in byte order), in normal ``form`` where given;
+        cached per set."""
         key = tokens if form is None else (tokens, form)
         if key not in self._special_tables:
             text = {t: (t if form is None else hf_normalize(t, form)).encode("utf-8")
@@ -1009,17 +1011,19 @@ class Tokenizer:
             first_byte = np.zeros(256, dtype=np.bool_)
             first_byte[[e[0] for e in encoded]] = True
             ids = np.array([self._special_ids[t] for t in ordered], dtype=np.int64)
+            by_bytes = np.array(sorted(range(len(encoded)), key=encoded.__getitem__),
+                                dtype=np.int64)
             self._special_tables[key] = (np.frombuffer(b"".join(encoded), dtype=np.uint8),
-                                         offsets, first_byte, ids)
+                                         offsets, first_byte, ids, by_bytes)
         return self._special_tables[key]
 
     def _raise_on_disallowed(self, array, doc_start, doc_end, disallowed: frozenset[str],
                              threads: int) -> None:
         if not disallowed:
             return
-        token_bytes, token_offsets, first_byte, token_ids = self._special_table(disallowed)
+        token_bytes, token_offsets, _, token_ids, by_bytes = self._special_table(disallowed)
         match_at, match_token = _find_specials(array, doc_start, doc_end,
-                                               (token_bytes, token_offsets, first_byte), 1,
+                                               (token_bytes, token_offsets, by_bytes), 1,
                                                threads)
         if match_at.size == 0:
             return

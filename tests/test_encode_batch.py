@@ -279,6 +279,27 @@ def test_longest_special_token_wins(tok):
     assert ids == [tok2.vocab_size + 1, tok2.vocab_size]
 
 
+@given(st.lists(st.text("<ab|> ", min_size=1, max_size=6), min_size=1, max_size=40,
+                unique=True),
+       st.lists(st.text("<ab|> xé", max_size=30), min_size=1, max_size=4))
+def test_special_matches_are_regex_alternations_longest_first(tok, specials, texts):
+    """Tokens sharing prefixes (the host finds the longest one at a byte by narrowing runs of
+    the tokens in byte order): the matches of a regex alternation, longest token first."""
+    with_specials = gpubpe.Tokenizer(Vocabulary.from_rules(tok.vocabulary.rules, specials),
+                                     "cpu")
+    alternation = regex.compile("|".join(regex.escape(t) for t in
+                                         sorted(specials, key=len, reverse=True)))
+    expected = []
+    for text in texts:
+        ids, at = [], 0
+        for match in alternation.finditer(text):
+            ids += with_specials.encode_ordinary(text[at:match.start()])
+            ids.append(with_specials.special_tokens[match.group()])
+            at = match.end()
+        expected.append(ids + with_specials.encode_ordinary(text[at:]))
+    assert with_specials.encode_batch(texts, allowed_special="all") == expected
+
+
 def test_special_tokens_never_span_documents(tok):
     batch = tok.encode_batch(["x<|endof", "text|>y"], allowed_special="all")
     assert tok.vocab_size not in batch[0] + batch[1]
