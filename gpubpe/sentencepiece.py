@@ -270,11 +270,12 @@ def _check_model_options(trainer: dict, normalizer: dict, where: str) -> None:
 
 
 def _model_fields(data: bytes) -> tuple[Pieces, dict[int, bytes]]:
-    """The pieces of a ModelProto, and its other messages by field number."""
+    """The pieces of a ModelProto, and its other messages by field number (a message given
+    twice is the two merged, as protobuf reads it: their bytes joined)."""
     texts, scores, kinds, specs = [], [], [], {}
     for number, value in _fields(data):
         if number != 1:
-            specs[number] = value
+            specs[number] = specs.get(number, b"") + value
             continue
         piece = {1: b"", 2: b"\0\0\0\0", 3: NORMAL} | dict(_fields(value))
         texts.append(piece[1].decode("utf-8"))

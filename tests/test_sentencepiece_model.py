@@ -81,6 +81,22 @@ def test_user_defined_pieces_as_sentencepiece_places_them(mistral_folder, tmp_pa
         processor.encode(" hi")[1:]
 
 
+def test_a_model_without_the_dummy_prefix(mistral_folder, tmp_path):
+    # As Gemma's are set up: v3 with add_dummy_prefix off, given as a second normalizer_spec
+    # that protobuf merges into the first.
+    path = tmp_path / "tokenizer.model"
+    path.write_bytes((mistral_folder / "mistral_instruct_tokenizer_240323.model.v3").read_bytes()
+                     + field(3, field(3, 0)))
+    processor = spm.SentencePieceProcessor(model_file=str(path))
+    tok = gpubpe.load(path, backend="cpu")
+    documents = texts()[::10] + ["[REFERENCE_DOC_3] x[REFERENCE_DOC_19]y", " a [REFERENCE_DOC_1]",
+                                 "Hello", " Hello"]
+    expected = processor.encode(documents)
+    assert processor.encode("Hello") != processor.encode(" Hello")  # no prefix, indeed
+    assert tok.encode_batch(documents, disallowed_special=()) == expected
+    assert tok.decode_batch(expected) == processor.decode(expected)
+
+
 def test_saved_and_hf_exported_keep_sentencepieces_ids(mistral_folder, tmp_path):
     tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
     path = mistral_folder / SENTENCEPIECE_FILES[0]
