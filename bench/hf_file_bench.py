@@ -74,8 +74,7 @@ def main(argv=None) -> int:
         tok = gpubpe.Tokenizer.from_hf(path).with_backend("cpu")
         import_s = time.perf_counter() - started
     if not args.sentencepiece:
-        def reference(documents, hf=hf):
-            return [e.ids for e in hf.encode_batch(documents, add_special_tokens=False)]
+        reference = hf_ids(hf)
     docs_by_corpus = {name: docs for name, docs in corpora().items()
                       if name in ("english", "code", "zh", "ja")}
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
@@ -109,6 +108,12 @@ def main(argv=None) -> int:
               f"| **{np.median(times[:, 0] / times[:, 1]):.2f}x** | equal |", flush=True)
     print(f"# load {os.getloadavg()[0]:.1f} at the end")
     return 0
+
+
+def hf_ids(hf):
+    """HF's ids of a list of documents (no template tokens)."""
+    return lambda documents: [e.ids for e in hf.encode_batch(documents,
+                                                             add_special_tokens=False)]
 
 
 def sentencepiece_pair(path: str, threads: int):

@@ -361,7 +361,8 @@ def from_sentencepiece(path) -> Vocabulary:
     pieces, prefix_space, unknown_id = sentencepiece.read_model_file(path)
     data = sentencepiece.hf_tokenizer_json(pieces, prefix_space, unknown_id)
     vocab = _import_hf(data, True, str(path))[0]
-    layout = dataclasses.replace(vocab.layout, prefix_rule="sentencepiece")
+    layout = vocab.layout if not prefix_space else \
+        dataclasses.replace(vocab.layout, prefix_rule="sentencepiece")
     return dataclasses.replace(vocab, layout=layout, metadata={
         **vocab.metadata, "imported_from": f"sentencepiece {path.name}"})
 
