@@ -169,8 +169,12 @@ def _add_encode(commands) -> None:
     p.add_argument("--append-special", metavar="TOKEN",
                    help="special token appended to every document (e.g. '<|endoftext|>')")
     p.add_argument("--prepend-special", metavar="TOKEN",
-                   help="special token put before every document (e.g. Llama 3's "
-                        "'<|begin_of_text|>', which its HF post-processor adds)")
+                   help="special token put before every document (e.g. '<|begin_of_text|>')")
+    p.add_argument("--add-special-tokens", action="store_true",
+                   help="put the tokenizer's template around every document, as HF's encode "
+                        "does by default: an imported HF post-processor's tokens (Llama 3's "
+                        "'<|begin_of_text|>' before), a tokenizer.model's or tekken.json's "
+                        "BOS; inside --prepend-special / --append-special")
     p.add_argument("--text-field", default="text",
                    help="field of .jsonl records / column of .parquet files (default: text)")
     p.add_argument("--threads", type=_positive_int, default=None,
@@ -453,6 +457,7 @@ def _run_encode(args) -> int:
                             num_threads=args.threads, progress=not args.no_progress,
                             text_field=args.text_field, append_special=args.append_special,
                             prepend_special=args.prepend_special,
+                            add_special_tokens=args.add_special_tokens,
                             skip_documents=args.skip_documents, allowed_special=allowed)
         print(f"encoded {done.documents:,} documents ({done.input_bytes:,} bytes) into "
               f"{done.tokens:,} {done.dtype} ids in {done.seconds:.2f} s "
@@ -499,7 +504,8 @@ def _run_encode_on_dask(args, tok, files, allowed) -> int:
         done = encode_files(tok, files, args.output, client=client, dtype=args.dtype,
                             text_field=args.text_field, allowed_special=allowed,
                             append_special=args.append_special, overwrite=args.overwrite,
-                            prepend_special=args.prepend_special)
+                            prepend_special=args.prepend_special,
+                            add_special_tokens=args.add_special_tokens)
     print(f"encoded {done['documents']:,} documents into {done['tokens']:,} {done['dtype']} ids "
           f"in {len(done['shards'])} shards ({done['encoded']} written, {done['skipped']} "
           f"already done) in {time.perf_counter() - started:.2f} s on {args.scheduler} -> "
@@ -531,10 +537,10 @@ def _lines_of(tok, args, files, allowed):
     from .encode_files import _framing, read_batches, stream_batches
 
     try:
-        framing = _framing(tok, args.prepend_special, args.append_special)
+        first, last = map(list, _framing(tok, args.prepend_special, args.append_special,
+                                         args.add_special_tokens))
     except GpubpeError as exc:
         raise _usage(f"--prepend-special / --append-special: {exc}") from None
-    first, last = ([] if special is None else [special] for special in framing)
     if args.text is not None:
         ids = tok.encode(args.text, allowed_special=allowed, disallowed_special=())
         yield " ".join(map(str, first + ids + last)) + "\n"
@@ -1042,9 +1048,10 @@ def _add_counts_training_options(p) -> None:
 def _run_train_counts(args) -> int:
     from .trainer import train
 
-    if args.files or args.counts is None:
-        raise _usage("--counts replaces corpus files: give one or the other "
-                     "(--extend and --add need --counts)")
+    if args.files and args.counts is not None:
+        raise _usage("--counts replaces corpus files: give one or the other")
+    if not args.files and args.counts is None:
+        raise _usage("--extend needs corpus files or --counts (the text to learn from)")
     if args.extend is not None and (args.add is None or args.vocab_size is not None):
         raise _usage("--extend takes --add N (new tokens), not --vocab-size")
     if args.extend is None and (args.add is not None or args.vocab_size is None):
@@ -1052,7 +1059,8 @@ def _run_train_counts(args) -> int:
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tok = train(counts=args.counts, vocab_size=args.vocab_size, extend=args.extend,
+        tok = train(args.files or None, counts=args.counts, vocab_size=args.vocab_size,
+                    extend=args.extend,
                     add=args.add, min_frequency=args.min_frequency,
                     pattern=_pattern_of(args),
                     special_tokens=args.special_token, backend=args.backend,
@@ -1060,7 +1068,8 @@ def _run_train_counts(args) -> int:
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)
-    print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges) from {args.counts} in "
+    source = args.counts or ", ".join(map(str, args.files))
+    print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges) from {source} in "
           f"{time.perf_counter() - started:.2f} s -> {args.output}", file=sys.stderr)
     return 0
 

@@ -256,7 +256,15 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
                     min_frequency: int = 0, pattern: str | None = "gpt2",
                     special_tokens: Iterable[str] = (), tie_break: str = "hf",
                     scaffold: bool = False, backend: str = "auto", progress: bool = True):
-    """``gpubpe.train(counts=...)``: train from saved word counts, or extend a vocabulary."""
+    """``gpubpe.train(counts=...)``: train from saved word counts, or extend a vocabulary
+    (from counts, or from a corpus counted here as the base splits it)."""
+    if corpus is not None and counts is None and extend is not None:
+        from .extend import load_base
+
+        extend = load_base(extend, pattern)
+        counts = count_words(corpus, pattern=extend.pattern, special_tokens=extend.special_tokens,
+                             progress=progress)
+        corpus = None
     if corpus is not None:
         raise ConfigError("pass either a corpus or counts=, not both; count the corpus with "
                           "gpubpe.count_words and merge the counts to combine them")

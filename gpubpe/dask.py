@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, special_tokens_said
+from .model import Template
 from .shards import SPLIT_BYTES
 
 # Seconds to wait for a scheduler before saying it cannot be reached.
@@ -199,7 +200,7 @@ def _merge_counts(first, *rest):
 def encode_files(tokenizer, paths, out_dir, *, client=None, dtype=None, text_field: str = "text",
                  allowed_special=(), append_special: str | None = None,
                  split_bytes: int = SPLIT_BYTES, overwrite: bool = False,
-                 prepend_special: str | None = None) -> dict:
+                 prepend_special: str | None = None, add_special_tokens: bool = False) -> dict:
     """Encode files on a Dask cluster into ``out_dir``: one shard per split, a manifest last.
 
     The same documents and ids as :func:`gpubpe.encode_files` (read them with
@@ -215,12 +216,14 @@ def encode_files(tokenizer, paths, out_dir, *, client=None, dtype=None, text_fie
 
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     paths = corpus_paths(paths)
-    _framing(tok, prepend_special, append_special)
+    _framing(tok, prepend_special, append_special, add_special_tokens)
     settings = {"dtype": str(token_dtype(tok.n_vocab, dtype)), "text_field": text_field,
                 "allowed_special": _allowed_list(tok, allowed_special),
                 "append_special": append_special}
     if prepend_special is not None:  # (absent otherwise: earlier jobs keep their keys)
         settings["prepend_special"] = prepend_special
+    if add_special_tokens:  # the template in the job's key: what it adds decides the ids
+        settings["add_special_tokens"] = (tok.template or Template()).to_json()
     fingerprint = shards.tokenizer_fingerprint(tok)
     job = shards.job_key(fingerprint, settings, paths)
     client = _client(client)
@@ -264,7 +267,8 @@ def _encode_split(tok, index, split, out_dir, job, fingerprint, settings) -> dic
         return dict(kept, skipped=True)
     threads = _worker_threads()
     allowed = settings["allowed_special"]
-    framing = _framing(tok, settings.get("prepend_special"), settings["append_special"])
+    framing = _framing(tok, settings.get("prepend_special"), settings["append_special"],
+                       "add_special_tokens" in settings)
     id_parts, end_parts, tokens = [], [np.zeros(1, dtype=np.int64)], 0
     for batch in shards.split_batches(split, settings["text_field"], BATCH_BYTES):
         encoded = tok.encode_buffer(batch.data, batch.doc_starts, batch.doc_ends,

@@ -80,6 +80,8 @@ from .atomic import (
     write_text_atomically,
 )
 from .errors import ConfigError, CorpusError, DeviceError, special_tokens_said
+from .kernels.encode import framed
+from .model import Template
 from .pretokenize import (
     Batch,
     content_suffix,
@@ -113,15 +115,17 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
                  progress: bool = True, text_field: str = "text", allowed_special=(),
                  append_special: str | None = None, batch_bytes: int = BATCH_BYTES,
                  skip_documents: int = 0, backend: str | None = None,
-                 prepend_special: str | None = None) -> EncodedFiles:
+                 prepend_special: str | None = None,
+                 add_special_tokens: bool = False) -> EncodedFiles:
     """Encode the documents of ``paths`` into ``output`` (``.npy`` or ``.bin``, see above).
 
     ``tokenizer`` is a :class:`~gpubpe.Tokenizer` or the path of a tokenizer
     file. Special-token text is ordinary text unless listed in
     ``allowed_special``; ``append_special`` (e.g. ``"<|endoftext|>"``) is a
     special token appended to every document, as nanoGPT does, and ``prepend_special``
-    one put before each (e.g. Llama 3's ``"<|begin_of_text|>"``, which its HF
-    post-processor adds).
+    one put before each. ``add_special_tokens=True`` puts the tokenizer's
+    :attr:`~gpubpe.Tokenizer.template` around each (Llama 3's ``"<|begin_of_text|>"``, which
+    its HF post-processor adds), inside those two.
     ``skip_documents``: leave out the first N documents (to finish a run a
     device failure stopped). ``backend``: 'auto', 'cpu' or 'cuda' (default: the
     tokenizer's own). Reading, encoding and writing overlap on three threads, and
@@ -137,7 +141,7 @@ def encode_files(tokenizer, paths, output, dtype=None, num_threads: int | None =
     paths = corpus_paths(paths)
     output = _checked_output(output, paths)
     id_dtype = token_dtype(tok.n_vocab, dtype)
-    framing = _framing(tok, prepend_special, append_special)
+    framing = _framing(tok, prepend_special, append_special, add_special_tokens)
     check_num_threads(num_threads)
     started = time.perf_counter()
     batches = read_batches(paths, text_field, batch_bytes, skip_documents)
@@ -388,36 +392,35 @@ def _progress_bar(total: int, enabled: bool):
 
 
 class _Framing(NamedTuple):
-    """The special ids put around every document (None: none)."""
+    """The special ids put before and after every document."""
 
-    first: int | None
-    last: int | None
-
-
-def _framing(tok, prepend_special: str | None, append_special: str | None) -> _Framing:
-    """The ids of ``prepend_special`` and ``append_special``, checked."""
-    return _Framing(*(_special_id(tok, name, special) for name, special in
-                      (("prepend_special", prepend_special), ("append_special", append_special))))
+    before: tuple[int, ...]
+    after: tuple[int, ...]
 
 
-def _special_id(tok, name: str, special: str | None) -> int | None:
+def _framing(tok, prepend_special: str | None, append_special: str | None,
+             add_special_tokens: bool = False) -> _Framing:
+    """The ids of ``prepend_special`` (outermost), the tokenizer's template with
+    ``add_special_tokens``, and ``append_special`` (outermost), checked."""
+    template = tok.template if add_special_tokens and tok.template is not None else Template()
+    first, last = (_special_id(tok, name, special) for name, special in
+                   (("prepend_special", prepend_special), ("append_special", append_special)))
+    return _Framing((*first, *map(tok.special_tokens.get, template.before)),
+                    (*map(tok.special_tokens.get, template.after), *last))
+
+
+def _special_id(tok, name: str, special: str | None) -> tuple[int, ...]:
     if special is None:
-        return None
+        return ()
     if special not in tok.special_tokens:
         raise ConfigError(f"{name}={special!r} is not a special token of this tokenizer; "
                           f"{special_tokens_said(tok.special_tokens, special)}")
-    return tok.special_tokens[special]
+    return (tok.special_tokens[special],)
 
 
 def _framed(ids: np.ndarray, offsets: np.ndarray, framing: _Framing):
     """(ids, offsets) with ``framing``'s ids before and after every document."""
-    if framing.first is not None:
-        ids = np.insert(ids, offsets[:-1], framing.first)
-        offsets = offsets + np.arange(offsets.size, dtype=np.int64)
-    if framing.last is not None:
-        ids = np.insert(ids, offsets[1:], framing.last)
-        offsets = offsets + np.arange(offsets.size, dtype=np.int64)
-    return ids, offsets
+    return framed(ids, offsets, framing.before, framing.after)
 
 
 # ---------------------------------------------------------------- writing

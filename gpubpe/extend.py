@@ -158,6 +158,7 @@ def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
         extended = _extend_by_encoding(vocab, counts, int(add), min_frequency, progress)
     else:
         extended = _extend_by_rules(vocab, counts, int(add), min_frequency, progress)
+    extended.template = vocab.template
     if extended.vocab_size < vocab.vocab_size + add:
         warnings.warn(f"extending stopped at {extended.vocab_size} tokens, below "
                       f"{vocab.vocab_size} + add={add}: no pair left; count more text",

@@ -32,6 +32,7 @@ from pathlib import Path
 from . import sentencepiece
 from .bytes_order import hf_byte_level
 from .errors import ConfigError, ModelFormatError
+from .post_processor import hf_bos_eos
 from .pretokenize import (
     DEEPSEEK_CODER_SPLITS,
     DEEPSEEK_LLM_SPLITS,
@@ -245,7 +246,29 @@ def hf_tokenizer_json(metadata: dict, where: str, pattern=None) -> dict:
              if kind == _NORMAL or (kind in (_CONTROL, _USER_DEFINED) and text)}
     model = {"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": whole_tokens}
     return {"normalizer": normalizer and {"type": normalizer}, "pre_tokenizer": pre_tokenizer,
-            "model": model, "added_tokens": added, "decoder": _GPT2}
+            "model": model, "added_tokens": added, "decoder": _GPT2,
+            "post_processor": _post_processor(metadata, tokens, kinds)}
+
+
+# Split names after which llama.cpp adds a BOS where the file does not say (llama-vocab.cpp:
+# the Llama 3 family's); it adds one for every SentencePiece model too.
+_BOS_BY_DEFAULT = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+                             "pixtral", "midm-2.0", "lfm2"})
+
+
+def _post_processor(metadata: dict, tokens: list, kinds: list) -> dict | None:
+    """HF's post-processor of the BOS / EOS llama.cpp adds to a text (``add_special``):
+    ``tokenizer.ggml.add_bos_token`` / ``add_eos_token``, else llama.cpp's defaults. Only a
+    control or user-defined token is added (an added token of the HF file)."""
+    bos_default = metadata.get("tokenizer.ggml.model") != "gpt2" or \
+        metadata.get("tokenizer.ggml.pre") in _BOS_BY_DEFAULT
+    wanted = [metadata.get(f"tokenizer.ggml.{name}_token_id") if metadata.get(
+        f"tokenizer.ggml.add_{name}_token", default) else None
+        for name, default in (("bos", bos_default), ("eos", False))]
+    bos_id, eos_id = (i if type(i) is int and 0 <= i < len(tokens) and
+                      kinds[i] in (_CONTROL, _USER_DEFINED) and tokens[i] else None
+                      for i in wanted)
+    return hf_bos_eos(tokens, bos_id, eos_id)
 
 
 def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
@@ -261,9 +284,10 @@ def _sentencepiece_json(metadata: dict, where: str, pattern) -> dict:
         raise ModelFormatError(f"{where}: {len(tokens)} tokens, {len(scores)} scores and "
                                f"{len(kinds)} token types")
     pieces = sentencepiece.Pieces(tokens, scores, kinds)
-    return sentencepiece.hf_tokenizer_json(
+    data = sentencepiece.hf_tokenizer_json(
         pieces, metadata.get("tokenizer.ggml.add_space_prefix", True),
         metadata.get("tokenizer.ggml.unknown_token_id", 0), metadata.get("tokenizer.ggml.merges"))
+    return {**data, "post_processor": _post_processor(metadata, tokens, kinds)}
 
 
 def _check_bpe_model(metadata: dict, where: str) -> str:

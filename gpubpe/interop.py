@@ -72,6 +72,7 @@ from .errors import ConfigError, ModelFormatError
 from .kernels.encode.rules import all_splits
 from .model import IdLayout, Vocabulary, tokenizer_json_path, write_text_atomically
 from .normalize import FORMS
+from .post_processor import hf_template_processing, template_from_hf
 from .pretokenize import (
     BYTES_STEP,
     CL100K_PATTERN,
@@ -136,7 +137,7 @@ def to_hf_json(vocab: Vocabulary) -> dict:
     """
     if isinstance(vocab, Vocabulary) and vocab.layout is not None and vocab.layout.metaspace:
         return {"version": "1.0", "truncation": None, "padding": None,
-                "added_tokens": _hf_added_tokens(vocab), "post_processor": None,
+                "added_tokens": _hf_added_tokens(vocab), "post_processor": _hf_template(vocab),
                 **sentencepiece.hf_sections(vocab, vocab.layout)}
     _check_plain_bpe(vocab, "a HF tokenizer.json")
     pre_tokenizer = _hf_pre_tokenizer(vocab.pattern)
@@ -152,7 +153,7 @@ def to_hf_json(vocab: Vocabulary) -> dict:
         "normalizer": {"type": layout.normalizer} if layout is not None and layout.normalizer
         else None,
         "pre_tokenizer": pre_tokenizer,
-        "post_processor": hf_byte_level(use_regex=False, trim_offsets=False),
+        "post_processor": _hf_post_processor(vocab),
         "decoder": hf_byte_level(use_regex=True),
         "model": _hf_bpe_model(vocab),
     }
@@ -291,6 +292,19 @@ def _hf_split_mismatch(pre_tokenizer: dict, pattern: str | None) -> str | None:
     return f"word {first}: HF {theirs[first:first + 1]}, gpubpe {ours[first:first + 1]}"
 
 
+def _hf_template(vocab: Vocabulary) -> dict | None:
+    return None if vocab.template is None else \
+        hf_template_processing(vocab.template, vocab.special_ids())
+
+
+def _hf_post_processor(vocab: Vocabulary) -> dict:
+    """A byte-level file's: ByteLevel (offsets), then the template (Llama 3's form)."""
+    byte_level = hf_byte_level(use_regex=False, trim_offsets=False)
+    template = _hf_template(vocab)
+    return byte_level if template is None else {"type": "Sequence",
+                                                "processors": [byte_level, template]}
+
+
 # ================================================================ import: HF
 
 
@@ -356,12 +370,14 @@ def from_sentencepiece(path) -> Vocabulary:
     ids); user-defined pieces are matched always, as SentencePiece matches them, with its
     one "▁" before the whole text (the prefix rule "sentencepiece"; transformers' converter
     puts one before each stretch between added tokens). A model of another kind (Unigram)
-    or with other text rules raises ModelFormatError naming it."""
+    or with other text rules raises ModelFormatError naming it. The template
+    (``add_special_tokens=True``) is the model's BOS, as ``LlamaTokenizerFast`` adds it."""
     path = Path(path)
-    pieces, prefix_space, unknown_id = sentencepiece.read_model_file(path)
-    data = sentencepiece.hf_tokenizer_json(pieces, prefix_space, unknown_id)
+    model = sentencepiece.read_model_file(path)
+    data = sentencepiece.hf_tokenizer_json(model.pieces, model.prefix_space, model.unknown_id,
+                                           bos_id=model.bos_id)
     vocab = _import_hf(data, True, str(path))[0]
-    layout = vocab.layout if not prefix_space else \
+    layout = vocab.layout if not model.prefix_space else \
         dataclasses.replace(vocab.layout, prefix_rule="sentencepiece")
     return dataclasses.replace(vocab, layout=layout, metadata={
         **vocab.metadata, "imported_from": f"sentencepiece {path.name}"})
@@ -465,11 +481,15 @@ def _import_hf(data: dict, strict: bool, where: str = "tokenizer.json", pattern=
         rules = np.zeros((0, 3), np.int64)
     lefts, rights = _merge_pairs(model.get("merges", []), where)
     rules = _last_rules(np.concatenate([rules, _rules_of_merges(lefts, rights, internal, where)]))
+    template = template_from_hf(
+        data.get("post_processor"), {content: token_id for content, token_id, _ in specials},
+        where, lambda message: _strict_issue(message, where, strict, notes))
     metadata = {"imported_from": "hf tokenizer.json"}
     if notes:
         metadata["hf_import_notes"] = notes
     vocab = _vocabulary_of(token_bytes, rules, layout, [c for c, _, _ in specials], pattern,
                            metadata, where)
+    vocab.template = template
     return vocab, {i: i for i in vocab.special_ids().values()} | {
         i: i for i in vocab.normal_output_ids().tolist()}
 

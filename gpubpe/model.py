@@ -19,6 +19,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -107,6 +108,28 @@ class IdLayout:
 PREFIX_RULES = ("unless-space", "always", "first", "sentencepiece")
 
 
+class Template(NamedTuple):
+    """The special tokens put around every document by ``add_special_tokens=True``: what HF's
+    post-processor adds to one sequence (Llama 3's ``<|begin_of_text|>`` before it, RoBERTa's
+    ``<s>`` before and ``</s>`` after). Names of special tokens of the vocabulary."""
+
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"before": list(self.before), "after": list(self.after)}
+
+
+def check_template(template: Template | None, special_tokens: list[str]) -> None:
+    """ValueError unless every token of ``template`` is one of ``special_tokens``."""
+    if template is None:
+        return
+    missing = [name for name in (*template.before, *template.after) if name not in special_tokens]
+    if missing:
+        raise ValueError(f"template token {missing[0]!r} is not a special token of the "
+                         "vocabulary")
+
+
 @dataclass
 class Vocabulary:
     """Rules in rank order, token bytes by id, special tokens, split pattern, metadata."""
@@ -127,6 +150,8 @@ class Vocabulary:
     bitlevel_leads: list[int] | None = None  # lead bytes of the bit-level codec, if it is on
     # Imported vocabularies keep the source tool's ids and rule (see ``IdLayout``).
     layout: IdLayout | None = None
+    # Special tokens around each document with ``add_special_tokens=True`` (an import's).
+    template: Template | None = None
 
     @classmethod
     def from_rules(cls, rules, special_tokens=(), pattern="gpt2", metadata=None,
@@ -298,6 +323,7 @@ class Vocabulary:
                 "lead_bytes": list(self.bitlevel_leads)},
             "demolish": {str(t): self.demolished_internal(t) for t in self.scaffold_ids},
             "metadata": self.metadata,
+            **({} if self.template is None else {"template": self.template.to_json()}),
             **self._layout_json(),
         }
 
@@ -367,6 +393,7 @@ class Vocabulary:
             if not (isinstance(leads, list) and leads and all(isinstance(b, int) for b in leads)):
                 raise ModelFormatError(f"{where}: 'bitlevel' must be {{'lead_bytes': [ints]}}")
             vocab.bitlevel_leads = leads
+        vocab.template = _template_field(data, specials, where)
         return vocab
 
 
@@ -395,6 +422,24 @@ def _layout_field(data: dict, where: str) -> IdLayout:
     except (TypeError, KeyError, ValueError, AttributeError):
         raise ModelFormatError(f"{where}: 'layout' must hold output_ids and special_ids "
                                "lists of ints") from None
+
+
+def _template_field(data: dict, special_tokens: list[str], where: str) -> Template | None:
+    fields = data.get("template")
+    if fields is None:
+        return None
+    parts = [fields.get(key, []) if isinstance(fields, dict) else None
+             for key in ("before", "after")]
+    if not all(isinstance(part, list) and all(isinstance(name, str) for name in part)
+               for part in parts):
+        raise ModelFormatError(f"{where}: 'template' must be {{'before': [special tokens], "
+                               "'after': [special tokens]}")
+    template = Template(*map(tuple, parts))
+    try:
+        check_template(template, special_tokens)
+    except ValueError as exc:
+        raise ModelFormatError(f"{where}: {exc}") from None
+    return template
 
 
 def _pairs_within(values: np.ndarray, lengths, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import ModelFormatError
+from .post_processor import hf_bos_eos
 
 METASPACE = "▁"
 # A piece's type in a SentencePiece model (``ModelProto.SentencePiece.Type``); GGUF's
@@ -182,11 +183,13 @@ class Pieces(NamedTuple):
 
 
 def hf_tokenizer_json(pieces: Pieces, prefix_space: bool, unknown_id: int,
-                      merges: list | None = None) -> dict:
+                      merges: list | None = None, bos_id: int | None = None) -> dict:
     """The HF tokenizer.json transformers' converter writes for a SentencePiece BPE (Llama's):
     merges from the pieces' scores unless given, "▁" for spaces and one before the text
     (``prefix_space``), <0xXX> fallback; control, unknown and user-defined pieces are added
-    tokens (HF matches the user-defined ones in text, as SentencePiece does)."""
+    tokens (HF matches the user-defined ones in text, as SentencePiece does). ``bos_id``: the
+    control piece HF's post-processor puts before each text (``LlamaTokenizerFast``'s
+    ``add_bos_token``), or None."""
     kept = [(text, i, kind) for i, (text, kind) in enumerate(zip(pieces.texts, pieces.kinds))
             if kind != UNUSED and text]
     added = [{"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
@@ -202,8 +205,11 @@ def hf_tokenizer_json(pieces: Pieces, prefix_space: bool, unknown_id: int,
     strip = [{"type": "Strip", "content": " ", "start": 1, "stop": 0}] if prefix_space else []
     decoders = [{**replace, "pattern": {"String": METASPACE}, "content": " "},
                 {"type": "ByteFallback"}, {"type": "Fuse"}, *strip]
+    bos_id = bos_id if bos_id is not None and 0 <= bos_id < len(pieces.texts) and \
+        pieces.kinds[bos_id] == CONTROL else None
     return {"normalizer": {"type": "Sequence", "normalizers": [*prepend, replace]},
             "pre_tokenizer": None, "model": model, "added_tokens": added,
+            "post_processor": hf_bos_eos(pieces.texts, bos_id, None),
             "decoder": {"type": "Sequence", "decoders": decoders}}
 
 
@@ -212,7 +218,7 @@ def hf_tokenizer_json(pieces: Pieces, prefix_space: bool, unknown_id: int,
 # (field 1: text 1, score 2, type 3), trainer_spec (2) and normalizer_spec (3). Read here
 # without protobuf: the fields below, each with proto2's default where the file omits it.
 _TRAINER_DEFAULTS = {"model_type": (3, 1), "treat_whitespace_as_suffix": (24, 0),
-                     "byte_fallback": (35, 0), "unk_id": (40, 0)}
+                     "byte_fallback": (35, 0), "unk_id": (40, 0), "bos_id": (41, 1)}
 _NORMALIZER_DEFAULTS = {"name": (1, b""), "precompiled_charsmap": (2, b""),
                         "add_dummy_prefix": (3, 1), "remove_extra_whitespaces": (4, 1),
                         "escape_whitespaces": (5, 1), "normalization_rule_tsv": (6, b"")}
@@ -231,9 +237,18 @@ def is_model_file(path: Path) -> bool:
     return start[:1] == b"\n" and start[2:3] == b"\n" and start.lstrip()[:1] not in b"{["
 
 
-def read_model_file(path: Path) -> tuple[Pieces, bool, int]:
-    """(pieces, prefix space, unknown id) of a SentencePiece BPE ``tokenizer.model``; a model
-    gpubpe would encode otherwise than SentencePiece raises ModelFormatError naming why."""
+class ModelFile(NamedTuple):
+    """What gpubpe reads of a ``tokenizer.model``."""
+
+    pieces: Pieces
+    prefix_space: bool  # add_dummy_prefix
+    unknown_id: int
+    bos_id: int | None  # None: the model has no BOS (bos_id -1)
+
+
+def read_model_file(path: Path) -> ModelFile:
+    """What gpubpe reads of a SentencePiece BPE ``tokenizer.model``; a model gpubpe would
+    encode otherwise than SentencePiece raises ModelFormatError naming why."""
     where = str(path)
     try:
         data = path.read_bytes()
@@ -246,7 +261,8 @@ def read_model_file(path: Path) -> tuple[Pieces, bool, int]:
     trainer = _spec(specs.get(2, b""), _TRAINER_DEFAULTS)
     normalizer = _spec(specs.get(3, b""), _NORMALIZER_DEFAULTS)
     _check_model_options(trainer, normalizer, where)
-    return pieces, bool(normalizer["add_dummy_prefix"]), trainer["unk_id"]
+    bos_id = trainer["bos_id"] if trainer["bos_id"] < 1 << 31 else None  # -1 as a varint
+    return ModelFile(pieces, bool(normalizer["add_dummy_prefix"]), trainer["unk_id"], bos_id)
 
 
 def _check_model_options(trainer: dict, normalizer: dict, where: str) -> None:

@@ -174,7 +174,7 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     metadata = {key: value for key, value in vocab.metadata.items() if key != "scaffold_events"}
     metadata["truncated_from"] = vocab.vocab_size
     cut = Vocabulary.from_rules(rules, vocab.special_tokens, vocab.pattern, metadata, flags)
-    return dataclasses.replace(cut, bitlevel_leads=vocab.bitlevel_leads)
+    return dataclasses.replace(cut, bitlevel_leads=vocab.bitlevel_leads, template=vocab.template)
 
 
 # ---------------------------------------------------------------- training for a sweep

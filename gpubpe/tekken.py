@@ -16,8 +16,8 @@ reads it so, and so does :func:`from_tekken`:
 Mistral never matches a special token in text (``Tekkenizer.encode`` runs tiktoken with
 none): gpubpe's ``encode`` raises on one unless told (``allowed_special`` or
 ``disallowed_special=()``, which gives Mistral's ids). Mistral's ``encode(s, bos=True)``
-puts ``<s>`` (id 1) first; gpubpe adds no token. The image and audio sections are not
-read: text only.
+puts ``<s>`` (id 1) first: the template, which ``add_special_tokens=True`` adds. The image
+and audio sections are not read: text only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import binascii
 
 from .errors import ModelFormatError
 from .interop import tiktoken_pattern_name, vocabulary_from_ranks
-from .model import Vocabulary
+from .model import Template, Vocabulary
 
 # The special tokens of a tekken file that lists none (ids 0-19), as mistral-common's
 # ``Tekkenizer.DEPRECATED_SPECIAL_TOKENS`` (1.13.1) names them.
@@ -36,6 +36,7 @@ DEFAULT_SPECIAL_TOKENS = (
     "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
     "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
     "[TOOL_CONTENT]")
+_BOS = "<s>"  # mistral-common's SpecialTokens.bos
 # Newer files must list their special tokens (mistral-common refuses them otherwise).
 _LAST_VERSION_WITH_DEFAULTS = 7
 
@@ -62,8 +63,10 @@ def from_tekken(data: dict, where: str = "tekken.json") -> Vocabulary:
     version = str(config.get("version", "unknown"))
     specials = _special_tokens(data.get("special_tokens"), n_special, version, where)
     ranks = _ranks(data["vocab"][:n_ranks], n_special, where)
-    return vocabulary_from_ranks(ranks, tiktoken_pattern_name(pattern), specials,
-                                 {"imported_from": f"tekken {version}"}, where)
+    vocab = vocabulary_from_ranks(ranks, tiktoken_pattern_name(pattern), specials,
+                                  {"imported_from": f"tekken {version}"}, where)
+    vocab.template = Template(before=(_BOS,)) if _BOS in specials else None
+    return vocab
 
 
 def _config_int(config: dict, key: str, where: str) -> int:

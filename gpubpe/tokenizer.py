@@ -82,6 +82,7 @@ from .kernels.encode import (
     encode_word_list_cpu,
     find_specials_cpu,
     first_bad_id,
+    framed,
     gather_token_bytes_cpu,
     global_word_slots,
     interleaved_word_lists,
@@ -97,7 +98,7 @@ from .kernels.encode import (
     write_source_pieces,
 )
 from .kernels.pretok import GPT2, JOINS
-from .model import IdLayout, Vocabulary, read_tokenizer_json, tokenizer_json_path
+from .model import IdLayout, Template, Vocabulary, read_tokenizer_json, tokenizer_json_path
 from .normalize import hf_normalize
 from .pretokenize import (
     compiled_pattern,
@@ -287,6 +288,10 @@ class Tokenizer:
         if self._scan.scanner == JOINS:
             self._scanner = JOINS
         self._special_ids = vocab.special_ids()
+        # The ids ``add_special_tokens=True`` puts before and after each document.
+        template = vocab.template or Template()
+        self._frame = ([self._special_ids[name] for name in template.before],
+                       [self._special_ids[name] for name in template.after])
         self._rules = _rule_table_of(vocab)
         self._backend_name = backend
         self._device = resolve_backend(backend).codec(self._rules)  # None: the host encodes
@@ -379,6 +384,13 @@ class Tokenizer:
     def scaffold_tokens(self) -> list[bytes]:
         """Bytes of the scaffold tokens (Scaffold-BPE), in internal id order; [] for BPE."""
         return [self._vocab.token_bytes[t] for t in self._vocab.scaffold_ids]
+
+    @property
+    def template(self) -> Template | None:
+        """The special tokens ``add_special_tokens=True`` puts around each document (an
+        imported HF post-processor's, a ``tokenizer.model``'s or ``tekken.json``'s BOS), or
+        None."""
+        return self._vocab.template
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -512,24 +524,31 @@ class Tokenizer:
 
     # ------------------------------------------------------------ encoding
     def encode(self, text: str | bytes, *, allowed_special: Specials = (),
-               disallowed_special: Specials = "all") -> list[int]:
+               disallowed_special: Specials = "all", add_special_tokens: bool = False) -> list[int]:
         """Encode text (str, or bytes of any content) to ids.
 
         Special-token text raises SpecialTokenError unless it is in
         ``allowed_special`` (then it becomes its special id) or excluded from
         ``disallowed_special`` (then it is encoded as ordinary text).
+        ``add_special_tokens=True`` puts the :attr:`template`'s special tokens around
+        the ids, as HF's ``encode`` does by default (Llama 3's ``<|begin_of_text|>``):
+        HF's ``encode(text).ids`` is ``encode(text, allowed_special="all",
+        add_special_tokens=True)``.
 
         A text of up to 1 KB is split and merged in one kernel call (a few
         microseconds), without the word cache that batches and longer texts use;
         the ids are the same either way.
         """
-        quick = self._quick_ids(text, allowed_special, disallowed_special)
-        if quick is not None:
-            return quick
-        data = _single_document(text)
-        batch = self._encode_documents(data, [0], [len(data)], allowed_special,
-                                       disallowed_special, 1)
-        return batch.ids.tolist()
+        ids = self._quick_ids(text, allowed_special, disallowed_special)
+        if ids is None:
+            data = _single_document(text)
+            ids = self._encode_documents(data, [0], [len(data)], allowed_special,
+                                         disallowed_special, 1).ids.tolist()
+        return self._framed_list(ids) if add_special_tokens else ids
+
+    def _framed_list(self, ids: list[int]) -> list[int]:
+        before, after = self._frame
+        return [*before, *ids, *after] if before or after else ids
 
     def _quick_scanner(self) -> _Scanner | None:
         """The scanner ``_quick_ids`` splits with, or None where a short text needs the
@@ -596,16 +615,18 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str] | Sequence[bytes], *,
                      num_threads: int | None = None, allowed_special: Specials = (),
-                     disallowed_special: Specials = "all") -> list[list[int]]:
+                     disallowed_special: Specials = "all",
+                     add_special_tokens: bool = False) -> list[list[int]]:
         """Encode many documents (all str or all bytes) on ``num_threads`` threads (default: all cores).
 
         Same ids as :meth:`encode` on each document, whatever the thread count.
         """
         quick = self._quick_batch(texts, num_threads, allowed_special, disallowed_special)
         if quick is not None:
-            return quick
+            return list(map(self._framed_list, quick)) if add_special_tokens else quick
         return self.encode_arrays(texts, num_threads=num_threads, allowed_special=allowed_special,
-                                  disallowed_special=disallowed_special).tolist()
+                                  disallowed_special=disallowed_special,
+                                  add_special_tokens=add_special_tokens).tolist()
 
     def _quick_batch(self, texts, num_threads, allowed_special,
                      disallowed_special) -> list[list[int]] | None:
@@ -633,21 +654,24 @@ class Tokenizer:
     def encode_arrays(self, texts: Sequence[str] | Sequence[bytes], *,
                       num_threads: int | None = None, allowed_special: Specials = (),
                       disallowed_special: Specials = "all", device: bool = False,
-                      dtype=np.uint32) -> RaggedBatch:
+                      dtype=np.uint32, add_special_tokens: bool = False) -> RaggedBatch:
         """Encode many documents into one :class:`RaggedBatch` (no Python list per id).
 
         ``dtype``: the ids' type, uint32 (default), int32 or int64 (PyTorch's
         embedding lookups want a signed type). ``device=True`` leaves ids and
         offsets on the device (CuPy arrays; ``torch.from_dlpack`` takes them
-        without a copy); it needs ``backend="cuda"``.
+        without a copy); it needs ``backend="cuda"``. ``add_special_tokens``: as in
+        :meth:`encode`, around every document.
         """
         # Tried (issue 18): the list cut into ~1 MB parts, each part's str -> UTF-8 on a
         # reader thread while the previous part encoded: slower on 2 threads (1.14-1.21x
         # one thread, against 1.27-1.28x without): per-part work and a third thread on
         # two cores cost more than the overlap gave.
         data, starts, ends = _batch_as_bytes(texts, num_threads)
-        return self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
-                                      num_threads, device=device, dtype=dtype)
+        batch = self._encode_documents(data, starts, ends, allowed_special, disallowed_special,
+                                       num_threads, device=device, dtype=dtype)
+        return RaggedBatch(*framed(batch.ids, batch.offsets, *self._frame)) \
+            if add_special_tokens else batch
 
     def encode_buffer(self, data, doc_start, doc_end, *, num_threads: int | None = None,
                       allowed_special: Specials = (), disallowed_special: Specials = (),

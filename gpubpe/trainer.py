@@ -410,7 +410,8 @@ def train(
 
     ``counts`` (a :class:`~gpubpe.WordCounts` or a counts file) replaces the
     corpus: no corpus pass. ``extend`` (a Tokenizer or a tokenizer file) with
-    ``add`` new tokens continues BPE from that vocabulary (``gpubpe.extend``).
+    ``add`` new tokens continues BPE from that vocabulary (``gpubpe.extend``), learnt
+    from ``counts`` or from the corpus, counted with the base's split and special tokens.
     """
     from .tokenizer import Tokenizer
 

@@ -118,6 +118,14 @@ def test_cli_extend(corpora, tmp_path):
                  "--no-progress"]) == 0
     extended = gpubpe.load(tmp_path / "e.json")
     assert extended.vocab_size == 500 and extended.metadata["extended_from"] == 400
+    # corpus files instead of counts: counted with the base's split, the same vocabulary
+    assert main(["train", str(domain_path), "--extend", str(tmp_path / "b.json"), "--add",
+                 "100", "-o", str(tmp_path / "f.json"), "--no-progress"]) == 0
+    assert gpubpe.load(tmp_path / "f.json").merges == extended.merges
+    assert gpubpe.train([domain_path], extend=tmp_path / "b.json", add=100,
+                        progress=False).merges == extended.merges
+    assert main(["train", str(domain_path), "--counts", str(tmp_path / "d.counts"), "--extend",
+                 str(tmp_path / "b.json"), "--add", "100", "-o", str(tmp_path / "g.json")]) == 2
 
 
 # ---------------------------------------------------------------- refusals

@@ -205,6 +205,7 @@ from .scatter import (
     count_piece_tokens_cpu,
     encode_pieces_serial_cpu,
     encode_short_text_cpu,
+    framed,
     write_piece_tokens_cpu,
 )
 from .words import (
@@ -216,4 +217,4 @@ from .words import (
     word_refs_scan_cpu,
 )
 
-__all__ = ["ADMIT_IN_PARTS_FROM", "PREFIX_ALWAYS", "PREFIX_FIRST", "PREFIX_MARKED", "PREFIX_NONE", "PREFIX_UNLESS_SPACE", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_short_text_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "gather_token_bytes_cpu", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "source_piece_lengths", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu", "write_source_pieces"]
+__all__ = ["ADMIT_IN_PARTS_FROM", "PREFIX_ALWAYS", "PREFIX_FIRST", "PREFIX_MARKED", "PREFIX_NONE", "PREFIX_UNLESS_SPACE", "ENCODE_CUDA_SIGNATURES", "ENCODE_DEVICE_BYTES_PER_BYTE", "ENCODE_DEVICE_BYTES_PER_WORD", "NewWords", "RuleTable", "WordCache", "admission_slots", "bpe_heap_word", "bpe_short_word", "bpe_word", "build_pieces_cpu", "byte_slots", "cache_admit_cpu", "cache_admit_part", "cache_has_room", "clear_word_cache", "count_piece_tokens_cpu", "empty_word_cache", "encode_pieces_serial_cpu", "encode_short_text_cpu", "encode_word_list_cpu", "encode_word_list_cuda", "find_specials_cpu", "first_bad_id", "framed", "gather_token_bytes_cpu", "global_word_slots", "interleaved_word_lists", "join_word_lists", "merge_by_scan", "new_words_of_part", "pack_words_cpu", "rule_table", "source_piece_lengths", "whole_token", "whole_tokens_of_words_cpu", "word_key", "word_parts", "word_refs_given_cpu", "word_refs_scan_cpu", "write_piece_tokens_cpu", "write_source_pieces"]

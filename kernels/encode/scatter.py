@@ -138,3 +138,70 @@ def encode_short_text_cpu(data, scanner, table, rules):
         count += emit_output_ids(symbols, n, rules, ids, count)
         start = end
     return ids[:count]
+
+
+# ---------------------------------------------------------------- framing
+
+
+def framed(ids, offsets, before, after):
+    """(ids, offsets) of a ragged batch with the ids ``before`` put ahead of every document
+    and ``after`` behind it. Host ids: one pass of ``frame_documents_cpu``; device ids (CuPy,
+    or the simulator's guarded arrays): array operations whose sizes the host knows, so no
+    read of the device (a boolean mask's assignment would wait for it).
+
+    Tried on the host (4 M ids in 100 K documents, one thread): ``np.insert`` twice 9.0 ms;
+    a boolean mask of the added slots, then ``out[~added] = ids``, 6.9 ms; the device's
+    gather (a cumsum over the slots) 17.3 ms; the Numba pass below 5.1 ms."""
+    if not before and not after:
+        return ids, offsets
+    from .._cuda import SimulatedDeviceArray, array_module
+
+    xp = array_module(ids)
+    extra = len(before) + len(after)
+    if xp is np and not isinstance(ids, SimulatedDeviceArray):
+        out = np.empty(ids.size + (offsets.size - 1) * extra, dtype=ids.dtype)
+        new_offsets = np.empty_like(offsets)
+        frame_documents_cpu(ids, offsets, np.asarray(before, ids.dtype),
+                            np.asarray(after, ids.dtype), out, new_offsets)
+        return out, new_offsets
+    return _framed_on_device(xp, ids, offsets, before, after)
+
+
+@hot_nogil
+def frame_documents_cpu(ids, offsets, before, after, out, new_offsets):
+    """Each document's ids into ``out`` with ``before`` and ``after`` around them."""
+    at = 0
+    for doc in range(offsets.size - 1):
+        new_offsets[doc] = at
+        for k in range(before.size):
+            out[at + k] = before[k]
+        at += before.size
+        for j in range(offsets[doc], offsets[doc + 1]):
+            out[at] = ids[j]
+            at += 1
+        for k in range(after.size):
+            out[at + k] = after[k]
+        at += after.size
+    new_offsets[offsets.size - 1] = at
+
+
+def _framed_on_device(xp, ids, offsets, before, after):
+    """``framed`` by array operations: the added slots marked, every other slot gathers
+    the id a running count of unmarked slots points at."""
+    from .._cuda import device_zeros
+
+    extra = len(before) + len(after)
+    offsets = offsets + xp.arange(offsets.size, dtype=np.int64) * extra
+    total = ids.size + (offsets.size - 1) * extra
+    added = device_zeros(xp, total, bool)
+    values = device_zeros(xp, total, ids.dtype)
+    slots = [(offsets[:-1] + k, token) for k, token in enumerate(before)] + \
+        [(offsets[1:] - len(after) + k, token) for k, token in enumerate(after)]
+    for at, token in slots:
+        added[at] = True
+        values[at] = token
+    if ids.size == 0:
+        return values, offsets
+    source = xp.minimum(xp.cumsum(~added) - 1, ids.size - 1)
+    xp.copyto(values, ids[source], where=~added)
+    return values, offsets
