@@ -222,6 +222,9 @@ def _add_decode(commands) -> None:
     _add_tokenizer_option(p)
     p.add_argument("--dtype", choices=["uint16", "uint32"],
                    help="id type of a .bin file (default: uint16 when every id fits)")
+    p.add_argument("--skip-special-tokens", action="store_true",
+                   help="leave out the special tokens (those a HF file calls special), as "
+                        "HF's decode does by default: e.g. the BOS --add-special-tokens wrote")
     _add_backend_option(p)
     p.set_defaults(run=_run_decode)
 
@@ -561,7 +564,7 @@ def _run_decode(args) -> int:
     tok = Tokenizer.load(args.tokenizer, backend=args.backend)
     out = sys.stdout.buffer
     if len(args.ids) == 1 and args.ids[0].endswith(SUFFIXES):
-        _write_token_file(tok, Path(args.ids[0]), args.dtype, out)
+        _write_token_file(tok, Path(args.ids[0]), args.dtype, out, args.skip_special_tokens)
         return 0
     lines = [" ".join(args.ids)] if args.ids else sys.stdin
     for number, line in enumerate(lines, 1):
@@ -570,14 +573,14 @@ def _run_decode(args) -> int:
         except ValueError:
             raise _usage(f"line {number}: ids must be whitespace-separated integers") from None
         try:
-            out.write(_as_line(tok.decode_bytes(ids)))
+            out.write(_as_line(tok.decode_bytes(ids, args.skip_special_tokens)))
         except ValueError as exc:
             raise _usage(f"line {number}: {exc}") from None
     out.flush()
     return 0
 
 
-def _write_token_file(tok, path: Path, dtype, out) -> None:
+def _write_token_file(tok, path: Path, dtype, out, skip_special_tokens: bool) -> None:
     """A token file's documents as bytes: end to end when they came from line files (so the
     input comes back byte for byte), else each ended by a newline it lacks."""
     import numpy as np
@@ -586,7 +589,7 @@ def _write_token_file(tok, path: Path, dtype, out) -> None:
 
     manifest = read_manifest(path) if path.is_file() else None
     exact = bool(manifest and manifest.get("lines"))
-    for data, bounds in decode_token_file_bytes(tok, path, dtype=dtype):
+    for data, bounds in decode_token_file_bytes(tok, path, dtype, skip_special_tokens):
         data = data[:bounds[-1]]
         if not exact:  # a newline after each document that does not end with one
             ends = bounds[1:]
@@ -1042,7 +1045,9 @@ def _add_counts_training_options(p) -> None:
                         "GPT-2 vocab.json with merges.txt beside it, a .tiktoken rank file, "
                         "or tiktoken:NAME): its ids keep their meaning, new tokens get ids "
                         "above all of them")
-    p.add_argument("--add", type=int, metavar="N", help="with --extend: new tokens to learn")
+    p.add_argument("--add", type=int, metavar="N",
+                   help="with --extend: new tokens to learn, from --counts or corpus files "
+                        "(counted with the base's split and special tokens)")
 
 
 def _run_train_counts(args) -> int:

@@ -312,7 +312,9 @@ def from_hf(source, *, strict: bool = True, where: str = "tokenizer.json") -> Vo
     """Import a HF byte-level BPE ``tokenizer.json`` (a path, its JSON text, or the parsed dict).
 
     Ids are HF's: ``Tokenizer(vocab).encode(text, allowed_special="all")`` equals
-    HF's ``encode(text, add_special_tokens=False).ids``. Supported: a BPE model
+    HF's ``encode(text, add_special_tokens=False).ids``, and with
+    ``add_special_tokens=True`` HF's ``encode(text).ids``: the post-processor's special
+    tokens around it (``gpubpe.post_processor``). Supported: a BPE model
     (``ignore_merges`` too), a ByteLevel pre-tokenizer (``add_prefix_space``
     either way), alone or after ``Split``, ``Digits`` and ``Punctuation`` steps (run in
     sequence), then ``Split`` and ``Digits`` steps on the bytes' characters (Falcon's), no

@@ -29,6 +29,7 @@ from __future__ import annotations
 import array as py_array
 import codecs
 import dataclasses
+import functools
 import gc
 import itertools
 import os
@@ -322,6 +323,9 @@ class Tokenizer:
             layout.tokens_flagged("not_special")
         self._always_matched_ids = np.array([self._special_ids[t] for t in self._always_matched],
                                             dtype=np.int64)
+        # The ids ``skip_special_tokens`` leaves out: the special tokens HF calls special.
+        self._skipped_ids = frozenset(self._special_ids.values()) - frozenset(
+            self._always_matched_ids.tolist())
         # Added tokens HF matches in the normalized text (only under a normalizer).
         self._normalized_specials = frozenset() if layout is None else \
             layout.tokens_flagged("normalized")
@@ -1063,29 +1067,64 @@ class Tokenizer:
         )
 
     # ------------------------------------------------------------ decoding
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The bytes the ids stand for (special tokens as their UTF-8 text)."""
+    def decode_bytes(self, ids: Iterable[int], skip_special_tokens: bool = False) -> bytes:
+        """The bytes the ids stand for (special tokens as their UTF-8 text, or left out with
+        ``skip_special_tokens``: those HF calls special, as HF's ``decode`` leaves them out)."""
+        if skip_special_tokens:
+            ids = self._without_specials(ids)
         quick = self._quick_bytes(ids)
         if quick is None:
             flat = self._id_array(ids, check=False)  # the gather checks them
             quick = self._gather_bytes(flat, np.array([0, flat.size], dtype=np.int64))[0].tobytes()
         return quick[1:] if self._strips_space and quick[:1] == b" " else quick
 
-    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'."""
-        return self.decode_bytes(ids).decode("utf-8", errors)
+    def decode(self, ids: Iterable[int], errors: str = "replace",
+               skip_special_tokens: bool = False) -> str:
+        """Decode ids to text; invalid UTF-8 becomes U+FFFD unless errors='strict'.
+        ``skip_special_tokens``: as in :meth:`decode_bytes`."""
+        return self.decode_bytes(ids, skip_special_tokens).decode("utf-8", errors)
 
-    def decode_arrays(self, ids, offsets=None):
+    def _without_specials(self, ids):
+        """``ids`` without the special tokens ``skip_special_tokens`` leaves out (a list
+        stays a list: ``_quick_bytes`` takes it)."""
+        if type(ids) is list:
+            skipped = self._skipped_ids
+            return [i for i in ids if i not in skipped]
+        flat = self._id_array(ids, check=False)
+        return self._kept_ids(flat, np.array([0, flat.size], dtype=np.int64))[0]
+
+    def _kept_ids(self, flat: np.ndarray, offsets: np.ndarray):
+        """(ids, offsets) of a host batch without the special tokens HF calls special; an
+        id out of range is kept (the gather names it)."""
+        n_ids = self._skip_table.size - 1
+        inside = np.where((flat >= 0) & (flat < n_ids), flat, n_ids)
+        keep = ~self._skip_table[inside]
+        kept_before = np.zeros(flat.size + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept_before[1:])
+        return flat[keep], kept_before[offsets]
+
+    @functools.cached_property
+    def _skip_table(self) -> np.ndarray:
+        """bool per id, and one more (any id out of range): True for a special token HF
+        calls special (``skip_special_tokens`` leaves it out)."""
+        table = np.zeros(self.n_vocab + 1, dtype=bool)
+        table[list(self._skipped_ids)] = True
+        return table
+
+    def decode_arrays(self, ids, offsets=None, skip_special_tokens: bool = False):
         """The bytes of a ragged batch of ids: ``(bytes uint8, byte offsets int64, B+1)``.
 
         Device ids (CuPy; any integer dtype) with ``backend="cuda"`` give device
         arrays, gathered there with one read (the size); host ids give host arrays,
         gathered on the host.
         ``offsets``: the batch's int64 offsets (default: one sequence).
+        ``skip_special_tokens``: as in :meth:`decode_bytes` (device ids are then taken on
+        the host: two reads, and the bytes copied back).
         """
         if offsets is None:
             offsets = np.array([0, ids.size], dtype=np.int64)
-        if is_device_array(ids) and self._device is not None:
+        on_device = is_device_array(ids) and self._device is not None
+        if on_device and not skip_special_tokens:
             found = self._gather_on_device(ids, offsets)
             if not self._strips_space:
                 return found
@@ -1095,8 +1134,12 @@ class Tokenizer:
             return tuple(self._device.upload(array) for array in found)
         ids, offsets = (to_host(a, "ids to the host") if is_device_array(a) else a
                         for a in (ids, offsets))  # sync each (device ids, host backend)
+        if skip_special_tokens:
+            ids, offsets = self._kept_ids(self._id_array(ids, check=False),
+                                          np.asarray(offsets, dtype=np.int64))
         found = self._gather_bytes(self._id_array(ids), offsets)
-        return _without_leading_spaces(*found) if self._strips_space else found
+        found = _without_leading_spaces(*found) if self._strips_space else found
+        return tuple(self._device.upload(array) for array in found) if on_device else found
 
     def _gather_on_device(self, ids, offsets):
         """Device ids' bytes and byte offsets, gathered on the device."""
@@ -1115,11 +1158,16 @@ class Tokenizer:
         return self._id_gaps
 
     def decode_batch(self, batch: Iterable[Iterable[int]] | RaggedBatch,
-                     errors: str = "replace", num_threads: int | None = None) -> list[str]:
+                     errors: str = "replace", num_threads: int | None = None,
+                     skip_special_tokens: bool = False) -> list[str]:
         """Decode many id sequences (or a RaggedBatch, its arrays on the host or the device).
         Host ids are decoded on ``num_threads`` threads (default: all cores); invalid
-        UTF-8 is handled as ``bytes.decode(..., errors)`` would."""
+        UTF-8 is handled as ``bytes.decode(..., errors)`` would. ``skip_special_tokens``:
+        as in :meth:`decode_bytes` (device ids come to the host for it: two reads)."""
         check_num_threads(num_threads)
+        if skip_special_tokens and isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
+            batch = RaggedBatch(to_host(batch.ids, "ids to the host"),
+                                to_host(batch.offsets, "offsets to the host"))
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             found = self._to_host_pair(self._gather_on_device(batch.ids, batch.offsets))
             return _utf8_strings(*(_without_leading_spaces(*found) if self._strips_space
@@ -1128,7 +1176,10 @@ class Tokenizer:
             flat, offsets = self._id_array(batch.ids, check=False), batch.offsets
         else:
             flat, offsets = self._flatten_batch(batch)
-        texts = self._decode_texts(flat, np.asarray(offsets, dtype=np.int64), errors, num_threads)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if skip_special_tokens:
+            flat, offsets = self._kept_ids(flat, offsets)
+        texts = self._decode_texts(flat, offsets, errors, num_threads)
         if texts is None:
             texts = _utf8_strings(*self._gather_bytes(flat, offsets), errors)
         if self._strips_space:  # HF's decoder drops the prefix space its normalizer adds
@@ -2070,21 +2121,24 @@ class BitLevelTokenizer(Tokenizer):
             return RaggedBatch(ids.astype(out_dtype, copy=False), offsets)
         return RaggedBatch(np.asarray(ids, dtype=out_dtype), np.asarray(offsets, dtype=np.int64))
 
-    def decode_bytes(self, ids: Iterable[int], errors: str = "strict") -> bytes:
+    def decode_bytes(self, ids: Iterable[int], errors: str = "strict",
+                     skip_special_tokens: bool = False) -> bytes:
         """The bytes of coded ids; a malformed coded unit raises, or is U+FFFD unless strict."""
         ids = self.codec.decode(self._reordered(self._codec_ids(ids), 0), _codec_errors(errors))
-        return super().decode_bytes(self._reordered(np.asarray(ids, np.uint32), 1))
+        return super().decode_bytes(self._reordered(np.asarray(ids, np.uint32), 1),
+                                    skip_special_tokens)
 
-    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        return self.decode_bytes(ids, errors).decode("utf-8", errors)
+    def decode(self, ids: Iterable[int], errors: str = "replace",
+               skip_special_tokens: bool = False) -> str:
+        return self.decode_bytes(ids, errors, skip_special_tokens).decode("utf-8", errors)
 
-    def decode_batch(self, batch, errors: str = "replace",
-                     num_threads: int | None = None) -> list[str]:
+    def decode_batch(self, batch, errors: str = "replace", num_threads: int | None = None,
+                     skip_special_tokens: bool = False) -> list[str]:
         if isinstance(batch, RaggedBatch) and is_device_array(batch.ids):
             ids, offsets = self.codec.decode_batch(self._reordered(batch.ids.astype(np.uint32), 0),
                                                    batch.offsets, _codec_errors(errors))
             return super().decode_batch(RaggedBatch(self._reordered(ids, 1), offsets), errors,
-                                        num_threads)
+                                        num_threads, skip_special_tokens)
         if isinstance(batch, RaggedBatch):
             flat, offsets = self._codec_ids(batch.ids), batch.offsets
         else:
@@ -2092,7 +2146,8 @@ class BitLevelTokenizer(Tokenizer):
         ids, offsets = self.codec.decode_batch(self._reordered(flat.astype(np.uint32), 0), offsets,
                                                _codec_errors(errors), num_threads=num_threads)
         ids = self._reordered(np.asarray(ids, np.uint32), 1)
-        return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads)
+        return super().decode_batch(RaggedBatch(ids, offsets), errors, num_threads,
+                                    skip_special_tokens)
 
     def codec_order(self, ids) -> np.ndarray:
         """Base ids (a uint32 array) as the codec numbers them: each byte's token at the

@@ -172,6 +172,12 @@ def test_encode_files_and_the_cli_frame_inside_prepend_and_append(llama3_hf, tmp
     assert main(["encode", "-t", str(tmp_path / "tok.json"), "--text", "Hello world",
                  "--add-special-tokens", "--prepend-special", EOS]) == 0
     assert capsys.readouterr().out.split() == [str(EOS_ID), str(BOS_ID), "9906", "1917"]
+    assert main(["decode", "-t", str(tmp_path / "tok.json"), str(tmp_path / "ids.npy"),
+                 "--skip-special-tokens"]) == 0
+    assert capsys.readouterr().out == corpus.read_text(encoding="utf-8")
+    assert main(["decode", "-t", str(tmp_path / "tok.json"), str(BOS_ID), "9906",
+                 "--skip-special-tokens"]) == 0
+    assert capsys.readouterr().out == "Hello\n"
 
 
 def test_device_ids_are_framed_on_the_device_without_a_read(llama3_hf):
@@ -194,3 +200,63 @@ def test_device_ids_are_framed_on_the_device_without_a_read(llama3_hf):
     ids, offsets = to_host(got.ids), to_host(got.offsets)
     assert [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == want
     assert framed.syncs == plain.syncs
+    data, bounds = gpu.decode_arrays(got.ids, got.offsets, skip_special_tokens=True)
+    assert isinstance(data, SimulatedDeviceArray)
+    data, bounds = to_host(data), to_host(bounds)
+    assert [data[a:b].tobytes().decode() for a, b in zip(bounds[:-1], bounds[1:])] == docs
+
+
+def test_transformers_adds_the_exported_template(llama3_hf, tmp_path):
+    transformers = pytest.importorskip("transformers", reason="needs the 'dev' extra")
+    tok = gpubpe.Tokenizer.from_hf(llama3_hf)
+    tok.save(tmp_path / "tok.json")
+    assert main(["export", "-t", str(tmp_path / "tok.json"), "-o", str(tmp_path / "hf"),
+                 "--bos-token", BOS, "--eos-token", EOS]) == 0
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    docs = texts()[:100]
+    assert [auto(doc)["input_ids"] for doc in docs] == \
+        tok.encode_batch(docs, add_special_tokens=True, allowed_special="all")
+
+
+def test_skip_special_tokens_decodes_as_hf_does(llama3_hf):
+    """HF's ``decode(ids, skip_special_tokens=True)`` (its default) leaves out the added
+    tokens it calls special and keeps the others."""
+    hf = tokenizers.Tokenizer.from_str(json.dumps(llama3_hf))
+    hf.add_tokens([tokenizers.AddedToken("<keep>", special=False)])
+    tok = gpubpe.Tokenizer.from_hf(json.loads(hf.to_str()))
+    specials = [BOS, EOS, "<keep>", "<|reserved_special_token_3|>"]
+    docs = [f"{d}{specials[i % len(specials)]} x" for i, d in enumerate(texts())]
+    batch = [e.ids for e in hf.encode_batch(docs)]
+    assert batch == tok.encode_batch(docs, allowed_special="all", add_special_tokens=True)
+    want = hf.decode_batch(batch, skip_special_tokens=True)
+    assert want != hf.decode_batch(batch, skip_special_tokens=False)
+    assert "<keep>" in want[2]
+    assert tok.decode_batch(batch, skip_special_tokens=True) == want
+    assert tok.decode_batch(tok.encode_arrays(docs, allowed_special="all",
+                                              add_special_tokens=True),
+                            skip_special_tokens=True, num_threads=2) == want
+    assert [tok.decode(ids, skip_special_tokens=True) for ids in batch[:50]] == want[:50]
+    assert [tok.decode(np.array(ids), skip_special_tokens=True)
+            for ids in batch[-20:]] == want[-20:]
+    gpu = tok.with_backend("cuda")
+    on_device = gpu.encode_arrays(docs[:30], allowed_special="all", device=True,
+                                  add_special_tokens=True)
+    assert gpu.decode_batch(on_device, skip_special_tokens=True) == want[:30]
+    with pytest.raises(ValueError, match="id 999999999"):
+        tok.decode([1, 999999999], skip_special_tokens=True)
+    with pytest.raises(ValueError, match="id 999999999"):
+        tok.decode_batch([[BOS_ID], [1, 999999999]], skip_special_tokens=True)
+
+
+def test_a_bit_level_tokenizer_frames_and_skips_like_its_base():
+    vocab = gpubpe.train([DEMO], 300, special_tokens=["<s>", "</s>"], progress=False).vocabulary
+    vocab.template = Template(("<s>",), ("</s>",))
+    base = gpubpe.Tokenizer(vocab)
+    coded = base.with_bitlevel()
+    assert coded.template == base.template
+    docs = ["中文 hello", "", "日本語"]
+    batch = coded.encode_batch(docs, add_special_tokens=True)
+    assert [ids[0] for ids in batch] == [300] * 3 and [ids[-1] for ids in batch] == [301] * 3
+    assert coded.decode_batch(batch, skip_special_tokens=True) == docs
+    assert coded.decode_batch(batch) == [f"<s>{d}</s>" for d in docs]
+    assert coded.decode(batch[0], skip_special_tokens=True) == docs[0]
