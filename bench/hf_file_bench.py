@@ -20,8 +20,11 @@ SentencePiece's (``tests/test_sentencepiece_model.py``).
 ``tests/test_gguf.py`` checks against llama.cpp's HF-made test ids). The load line also
 times llama.cpp's own reader (``gguf.GGUFReader``, the metadata only) on the same file.
 
+``--add-special-tokens``: both add the model's template (HF's default ``encode_batch``,
+SentencePiece's ``add_bos``; gpubpe's ``add_special_tokens=True``).
+
     python bench/hf_file_bench.py [--file tokenizer.json | --gguf FILE | --sentencepiece FILE]
-        [--threads 1] [--repeats 5]
+        [--threads 1] [--repeats 5] [--add-special-tokens]
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ def main(argv=None) -> int:
                                                 "against the sentencepiece package")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--add-special-tokens", action="store_true",
+                        help="both add the model's template (BOS ...) to each document")
     args = parser.parse_args(argv)
+    framed = args.add_special_tokens
     os.environ["RAYON_RS_NUM_CPUS"] = str(args.threads)  # before tokenizers starts its pool
     import numpy as np
     from tokenizers import Tokenizer as HfTokenizer
@@ -64,7 +70,7 @@ def main(argv=None) -> int:
 
     if args.sentencepiece:
         path, (reference, tok, import_s) = args.sentencepiece, sentencepiece_pair(
-            args.sentencepiece, args.threads)
+            args.sentencepiece, args.threads, framed)
     elif args.gguf:
         path, (hf, tok, import_s) = args.gguf, gguf_pair(args.gguf)
     else:
@@ -74,7 +80,7 @@ def main(argv=None) -> int:
         tok = gpubpe.Tokenizer.from_hf(path).with_backend("cpu")
         import_s = time.perf_counter() - started
     if not args.sentencepiece:
-        reference = hf_ids(hf)
+        reference = hf_ids(hf, framed)
     docs_by_corpus = {name: docs for name, docs in corpora().items()
                       if name in ("english", "code", "zh", "ja")}
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()},"
@@ -84,13 +90,15 @@ def main(argv=None) -> int:
     pattern = "none (cut where no token joins)" if pattern is None else \
         pattern if isinstance(pattern, str) else "a sequence"
     print(f"# {path}: pattern {pattern},"
-          f" {tok.n_vocab} ids; gpubpe import {import_s:.2f} s")
+          f" {tok.n_vocab} ids; gpubpe import {import_s:.2f} s; template "
+          f"{tok.template if framed else 'not added'}")
     name = "sentencepiece" if args.sentencepiece else "HF"
     print(f"| corpus | docs | MB | {name} MB/s | gpubpe cold MB/s | ratio | ids |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for corpus, documents in docs_by_corpus.items():
         expected = reference(documents)
-        if tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads) != expected:
+        if tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads,
+                            add_special_tokens=framed) != expected:
             raise SystemExit(f"{corpus}: ids differ from {name}'s")
         times = []
         for _ in range(args.repeats):
@@ -99,7 +107,8 @@ def main(argv=None) -> int:
             hf_s = time.perf_counter() - at
             tok.clear_cache()
             at = time.perf_counter()
-            tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads)
+            tok.encode_batch(documents, disallowed_special=(), num_threads=args.threads,
+                             add_special_tokens=framed)
             times.append((hf_s, time.perf_counter() - at))
         times = np.array(times)
         megabytes = sum(len(d.encode("utf-8")) for d in documents) / 1e6
@@ -110,13 +119,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def hf_ids(hf):
-    """HF's ids of a list of documents (no template tokens)."""
+def hf_ids(hf, framed: bool = False):
+    """HF's ids of a list of documents (the template's tokens only when ``framed``)."""
     return lambda documents: [e.ids for e in hf.encode_batch(documents,
-                                                             add_special_tokens=False)]
+                                                             add_special_tokens=framed)]
 
 
-def sentencepiece_pair(path: str, threads: int):
+def sentencepiece_pair(path: str, threads: int, framed: bool = False):
     """(the sentencepiece package's encoder of a list, gpubpe's tokenizer, gpubpe's load
     time); prints both load times."""
     import sentencepiece
@@ -130,7 +139,8 @@ def sentencepiece_pair(path: str, threads: int):
     processor = sentencepiece.SentencePieceProcessor(model_file=path)
     print(f"# loads: gpubpe.load {import_s:.2f} s; SentencePieceProcessor "
           f"{time.perf_counter() - started:.2f} s")
-    return (lambda documents: processor.encode(documents, num_threads=threads)), tok, import_s
+    return (lambda documents: processor.encode(documents, num_threads=threads, add_bos=framed)
+            ), tok, import_s
 
 
 def gguf_pair(path: str):

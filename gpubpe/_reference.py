@@ -79,15 +79,19 @@ def merge_word(tokens: list[int], pair: tuple[int, int], result: int) -> list[in
 
 
 def train_bpe(
-    word_counts: dict[bytes, int], vocab_size: int, min_frequency: int = 0
+    word_counts: dict[bytes, int], vocab_size: int, min_frequency: int = 0,
+    max_token_length: int | None = None,
 ) -> list[tuple[int, int, int]]:
     """Train byte-level BPE; returns the rules ``(left, right, result)`` in rank order.
 
     Stops when the vocabulary (256 bytes included) reaches ``vocab_size``, when
     the best pair's count is below ``min_frequency``, or when no pair is left.
     At equal counts the smaller pair in HF's id space wins (``hf_pair_order``).
+    ``max_token_length`` (HF's): only pairs of two bytes, or whose token would be
+    shorter than it, are candidates.
     """
-    return continue_bpe(word_counts, [], vocab_size, min_frequency)
+    return continue_bpe(word_counts, [], vocab_size, min_frequency,
+                        max_token_length=max_token_length)
 
 
 def _negated(order: tuple[int, int]) -> tuple[int, int]:
@@ -252,6 +256,7 @@ def demolish_table(
 def continue_bpe(
     word_counts: dict[bytes, int], rules: list[tuple[int, int, int]], vocab_size: int,
     min_frequency: int = 0, byte_rank: list[int] | None = None,
+    max_token_length: int | None = None,
 ) -> list[tuple[int, int, int]]:
     """BPE continued from existing rules: they are applied to the words in rank order (as
     training applied them), then new rules are chosen as :func:`train_bpe` does, until
@@ -267,6 +272,10 @@ def continue_bpe(
         words = [merge_word(tokens, (left, right), result) for tokens in words]
     while len(token_bytes) < vocab_size:
         pair_counts = count_pairs(words, counts)
+        if max_token_length is not None:
+            pair_counts = Counter({(a, b): n for (a, b), n in pair_counts.items()
+                                   if len(token_bytes[a]) + len(token_bytes[b])
+                                   in range(2, max(max_token_length, 3))})
         if not pair_counts:
             break
         best = max(pair_counts, key=lambda p: (pair_counts[p], _negated(hf_pair_order(p, byte_rank))))

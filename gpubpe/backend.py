@@ -55,12 +55,13 @@ class Backend:
     on_device: ClassVar[bool] = False
 
     def train_state(self, word_counts, vocab_size: int, min_count: int, scaffold: bool,
-                    merges_per_step: int | None, launcher: str | None):
+                    merges_per_step: int | None, launcher: str | None,
+                    max_token_length: int = 0):
         """The merge loop's state here, and the merges it runs a step (``launcher`` is a
-        device's; the host has one loop)."""
+        device's; the host has one loop). ``max_token_length``: HF's (0: none)."""
         from .trainer import CPU_MERGES_PER_STEP, CpuTrainState
 
-        state = CpuTrainState(word_counts, vocab_size, min_count, scaffold)
+        state = CpuTrainState(word_counts, vocab_size, min_count, scaffold, max_token_length)
         return state, merges_per_step or CPU_MERGES_PER_STEP
 
     def codec(self, rules):
@@ -77,8 +78,13 @@ class DeviceBackend(Backend):
     on_device = True
 
     def train_state(self, word_counts, vocab_size: int, min_count: int, scaffold: bool,
-                    merges_per_step: int | None, launcher: str | None):
+                    merges_per_step: int | None, launcher: str | None,
+                    max_token_length: int = 0):
         from .trainer import DEVICE_MERGES_PER_STEP, DeviceTrainState
+
+        if max_token_length:
+            raise ConfigError(f"max_token_length={max_token_length}: the device's merge loop "
+                              "has no length limit; train with backend='cpu'")
 
         step = merges_per_step or DEVICE_MERGES_PER_STEP
         state = DeviceTrainState(word_counts, vocab_size, min_count, scaffold, self.xp, step,

@@ -122,6 +122,10 @@ def _add_train(commands) -> None:
                    help="normal tokens to reach, the 256 bytes included, special tokens excluded")
     p.add_argument("--min-frequency", type=int, default=0,
                    help="stop when the best pair occurs fewer times (default: 0, no threshold)")
+    p.add_argument("--max-token-length", type=_positive_int, metavar="N",
+                   help="HF BpeTrainer's max_token_length, as HF runs it: no merge makes a token "
+                        "of N bytes or more (tokens are at most N-1 bytes; two bytes always "
+                        "merge); default: no limit")
     _add_pattern_option(p)
     p.add_argument("--scaffold", action="store_true",
                    help="train Scaffold-BPE (Lian et al.): rare intermediate tokens become "
@@ -420,7 +424,8 @@ def _run_train(args) -> int:
                     min_frequency=args.min_frequency, pattern=pattern,
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, text_field=args.text_field,
-                    num_threads=args.threads, scaffold=args.scaffold)
+                    num_threads=args.threads, scaffold=args.scaffold,
+                    max_token_length=args.max_token_length)
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)
@@ -1069,7 +1074,8 @@ def _run_train_counts(args) -> int:
                     add=args.add, min_frequency=args.min_frequency,
                     pattern=_pattern_of(args),
                     special_tokens=args.special_token, backend=args.backend,
-                    progress=not args.no_progress, scaffold=args.scaffold)
+                    progress=not args.no_progress, scaffold=args.scaffold,
+                    max_token_length=args.max_token_length)
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)

@@ -255,7 +255,8 @@ def _paths_of(corpus) -> list[Path]:
 def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
                     min_frequency: int = 0, pattern: str | None = "gpt2",
                     special_tokens: Iterable[str] = (), tie_break: str = "hf",
-                    scaffold: bool = False, backend: str = "auto", progress: bool = True):
+                    scaffold: bool = False, backend: str = "auto", progress: bool = True,
+                    max_token_length: int | None = None):
     """``gpubpe.train(counts=...)``: train from saved word counts, or extend a vocabulary
     (from counts, or from a corpus counted here as the base splits it)."""
     if corpus is not None and counts is None and extend is not None:
@@ -274,6 +275,9 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
     if extend is not None:  # the base's pattern and special tokens rule, checked there
         from .extend import extend_tokenizer
 
+        if max_token_length is not None:
+            raise ConfigError("max_token_length applies to training; extend does not take it")
+
         return extend_tokenizer(extend, counts, add, min_frequency=min_frequency,
                                 vocab_size=vocab_size, progress=progress)
     check_pattern(counts, pattern, "train")
@@ -285,11 +289,12 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
             "these special tokens")
     return train_counts_tokenizer(counts, vocab_size, min_frequency=min_frequency,
                                   tie_break=tie_break, scaffold=scaffold, backend=backend,
-                                  progress=progress)
+                                  progress=progress, max_token_length=max_token_length)
 
 
 def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, tie_break="hf",
-                           scaffold=False, backend="auto", progress=True):
+                           scaffold=False, backend="auto", progress=True,
+                           max_token_length=None):
     """A Tokenizer trained on ``counts`` (checks as :func:`gpubpe.train`)."""
     import time
     import warnings
@@ -299,7 +304,7 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
     from .tokenizer import Tokenizer
     from .trainer import check_train_args, vocabulary_from_counts
 
-    check_train_args(vocab_size, min_frequency, tie_break)
+    check_train_args(vocab_size, min_frequency, tie_break, max_token_length)
     if scaffold and vocab_size <= 256:
         raise ConfigError(f"scaffold=True needs vocab_size above 256 (got {vocab_size})")
     if counts.total_bytes == 0:
@@ -309,7 +314,8 @@ def train_counts_tokenizer(counts: WordCounts, vocab_size, *, min_frequency=0, t
     word_counts = counts.as_dict()
     loaded = time.perf_counter()
     vocab = vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress,
-                                   chosen, counts.special_tokens, counts.pattern)
+                                   chosen, counts.special_tokens, counts.pattern,
+                                   max_token_length)
     if vocab.vocab_size < vocab_size:
         warnings.warn(f"training stopped at {vocab.vocab_size} tokens, below "
                       f"vocab_size={vocab_size}: no pair left", stacklevel=3)

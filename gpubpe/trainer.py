@@ -26,6 +26,7 @@ from .kernels.hashing import table_grown
 from .kernels.merge import merge_batch_cpu
 from .kernels.pairs import (
     HEAP_SIZE,
+    MAX_TOKEN_LEN,
     N_EVENTS,
     N_NORMAL,
     N_POSTINGS,
@@ -56,8 +57,13 @@ LAUNCHERS = ("cooperative", "phased")
 MAX_VOCAB_SIZE = (1 << 32) - 1
 
 
-def check_train_args(vocab_size, min_frequency, tie_break) -> None:
+def check_train_args(vocab_size, min_frequency, tie_break, max_token_length=None) -> None:
     """Raise ConfigError for arguments training cannot use."""
+    if max_token_length is not None and (
+            isinstance(max_token_length, bool) or not isinstance(max_token_length, int | np.integer)
+            or max_token_length < 1):
+        raise ConfigError(f"max_token_length={max_token_length!r}: expected a positive int "
+                          "(HF's BpeTrainer option: tokens shorter than it), or None")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int | np.integer):
         raise ConfigError(f"vocab_size must be an int, not {type(vocab_size).__name__}")
     if vocab_size < 256:
@@ -89,16 +95,17 @@ def flatten_words(word_counts: dict[bytes, int]):
 
 
 def vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress, backend,
-                           special_tokens, pattern) -> Vocabulary:
+                           special_tokens, pattern, max_token_length=None) -> Vocabulary:
     """Train and wrap as a Vocabulary; a Scaffold one keeps its event log in its metadata
     (``scaffold_events``, flat ``[kind, value, ...]``) so ``Tokenizer.truncate`` can cut it."""
     trained = train_from_counts(word_counts, int(vocab_size), min_frequency=int(min_frequency),
                                 scaffold=scaffold, progress=progress, backend=backend,
-                                with_events=scaffold)
+                                with_events=scaffold, max_token_length=max_token_length)
+    limit = {} if max_token_length is None else {"max_token_length": int(max_token_length)}
     if not scaffold:
-        return Vocabulary.from_rules(trained, special_tokens, pattern)
+        return Vocabulary.from_rules(trained, special_tokens, pattern, limit)
     (rules, flags), events = trained
-    vocab = Vocabulary.from_rules(rules, special_tokens, pattern, scaffold=flags)
+    vocab = Vocabulary.from_rules(rules, special_tokens, pattern, limit, scaffold=flags)
     vocab.metadata["scaffold_events"] = events.ravel().tolist()
     return vocab
 
@@ -114,6 +121,7 @@ def train_from_counts(
     merges_per_step: int | None = None,
     launcher: str | None = None,
     with_events: bool = False,
+    max_token_length: int | None = None,
 ):
     """Rules learned from word counts: int64 (n x 3) rows ``(left, right, result)``.
 
@@ -127,10 +135,14 @@ def train_from_counts(
     ``with_events=True`` returns ``(result, events)``: int64 (m x 2) rows
     ``(kind, value)`` in order, kind 0 a rule (its index), 1 a token marked
     scaffold, 2 one re-admitted (``kernels/train_policy.py``).
+    ``max_token_length``: HF's BpeTrainer option, as HF runs it (``kernels.merge.counted_pair``):
+    no pair whose token would be ``max_token_length`` bytes or longer is merged, except
+    two single bytes; tokens are then at most ``max_token_length - 1`` bytes (2 at least).
     """
     min_count = max(min_frequency, 1)
     state, step = (backend or resolve_backend("cpu")).train_state(
-        word_counts, vocab_size, min_count, scaffold, merges_per_step, launcher)
+        word_counts, vocab_size, min_count, scaffold, merges_per_step, launcher,
+        max_token_length or 0)
     bar = tqdm(total=vocab_size - 256, desc="merges", unit="tok", disable=not progress, leave=False)
     rule_batches, event_batches = [], []
     with bar:
@@ -207,7 +219,7 @@ class CpuTrainState(_TrainState):
     byte_rank = HF_BYTE_RANK
 
     def __init__(self, word_counts: dict[bytes, int], vocab_size: int, min_count: int,
-                 scaffold: bool):
+                 scaffold: bool, max_token_length: int = 0):
         self.params = (vocab_size, min_count, scaffold)
         self.tokens, self.word_start, self.word_len, self.word_count = flatten_words(word_counts)
         index, n_slots, n_postings = build_pair_index_cpu(
@@ -218,6 +230,7 @@ class CpuTrainState(_TrainState):
         self.word_stamp = np.full(len(word_counts), -1, np.int64)
         self.sizes = np.zeros(SIZES_LENGTH, np.int64)
         self.sizes[N_SLOTS], self.sizes[N_POSTINGS] = n_slots, n_postings
+        self.sizes[MAX_TOKEN_LEN] = max_token_length  # the text's first pairs: two bytes each
         self._init_heap(n_slots)
         self._init_tokens(vocab_size, (self.tokens, self.word_start, self.word_len, self.word_count))
 
@@ -391,6 +404,7 @@ def train(
     progress: bool = True,
     text_field: str = "text",
     num_threads: int | None = None,
+    max_token_length: int | None = None,
 ):
     """Train a byte-level BPE tokenizer and return it as a :class:`~gpubpe.Tokenizer`.
 
@@ -408,6 +422,10 @@ def train(
     wherever both were timed (``resolve_training_backend``); "cuda" trains on the GPU. The
     tokenizer returned has ``backend`` for its encoding.
 
+    ``max_token_length``: HF's BpeTrainer option, run as HF runs it: no merge makes a token
+    of ``max_token_length`` bytes or more (so tokens have at most ``max_token_length - 1``),
+    except that two single bytes always merge (CPU backend).
+
     ``counts`` (a :class:`~gpubpe.WordCounts` or a counts file) replaces the
     corpus: no corpus pass. ``extend`` (a Tokenizer or a tokenizer file) with
     ``add`` new tokens continues BPE from that vocabulary (``gpubpe.extend``), learnt
@@ -421,8 +439,9 @@ def train(
         return train_on_counts(
             counts, vocab_size, corpus=corpus, extend=extend, add=add,
             min_frequency=min_frequency, pattern=pattern, special_tokens=special_tokens,
-            tie_break=tie_break, scaffold=scaffold, backend=backend, progress=progress)
-    check_train_args(vocab_size, min_frequency, tie_break)
+            tie_break=tie_break, scaffold=scaffold, backend=backend, progress=progress,
+            max_token_length=max_token_length)
+    check_train_args(vocab_size, min_frequency, tie_break, max_token_length)
     if scaffold and vocab_size <= 256:
         raise ConfigError(
             f"scaffold=True needs vocab_size above 256 (got {vocab_size}): only merged tokens "
@@ -441,11 +460,12 @@ def train(
     if corpus_bytes == 0:
         raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
     vocab = vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress,
-                                   chosen, special_tokens, pattern)
+                                   chosen, special_tokens, pattern, max_token_length)
     if vocab.vocab_size < vocab_size:
         warnings.warn(
             f"training stopped at {vocab.vocab_size} tokens, below vocab_size={vocab_size}: "
             "no pair left" + (" at min_frequency" if min_frequency > 1 else "")
+            + (" shorter than max_token_length" if max_token_length else "")
             + "; use a larger corpus or a smaller vocab_size", stacklevel=2)
     vocab.metadata.update(
         corpus_bytes=int(corpus_bytes),

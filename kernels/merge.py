@@ -31,6 +31,7 @@ from .hashing import table_find, table_put
 from .pairs import (
     HEAP_SIZE,
     ITERATION,
+    MAX_TOKEN_LEN,
     N_EVENTS,
     N_NORMAL,
     N_POSTINGS,
@@ -79,10 +80,23 @@ def slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key, s
 
 
 @hot
+def counted_pair(left, right, token_len, max_len):
+    """HF's ``max_token_length`` (``Word::merge``): a pair is counted when its merged token
+    would be shorter than ``max_len`` (0: no limit), or when both are single bytes (HF
+    counts the text's first pairs whatever the limit). A pair not counted is never merged;
+    its length never changes, so neither its gains nor its losses matter."""
+    n = token_len[left] + token_len[right]
+    return max_len == 0 or n < max_len or n == 2
+
+
+@hot
 def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_values,
                slot_key, slot_count, slot_order, slot_head, slot_touch, post_word, post_next,
-               touched):
-    """Add ``delta`` to the pair's count; on a gain, post the word and mark the slot touched."""
+               touched, token_len):
+    """Add ``delta`` to the pair's count; on a gain, post the word and mark the slot touched.
+    A pair ``counted_pair`` leaves out is not counted at all."""
+    if not counted_pair(left, right, token_len, sizes[MAX_TOKEN_LEN]):
+        return
     slot = slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key,
                    slot_count, slot_order, slot_head, slot_touch)
     slot_count[slot] += delta
@@ -103,7 +117,7 @@ def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_val
 @hot
 def merge_word_cpu(word, left, right, merged, tokens, word_start, word_len, word_count, sizes,
                    byte_rank, table_keys, table_values, slot_key, slot_count, slot_order,
-                   slot_head, slot_touch, post_word, post_next, touched):
+                   slot_head, slot_touch, post_word, post_next, touched, token_len):
     """Merge (left, right) -> merged in one word, in place, left to right; emit deltas.
 
     Returns the number of occurrences merged (0 for a stale posting).
@@ -123,19 +137,19 @@ def merge_word_cpu(word, left, right, merged, tokens, word_start, word_len, word
                 if not (before == left and left == right):
                     _add_delta(before, left, -count, word, sizes, byte_rank, table_keys,
                                table_values, slot_key, slot_count, slot_order, slot_head,
-                               slot_touch, post_word, post_next, touched)
+                               slot_touch, post_word, post_next, touched, token_len)
                 _add_delta(before, merged, count, word, sizes, byte_rank, table_keys,
                            table_values, slot_key, slot_count, slot_order, slot_head,
-                           slot_touch, post_word, post_next, touched)
+                           slot_touch, post_word, post_next, touched, token_len)
             if read + 2 < length:
                 after = np.int64(tokens[start + read + 2])
                 if not (after == right and left == right):
                     _add_delta(right, after, -count, word, sizes, byte_rank, table_keys,
                                table_values, slot_key, slot_count, slot_order, slot_head,
-                               slot_touch, post_word, post_next, touched)
+                               slot_touch, post_word, post_next, touched, token_len)
                 _add_delta(merged, after, count, word, sizes, byte_rank, table_keys,
                            table_values, slot_key, slot_count, slot_order, slot_head,
-                           slot_touch, post_word, post_next, touched)
+                           slot_touch, post_word, post_next, touched, token_len)
             tokens[start + write] = merged
             read += 2
         else:
@@ -253,7 +267,7 @@ def merge_batch_cpu(rules, events, vocab_size, min_count, scaffold_mode, sizes, 
                                    word_start, word_len, word_count, word_stamp, table_keys,
                                    table_values, slot_key, slot_count, slot_order, slot_head,
                                    slot_touch, post_word, post_next, touched,
-                                   heap_priority, heap_order, heap_item)
+                                   heap_priority, heap_order, heap_item, token_len)
         token_freq[merged] += merged_count
         token_freq[left] -= merged_count
         token_freq[right] -= merged_count
@@ -328,7 +342,7 @@ def has_room(room, sizes, table_keys, slot_key, post_word, touched, heap_item, t
 def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start, word_len,
                 word_count, word_stamp, table_keys, table_values, slot_key, slot_count,
                 slot_order, slot_head, slot_touch, post_word, post_next, touched,
-                heap_priority, heap_order, heap_item):
+                heap_priority, heap_order, heap_item, token_len):
     """Merge the pair of ``best`` in every word that posts it; push the pairs that gained.
 
     Returns how many occurrences were merged, weighted by word counts.
@@ -346,7 +360,7 @@ def apply_merge(best, left, right, merged, sizes, byte_rank, tokens, word_start,
         merged_count += word_count[word] * merge_word_cpu(
             word, left, right, merged, tokens, word_start, word_len, word_count, sizes,
             byte_rank, table_keys, table_values, slot_key, slot_count, slot_order, slot_head,
-            slot_touch, post_word, post_next, touched)
+            slot_touch, post_word, post_next, touched, token_len)
     slot_count[best] = 0
     slot_head[best] = -1
     for i in range(sizes[N_TOUCHED]):

@@ -24,10 +24,11 @@ from ._cuda import array_module, launch, sum_by_key
 from .hashing import empty_table, table_find, table_put
 from .train_policy import pair_order
 
-# Indices into the int64 ``sizes`` array that travels with the index.
+# Indices into the int64 ``sizes`` array that travels with the index (MAX_TOKEN_LEN: HF's
+# max_token_length, 0 for none; read by ``kernels.merge.counted_pair``).
 (N_SLOTS, N_POSTINGS, HEAP_SIZE, N_TOKENS, POOL_USED, ITERATION, N_TOUCHED, STOP, NEED,
- N_NORMAL, N_EVENTS, N_RULES_TOTAL) = range(12)
-SIZES_LENGTH = 12
+ N_NORMAL, N_EVENTS, N_RULES_TOTAL, MAX_TOKEN_LEN) = range(13)
+SIZES_LENGTH = 13
 
 
 @njit(inline="always", cache=True)

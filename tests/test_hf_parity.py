@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -13,7 +14,7 @@ from gpubpe.cli import demo_corpus_path
 tokenizers = pytest.importorskip("tokenizers", reason="HF parity needs the 'dev' extra")
 
 
-def hf_merges(path, vocab_size, special_tokens=()):
+def hf_merges(path, vocab_size, special_tokens=(), **options):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     hf = Tokenizer(models.BPE())
@@ -24,6 +25,7 @@ def hf_merges(path, vocab_size, special_tokens=()):
         special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
+        **options,
     )
     hf.train([str(path)], trainer)
     merges = json.loads(hf.to_str())["model"]["merges"]
@@ -46,3 +48,20 @@ def test_merges_equal_hf_bpe_trainer(vocab_size):
     theirs = hf_merges(path, vocab_size)
     assert len(theirs) == vocab_size - 256
     assert as_hf_strings(ours.merges) == theirs
+
+
+@pytest.mark.parametrize("max_token_length", [1, 3, 4, 7])
+def test_max_token_length_equals_hf_bpe_trainer(max_token_length):
+    """HF's BpeTrainer ``max_token_length``: tokens shorter than it (two bytes always), even
+    where that stops training early (3 allows only the pairs of two bytes)."""
+    path = demo_corpus_path()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = gpubpe.train([path], 2000, max_token_length=max_token_length, progress=False)
+    stopped_early = [w for w in caught if "shorter than max_token_length" in str(w.message)]
+    assert bool(stopped_early) == (max_token_length <= 3)
+    theirs = hf_merges(path, 2000, max_token_length=max_token_length)
+    assert as_hf_strings(ours.merges) == theirs
+    longest = max(len(ours.token_bytes(i)) for i in range(ours.vocab_size))
+    assert longest == max(2, max_token_length - 1)
+    assert ours.metadata["max_token_length"] == max_token_length

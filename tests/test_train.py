@@ -45,6 +45,15 @@ def test_fast_training_equals_reference_on_arbitrary_words(word_counts, vocab_si
     assert fast_rules(word_counts, vocab_size) == _reference.train_bpe(word_counts, vocab_size)
 
 
+@given(st.dictionaries(st.binary(min_size=1, max_size=12), st.integers(1, 5), max_size=12),
+       st.integers(256, 320), st.integers(1, 6))
+def test_max_token_length_equals_reference(word_counts, vocab_size, max_token_length):
+    rules = train_from_counts(word_counts, vocab_size, max_token_length=max_token_length,
+                              progress=False)
+    assert [tuple(rule) for rule in rules.tolist()] == _reference.train_bpe(
+        word_counts, vocab_size, max_token_length=max_token_length)
+
+
 def test_golden_run_of_one_byte():
     # "aaaaa" x1: (a,a) occurs 4 times (overlaps count) -> merge to 256 = "aa".
     # Non-overlapping, left to right: aa aa a. Now (aa,aa)=1 and (aa,a)=1: equal counts,
@@ -161,3 +170,23 @@ def test_jsonl_corpus(tmp_path):
 
 def test_rules_are_int64():
     assert train_from_counts({b"ab": 1}, 257, progress=False).dtype == np.int64
+
+
+def test_max_token_length_from_the_cli_scaffold_and_device(tmp_path):
+    from gpubpe.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the theory of the thermal theatre\n" * 30, encoding="utf-8")
+    assert main(["train", str(corpus), "--vocab-size", "262", "--max-token-length", "4",
+                 "-o", str(tmp_path / "t.json"), "--no-progress"]) == 0
+    tok = gpubpe.load(tmp_path / "t.json")
+    assert max(len(tok.token_bytes(i)) for i in range(tok.vocab_size)) == 3
+    assert tok.merges == gpubpe.train([corpus], 262, max_token_length=4, progress=False).merges
+    scaffold = gpubpe.train([corpus], 262, max_token_length=5, scaffold=True, progress=False)
+    assert max(len(t) for t in scaffold.vocabulary.token_bytes) == 4
+    with pytest.raises(ConfigError, match="device's merge loop has no length limit"):
+        gpubpe.train([corpus], 300, max_token_length=4, backend="cuda", progress=False)
+    with pytest.raises(ConfigError, match="max_token_length=0"):
+        gpubpe.train([corpus], 300, max_token_length=0, progress=False)
+    with pytest.raises(ConfigError, match="extend does not take it"):
+        gpubpe.train([corpus], extend=tok, add=5, max_token_length=4, progress=False)
