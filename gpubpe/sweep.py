@@ -159,6 +159,14 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
 
     from .model import Vocabulary
 
+    if vocab.layout is not None:
+        # Such a cut was made from the rules alone and numbered by them: GPT-2's "o" (78)
+        # came back as 111 (found session 28). Its ids stay the source's, or it is refused.
+        raise ConfigError(
+            f"truncate cuts a vocabulary gpubpe trained; this one was imported "
+            f"({vocab.metadata.get('imported_from', 'with its own ids')}), and a cut would "
+            "not keep its source's ids; train at that size instead (gpubpe.train, or sweep "
+            "for many sizes)")
     scaffold = vocab.scaffold is not None and bool(np.any(vocab.scaffold))
     if scaffold and events is None:
         events = vocab.metadata.get("scaffold_events")

@@ -176,6 +176,11 @@ def test_truncate_keeps_ids_and_needs_a_log_for_scaffold():
     del scaffold.vocabulary.metadata["scaffold_events"]
     with pytest.raises(ConfigError, match="no event log"):
         scaffold.truncate(258)
+    # an import keeps its source's ids: a cut numbered by its rules would not (GPT-2's "o",
+    # id 78, came back as 111), so it is refused, saying so
+    imported = gpubpe.Tokenizer.from_hf(tok.to_hf_json())
+    with pytest.raises(ConfigError, match="was imported \\(hf tokenizer.json\\)"):
+        imported.truncate(258)
 
 
 def test_scaffold_truncate_after_save_equals_training_at_that_size(tmp_path):
