@@ -126,6 +126,9 @@ def _add_train(commands) -> None:
                    help="HF BpeTrainer's max_token_length, as HF runs it: no merge makes a token "
                         "of N bytes or more (tokens are at most N-1 bytes; two bytes always "
                         "merge); default: no limit")
+    p.add_argument("--normalizer", choices=["NFC", "NFD", "NFKC", "NFKD"],
+                   help="normalize each document as HF's normalizer of that name before it is "
+                        "split and counted; the tokenizer normalizes what it encodes")
     _add_pattern_option(p)
     p.add_argument("--scaffold", action="store_true",
                    help="train Scaffold-BPE (Lian et al.): rare intermediate tokens become "
@@ -425,7 +428,7 @@ def _run_train(args) -> int:
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, text_field=args.text_field,
                     num_threads=args.threads, scaffold=args.scaffold,
-                    max_token_length=args.max_token_length)
+                    max_token_length=args.max_token_length, normalizer=args.normalizer)
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)
@@ -1075,7 +1078,7 @@ def _run_train_counts(args) -> int:
                     pattern=_pattern_of(args),
                     special_tokens=args.special_token, backend=args.backend,
                     progress=not args.no_progress, scaffold=args.scaffold,
-                    max_token_length=args.max_token_length)
+                    max_token_length=args.max_token_length, normalizer=args.normalizer)
     for warning in caught:
         print(f"gpubpe train: warning: {warning.message}", file=sys.stderr)
     tok.save(args.output)

@@ -256,16 +256,28 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
                     min_frequency: int = 0, pattern: str | None = "gpt2",
                     special_tokens: Iterable[str] = (), tie_break: str = "hf",
                     scaffold: bool = False, backend: str = "auto", progress: bool = True,
-                    max_token_length: int | None = None):
+                    max_token_length: int | None = None, normalizer: str | None = None):
     """``gpubpe.train(counts=...)``: train from saved word counts, or extend a vocabulary
-    (from counts, or from a corpus counted here as the base splits it)."""
-    if corpus is not None and counts is None and extend is not None:
+    (from counts, or from a corpus counted here as the base splits and normalizes it)."""
+    if normalizer is not None:
+        raise ConfigError("normalizer= applies to training from a corpus: a counts file holds "
+                          "words already split, and extend follows the base's normalizer")
+    if extend is not None:
         from .extend import load_base
 
         extend = load_base(extend, pattern)
-        counts = count_words(corpus, pattern=extend.pattern, special_tokens=extend.special_tokens,
-                             progress=progress)
-        corpus = None
+        form = None if extend.layout is None else extend.layout.normalizer
+        if form is not None and counts is not None:
+            raise ConfigError(f"the base normalizes its text ({form}); pass the corpus instead "
+                              "of counts=, so it is normalized as the base does")
+        normalized = corpus is not None and counts is None and form is not None
+        if corpus is not None and counts is None:
+            from .trainer import normalized_documents
+
+            text = normalized_documents(corpus, form) if normalized else corpus
+            counts = count_words(text, pattern=extend.pattern,
+                                 special_tokens=extend.special_tokens, progress=progress)
+            corpus = None
     if corpus is not None:
         raise ConfigError("pass either a corpus or counts=, not both; count the corpus with "
                           "gpubpe.count_words and merge the counts to combine them")
@@ -279,7 +291,7 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
             raise ConfigError("max_token_length applies to training; extend does not take it")
 
         return extend_tokenizer(extend, counts, add, min_frequency=min_frequency,
-                                vocab_size=vocab_size, progress=progress)
+                                vocab_size=vocab_size, progress=progress, normalized=normalized)
     check_pattern(counts, pattern, "train")
     special_tokens = list(dict.fromkeys(special_tokens)) or list(counts.special_tokens)
     if sorted(special_tokens) != sorted(counts.special_tokens):

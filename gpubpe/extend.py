@@ -143,8 +143,9 @@ def _tiktoken_encoding(name: str):
 
 
 def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
-                     vocab_size=None, progress: bool = True):
-    """A Tokenizer: ``base`` continued by ``add`` new tokens learned from ``counts``."""
+                     vocab_size=None, progress: bool = True, normalized: bool = False):
+    """A Tokenizer: ``base`` continued by ``add`` new tokens learned from ``counts``
+    (``normalized``: counted from text the base's normalizer was run on)."""
     from .tokenizer import Tokenizer
 
     if vocab_size is not None:
@@ -152,7 +153,7 @@ def extend_tokenizer(base, counts: WordCounts, add, *, min_frequency: int = 0,
     if isinstance(add, bool) or not isinstance(add, int | np.integer) or add < 1:
         raise ConfigError(f"add={add!r}: extend needs a positive number of new tokens")
     vocab = load_base(base, counts.pattern)
-    _check_base(vocab)
+    _check_base(vocab, normalized)
     _check_counts(vocab, counts)
     if vocab.layout is not None and vocab.layout.whole_tokens:
         extended = _extend_by_encoding(vocab, counts, int(add), min_frequency, progress)
@@ -250,22 +251,23 @@ def _byte_tie_rank(vocab) -> np.ndarray:
     return rank
 
 
-def _check_base(vocab) -> None:
-    """Refuse bases this module cannot continue while keeping their ids (module docstring)."""
+def _check_base(vocab, normalized: bool = False) -> None:
+    """Refuse bases this module cannot continue while keeping their ids (module docstring);
+    ``normalized``: the counts were made from text normalized as the base normalizes it."""
     if vocab.scaffold is not None and vocab.scaffold.any():
         raise ConfigError("extending a Scaffold-BPE vocabulary is not supported: its output "
                           "ids are compact over normal tokens; extend a plain BPE vocabulary")
     if vocab.bitlevel_leads is not None:
         raise ConfigError("extend the plain vocabulary, then turn the bit-level codec on")
     if vocab.layout is not None:
-        _check_layout(vocab.layout)
+        _check_layout(vocab.layout, normalized)
 
 
-def _check_layout(layout) -> None:
+def _check_layout(layout, normalized: bool = False) -> None:
     if layout.metaspace:
         raise ConfigError("the base is a SentencePiece-style vocabulary (characters, '▁' for "
                           "spaces, <0xXX> byte fallback); gpubpe extends byte-level BPE only")
-    if layout.text_change() is not None:
+    if layout.text_change() is not None and (layout.prefix_space or not normalized):
         raise ConfigError(f"the base {layout.text_change()} before splitting, which counts "
                           "files do not record; extend a base without a normalizer or "
                           "add_prefix_space")

@@ -120,6 +120,36 @@ class Template(NamedTuple):
         return {"before": list(self.before), "after": list(self.after)}
 
 
+def normalizing(vocab: Vocabulary, form: str | None) -> Vocabulary:
+    """``vocab`` (gpubpe's own numbering) with its text normalized to ``form`` before the
+    split, as a HF normalizer does: an id layout of the same ids (``own_numbering``) that
+    names the form. None: ``vocab`` as it is."""
+    if form is None:
+        return vocab
+    n_tokens = len(vocab.token_bytes)
+    layout = IdLayout(np.arange(n_tokens, dtype=np.int64),
+                      list(range(n_tokens, n_tokens + len(vocab.special_tokens))),
+                      normalizer=form)
+    return Vocabulary.from_tokens(vocab.token_bytes, vocab.rules, layout, vocab.special_tokens,
+                                  vocab.pattern, vocab.metadata)
+
+
+def own_numbering(vocab: Vocabulary) -> bool:
+    """Whether ``vocab`` numbers its tokens as gpubpe's training does (internal ids, special
+    tokens after them), a normalizer aside: no layout, or the one ``normalizing`` makes."""
+    layout = vocab.layout
+    if layout is None:
+        return True
+    n_tokens = len(vocab.token_bytes)
+    own = IdLayout(np.arange(n_tokens, dtype=np.int64),
+                   list(range(n_tokens, n_tokens + len(vocab.special_tokens))),
+                   normalizer=layout.normalizer)
+    return np.array_equal(layout.output_ids, own.output_ids) and all(
+        getattr(layout, name) == getattr(own, name) for name in (
+            "special_ids", "rank_by_token", "whole_tokens", "prefix_space", "special_flags",
+            "prefix_rule")) and layout.byte_fallback_ids is None
+
+
 def check_template(template: Template | None, special_tokens: list[str]) -> None:
     """ValueError unless every token of ``template`` is one of ``special_tokens``."""
     if template is None:

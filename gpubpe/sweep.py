@@ -157,9 +157,9 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     """
     import dataclasses
 
-    from .model import Vocabulary
+    from .model import Vocabulary, normalizing, own_numbering
 
-    if vocab.layout is not None:
+    if not own_numbering(vocab):
         # Such a cut was made from the rules alone and numbered by them: GPT-2's "o" (78)
         # came back as 111 (found session 28). Its ids stay the source's, or it is refused.
         raise ConfigError(
@@ -182,6 +182,7 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     metadata = {key: value for key, value in vocab.metadata.items() if key != "scaffold_events"}
     metadata["truncated_from"] = vocab.vocab_size
     cut = Vocabulary.from_rules(rules, vocab.special_tokens, vocab.pattern, metadata, flags)
+    cut = normalizing(cut, None if vocab.layout is None else vocab.layout.normalizer)
     return dataclasses.replace(cut, bitlevel_leads=vocab.bitlevel_leads, template=vocab.template)
 
 

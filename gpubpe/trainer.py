@@ -10,8 +10,9 @@ word counting is a sum, and the merge loop is sequential and exact.
 from __future__ import annotations
 
 import time
+import unicodedata
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -40,8 +41,9 @@ from .kernels.pairs import (
     token_frequencies_cpu,
 )
 from .kernels.pqueue import empty_heap, heap_of_counts
-from .model import Vocabulary, check_special_tokens
-from .pretokenize import count_words, resolve_pattern
+from .model import Vocabulary, check_special_tokens, normalizing
+from .normalize import FORMS, hf_normalize
+from .pretokenize import count_words, iter_batches, resolve_pattern
 
 TIE_BREAKS = ("hf",)
 # Merges per step of the Numba loop: small enough for a lively progress bar,
@@ -80,6 +82,37 @@ def check_train_args(vocab_size, min_frequency, tie_break, max_token_length=None
         raise ConfigError(f"min_frequency={min_frequency} is negative; use 0 for no threshold")
     if tie_break not in TIE_BREAKS:
         raise ConfigError(f"tie_break={tie_break!r} is not one of {TIE_BREAKS}")
+
+
+def check_normalizer(normalizer, scaffold: bool) -> None:
+    """ConfigError unless ``normalizer`` is None or a form training can follow."""
+    if normalizer is None:
+        return
+    if normalizer not in FORMS:
+        raise ConfigError(f"normalizer={normalizer!r}: expected None or one of "
+                          f"{', '.join(FORMS)} (HF's Unicode normalizers)")
+    if scaffold:
+        raise ConfigError("normalizer= with scaffold=True: a Scaffold-BPE vocabulary maps its "
+                          "ids itself, and gpubpe keeps a normalizer in an id layout; train "
+                          "one or the other")
+
+
+def normalized_documents(corpus, form: str, text_field: str = "text") -> Iterator[bytes]:
+    """The documents of ``corpus`` (what :func:`train` takes) as UTF-8 bytes in HF's
+    ``form`` (``hf_normalize``), as HF's trainer normalizes each sequence. A batch of
+    documents already in that form (English, most Chinese) is cut as it is."""
+    for batch in iter_batches(corpus, text_field):
+        data = bytes(batch.data)
+        unchanged = unicodedata.is_normalized(form, data.decode("utf-8", "surrogateescape"))
+        start = 0
+        for end in batch.doc_ends.tolist():
+            document = data[start:end]
+            start = end
+            if unchanged or document.isascii():
+                yield document
+            else:
+                text = hf_normalize(document.decode("utf-8", "surrogateescape"), form)
+                yield text.encode("utf-8", "surrogateescape")
 
 
 def flatten_words(word_counts: dict[bytes, int]):
@@ -405,6 +438,7 @@ def train(
     text_field: str = "text",
     num_threads: int | None = None,
     max_token_length: int | None = None,
+    normalizer: str | None = None,
 ):
     """Train a byte-level BPE tokenizer and return it as a :class:`~gpubpe.Tokenizer`.
 
@@ -426,6 +460,13 @@ def train(
     of ``max_token_length`` bytes or more (so tokens have at most ``max_token_length - 1``),
     except that two single bytes always merge (CPU backend).
 
+    ``normalizer``: "NFC", "NFD", "NFKC" or "NFKD": each document is normalized as HF's
+    normalizer of that name writes it (``gpubpe.normalize``) before it is split and
+    counted, as HF's trainer does, and the tokenizer normalizes the text it encodes (its
+    HF export has that normalizer). Special-token text is cut from the normalized
+    documents here (HF matches its added tokens before normalizing: the two differ only
+    where normalizing makes or breaks a special token's text).
+
     ``counts`` (a :class:`~gpubpe.WordCounts` or a counts file) replaces the
     corpus: no corpus pass. ``extend`` (a Tokenizer or a tokenizer file) with
     ``add`` new tokens continues BPE from that vocabulary (``gpubpe.extend``), learnt
@@ -440,8 +481,9 @@ def train(
             counts, vocab_size, corpus=corpus, extend=extend, add=add,
             min_frequency=min_frequency, pattern=pattern, special_tokens=special_tokens,
             tie_break=tie_break, scaffold=scaffold, backend=backend, progress=progress,
-            max_token_length=max_token_length)
+            max_token_length=max_token_length, normalizer=normalizer)
     check_train_args(vocab_size, min_frequency, tie_break, max_token_length)
+    check_normalizer(normalizer, scaffold)
     if scaffold and vocab_size <= 256:
         raise ConfigError(
             f"scaffold=True needs vocab_size above 256 (got {vocab_size}): only merged tokens "
@@ -453,14 +495,17 @@ def train(
     started = time.perf_counter()
     with tqdm(desc="counting words", unit="B", unit_scale=True, disable=not progress,
               leave=False) as bar:
+        if normalizer is not None:
+            corpus = normalized_documents(corpus, normalizer, text_field)
         word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads, bar,
                                   chosen.name)
     counted = time.perf_counter()
     corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
     if corpus_bytes == 0:
         raise CorpusError("the corpus holds no text to train on (empty, or only special tokens)")
-    vocab = vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold, progress,
-                                   chosen, special_tokens, pattern, max_token_length)
+    vocab = normalizing(vocabulary_from_counts(word_counts, vocab_size, min_frequency, scaffold,
+                                               progress, chosen, special_tokens, pattern,
+                                               max_token_length), normalizer)
     if vocab.vocab_size < vocab_size:
         warnings.warn(
             f"training stopped at {vocab.vocab_size} tokens, below vocab_size={vocab_size}: "
@@ -476,5 +521,6 @@ def train(
         min_frequency=int(min_frequency),
         tie_break=tie_break,
         scaffold=bool(scaffold),
+        **({} if normalizer is None else {"normalizer": normalizer}),
     )
     return Tokenizer(vocab, backend)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,37 @@ def test_max_token_length_equals_hf_bpe_trainer(max_token_length):
     longest = max(len(ours.token_bytes(i)) for i in range(ours.vocab_size))
     assert longest == max(2, max_token_length - 1)
     assert ours.metadata["max_token_length"] == max_token_length
+
+
+@pytest.mark.parametrize("form", ["NFKC", "NFD"])
+def test_training_with_a_normalizer_equals_hf(form, tmp_path):
+    """HF's recipe of a normalizer, ByteLevel and BpeTrainer: the same merges on text the
+    normalizer changes (full-width forms, compatibility characters, accents), the same
+    tokens for every document, and the export runs as HF's own trained tokenizer."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    path = Path(__file__).parent / "data" / "multiscript.txt"
+    hf = Tokenizer(models.BPE())
+    hf.normalizer = getattr(normalizers, form)()
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.train([str(path)], trainers.BpeTrainer(
+        vocab_size=2000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    merges = json.loads(hf.to_str())["model"]["merges"]
+    tok = gpubpe.train([path], 2000, normalizer=form, progress=False)
+    assert as_hf_strings(tok.merges) == [tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+                                         for m in merges]
+    docs = path.read_text(encoding="utf-8").splitlines(keepends=True)[:400] + [
+        "ＡＢＣ　１２３ ﬁ ｶﾀｶﾅ ①", "e\u0301 Å ẛ̣", ""]
+    chars = gpt2_byte_to_unicode()
+    ours = [["".join(chars[b] for b in tok.token_bytes(i)) for i in ids]
+            for ids in tok.encode_batch(docs)]
+    assert ours == [e.tokens for e in hf.encode_batch(docs, add_special_tokens=False)]
+    assert tok.vocabulary.layout.normalizer == form and tok.metadata["normalizer"] == form
+    exported = Tokenizer.from_str(json.dumps(tok.to_hf_json()))
+    assert [e.ids for e in exported.encode_batch(docs)] == tok.encode_batch(docs)
+    tok.save(tmp_path / "t.json")
+    assert gpubpe.load(tmp_path / "t.json").encode_batch(docs) == tok.encode_batch(docs)
+    cut = tok.truncate(1000)
+    assert cut.vocabulary.layout.normalizer == form
+    assert cut.merges == gpubpe.train([path], 1000, normalizer=form, progress=False).merges

@@ -190,3 +190,30 @@ def test_max_token_length_from_the_cli_scaffold_and_device(tmp_path):
         gpubpe.train([corpus], 300, max_token_length=0, progress=False)
     with pytest.raises(ConfigError, match="extend does not take it"):
         gpubpe.train([corpus], extend=tok, add=5, max_token_length=4, progress=False)
+
+
+def test_a_normalizer_from_the_cli_and_where_it_is_refused(tmp_path):
+    from gpubpe.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("ＡＢＣ abc ﬁnal final ①\n" * 40, encoding="utf-8")
+    assert main(["train", str(corpus), "--vocab-size", "264", "--normalizer", "NFKC",
+                 "-o", str(tmp_path / "t.json"), "--no-progress"]) == 0
+    tok = gpubpe.load(tmp_path / "t.json")
+    assert tok.encode("ＡＢＣ ﬁnal") == tok.encode("ABC final")
+    assert tok.merges == gpubpe.train([corpus.read_text(encoding="utf-8")], 264,
+                                      normalizer="NFKC", progress=False).merges
+    # extending it from a corpus normalizes that corpus as the base does
+    grown = gpubpe.train([corpus], extend=tok, add=2, progress=False)
+    assert grown.vocabulary.layout.normalizer == "NFKC"
+    assert grown.merges == gpubpe.train([corpus], 266, normalizer="NFKC", progress=False).merges
+    assert grown.encode("ＡＢＣ ﬁnal") == grown.encode("ABC final")
+    for kwargs, message in (
+            (dict(normalizer="NFKX"), "normalizer='NFKX': expected None or one of"),
+            (dict(normalizer="NFC", scaffold=True), "with scaffold=True"),
+            (dict(normalizer="NFC", extend=tok, add=2), "applies to training from a corpus")):
+        with pytest.raises(ConfigError, match=message):
+            gpubpe.train([corpus], None if "extend" in kwargs else 264, progress=False, **kwargs)
+    counts = gpubpe.count_words([corpus], progress=False)
+    with pytest.raises(ConfigError, match="the base normalizes its text \\(NFKC\\)"):
+        gpubpe.train(counts=counts, extend=tok, add=2, progress=False)
