@@ -9,6 +9,9 @@ Llama 3, GPT-2 and Qwen 2 patterns. Documents are random runs of pieces: words o
 scripts, digits, whitespace of every kind, contractions, controls, combining marks,
 emoji sequences, letters of the newest Unicode, long runs of one character, and the
 engine's special tokens (``allowed_special="all"``; HF always matches its added tokens).
+Against HF both add the file's template (HF's default ``encode``, gpubpe's
+``add_special_tokens=True``: the BOS of Llama 3, Command-R, DeepSeek and the SentencePiece
+files, by their GGUF keys or llama.cpp's defaults).
 GPT-2's and Llama 3's files run again under each Unicode normalizer HF has (``gpt-2-NFKC``
 ...), with added tokens HF matches in the normalized text (``normalized: true``: "<mask>",
 "ﬁx", "Ⅻ"); ``--hf-files`` adds tokenizer.json files (Claude's: ``anthropic/tokenizer.json``
@@ -200,9 +203,9 @@ def hf_engines(name: str, tok, data: dict, specials: list[str], not_decoded: set
     for engine, source in references:
         hf = tokenizers.Tokenizer.from_str(json.dumps(source))
         yield (engine, lambda texts, tok=tok: tok.encode_batch(texts, allowed_special="all",
-                                                                num_threads=threads),
-               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts,
-                                                                  add_special_tokens=False)],
+                                                                num_threads=threads,
+                                                                add_special_tokens=True),
+               lambda texts, hf=hf: [e.ids for e in hf.encode_batch(texts)],  # HF's default
                tok.decode_batch, lambda ids, hf=hf: hf.decode_batch(ids, skip_special_tokens=False),
                specials, not_decoded)
 

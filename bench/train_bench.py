@@ -12,6 +12,9 @@ user pays it once).
 
 ``--pattern`` names the split (gpt2, cl100k, deepseek...); HF gets the pre-tokenizer that
 gpubpe exports for it (``gpt2``: ByteLevel; the others: their Split steps, then ByteLevel).
+``--normalizer NFKC`` and ``--max-token-length N`` give both tools that normalizer / limit
+(HF: its normalizer of that name, BpeTrainer's ``max_token_length``); no Scaffold row then
+with a normalizer.
 
 ``--merge-loop`` times the merge loop alone (words counted once, then
 ``train_from_counts``) for the CPU step and the device step with each launcher,
@@ -75,13 +78,19 @@ def run_child(tool: str, corpus: Path, size: int, threads: int, pattern: str = "
     return report
 
 
+def options() -> dict:
+    """The training options both tools get (``--normalizer``, ``--max-token-length``), as the
+    parent passed them to its children."""
+    return json.loads(os.environ.get("TRAIN_BENCH_OPTIONS", "{}"))
+
+
 def child(tool: str, corpus: Path, size: int, threads: int, pattern: str) -> None:
     if tool in ("gpubpe", "scaffold"):
         import gpubpe  # loading the cached JIT code is timed by the "jit" child, not here
 
         started = time.perf_counter()
         tok = gpubpe.train([str(corpus)], size, progress=False, num_threads=threads,
-                           scaffold=tool == "scaffold", pattern=pattern)
+                           scaffold=tool == "scaffold", pattern=pattern, **options())
         merges = [[a.hex(), b.hex()] for a, b in tok.merges]
         report = {"seconds": time.perf_counter() - started,
                   "counting": tok.metadata["seconds_counting"],
@@ -106,10 +115,15 @@ def hf_train(corpus: Path, size: int, pattern: str = "gpt2") -> list[list[str]]:
     from gpubpe._reference import gpt2_byte_to_unicode
     from gpubpe.interop import _hf_pre_tokenizer
 
+    given = options()
+    normalizer = given.get("normalizer") and {"type": given["normalizer"]}
     hf = Tokenizer.from_str(json.dumps({"version": "1.0", "pre_tokenizer": _hf_pre_tokenizer(
-        pattern), "model": {"type": "BPE", "vocab": {}, "merges": []}}))
+        pattern), "normalizer": normalizer, "model": {"type": "BPE", "vocab": {},
+                                                      "merges": []}}))
+    limit = {"max_token_length": given["max_token_length"]} \
+        if given.get("max_token_length") else {}
     trainer = trainers.BpeTrainer(vocab_size=size, min_frequency=0, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **limit)
     hf.train([str(corpus)], trainer)
     byte_of = {c: b for b, c in gpt2_byte_to_unicode().items()}
     merges = json.loads(hf.to_str())["model"]["merges"]
@@ -133,7 +147,14 @@ def main() -> None:
                         choices=["cooperative", "phased"],
                         help="--merge-loop: the device's launchers to time (default: both)")
     parser.add_argument("--pattern", default="gpt2", help="the split's name (default: gpt2)")
+    parser.add_argument("--normalizer", choices=["NFC", "NFD", "NFKC", "NFKD"],
+                        help="both tools normalize each document so")
+    parser.add_argument("--max-token-length", type=int, help="both tools get this limit")
     args = parser.parse_args()
+    given = {key: value for key, value in (("normalizer", args.normalizer),
+                                           ("max_token_length", args.max_token_length)) if value}
+    if given and not args.child:
+        os.environ["TRAIN_BENCH_OPTIONS"] = json.dumps(given)  # the children read it
     corpus = corpus_path(args.corpus)
     if args.merge_loop:
         return merge_loop(corpus, args.sizes, args.max_bytes, args.step, args.repeats,
@@ -149,7 +170,8 @@ def main() -> None:
         theirs = best_of(args.repeats, "hf", corpus, size, args.threads, args.pattern)
         if ours["merges"] != theirs["merges"]:
             raise SystemExit(f"vocab {size}: merges differ from HF; no timing reported")
-        scaffold = best_of(args.repeats, "scaffold", corpus, size, args.threads, args.pattern)
+        scaffold = ours if args.normalizer else \
+            best_of(args.repeats, "scaffold", corpus, size, args.threads, args.pattern)
         rows.append({"vocab_size": size, "merges": len(ours["merges"]),
                      "gpubpe_s": ours["seconds"], "counting_s": ours["counting"],
                      "merging_s": ours["merging"], "hf_s": theirs["seconds"],
@@ -157,7 +179,7 @@ def main() -> None:
                      "gpubpe_rss_mib": ours["peak_rss_mib"], "hf_rss_mib": theirs["peak_rss_mib"],
                      "scaffold_s": scaffold["seconds"],
                      "scaffold_over_bpe": scaffold["seconds"] / ours["seconds"]})
-    print(f"pattern: {args.pattern}")
+    print(f"pattern: {args.pattern}; options: {given or 'none'}")
     print_table(corpus, args.threads, (cold["seconds"], warm["seconds"]), rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

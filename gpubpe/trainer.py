@@ -43,7 +43,7 @@ from .kernels.pairs import (
 from .kernels.pqueue import empty_heap, heap_of_counts
 from .model import Vocabulary, check_special_tokens, normalizing
 from .normalize import FORMS, hf_normalize
-from .pretokenize import count_words, iter_batches, resolve_pattern
+from .pretokenize import Batch, count_batch_words, count_words, iter_batches, resolve_pattern
 
 TIE_BREAKS = ("hf",)
 # Merges per step of the Numba loop: small enough for a lively progress bar,
@@ -97,22 +97,40 @@ def check_normalizer(normalizer, scaffold: bool) -> None:
                           "one or the other")
 
 
-def normalized_documents(corpus, form: str, text_field: str = "text") -> Iterator[bytes]:
-    """The documents of ``corpus`` (what :func:`train` takes) as UTF-8 bytes in HF's
-    ``form`` (``hf_normalize``), as HF's trainer normalizes each sequence. A batch of
-    documents already in that form (English, most Chinese) is cut as it is."""
+def normalized_batches(corpus, form: str, text_field: str = "text") -> Iterator[Batch]:
+    """The documents of ``corpus`` (what :func:`train` takes) in batches, each document in
+    HF's ``form`` (``hf_normalize``), as HF's trainer normalizes each sequence. A batch
+    already in that form (English, most Chinese) is passed on as it was read.
+
+    Counting English (40 MB, 2 threads, ``bench/train_bench.py --normalizer NFKC``) takes
+    0.83 s against 0.44 s without a normalizer, though NFKC changes almost nothing there:
+    each batch is read, decoded and checked here, on the calling thread, before its words
+    are counted (``count_words`` of a file reads it its own way). Yielding each document
+    (counted as a list of bytes) took the same 0.82 s. bench/RESULTS.md, session 28."""
     for batch in iter_batches(corpus, text_field):
         data = bytes(batch.data)
-        unchanged = unicodedata.is_normalized(form, data.decode("utf-8", "surrogateescape"))
-        start = 0
+        if data.isascii() or unicodedata.is_normalized(
+                form, data.decode("utf-8", "surrogateescape")):
+            yield batch
+            continue
+        documents, start = [], 0
         for end in batch.doc_ends.tolist():
             document = data[start:end]
             start = end
-            if unchanged or document.isascii():
-                yield document
-            else:
-                text = hf_normalize(document.decode("utf-8", "surrogateescape"), form)
-                yield text.encode("utf-8", "surrogateescape")
+            documents.append(document if document.isascii() else hf_normalize(
+                document.decode("utf-8", "surrogateescape"), form).encode(
+                    "utf-8", "surrogateescape"))
+        ends = np.cumsum(np.fromiter(map(len, documents), np.int64, len(documents)))
+        yield Batch(b"".join(documents), ends.astype(np.int64), batch.input_bytes, batch.last)
+
+
+def normalized_documents(corpus, form: str, text_field: str = "text") -> Iterator[bytes]:
+    """``normalized_batches``' documents one by one (what ``count_words`` of a list takes)."""
+    for batch in normalized_batches(corpus, form, text_field):
+        data, start = bytes(batch.data), 0
+        for end in batch.doc_ends.tolist():
+            yield data[start:end]
+            start = end
 
 
 def flatten_words(word_counts: dict[bytes, int]):
@@ -495,10 +513,12 @@ def train(
     started = time.perf_counter()
     with tqdm(desc="counting words", unit="B", unit_scale=True, disable=not progress,
               leave=False) as bar:
-        if normalizer is not None:
-            corpus = normalized_documents(corpus, normalizer, text_field)
-        word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads, bar,
-                                  chosen.name)
+        if normalizer is None:
+            word_counts = count_words(corpus, pattern, special_tokens, text_field, num_threads,
+                                      bar, chosen.name)
+        else:
+            word_counts = count_batch_words(normalized_batches(corpus, normalizer, text_field),
+                                            pattern, special_tokens, num_threads, bar)
     counted = time.perf_counter()
     corpus_bytes = sum(len(word) * count for word, count in word_counts.items())
     if corpus_bytes == 0:
