@@ -28,6 +28,7 @@ log (``Trainer`` returning ``None`` events) is run once per size instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -155,18 +156,12 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     Scaffold vocabularies need the event log of their training (``events``,
     or ``metadata["scaffold_events"]`` as flat ``[kind, value, ...]``).
     """
-    import dataclasses
-
     from .model import Vocabulary, normalizing, own_numbering
 
     if not own_numbering(vocab):
-        # Such a cut was made from the rules alone and numbered by them: GPT-2's "o" (78)
-        # came back as 111 (found session 28). Its ids stay the source's, or it is refused.
-        raise ConfigError(
-            f"truncate cuts a vocabulary gpubpe trained; this one was imported "
-            f"({vocab.metadata.get('imported_from', 'with its own ids')}), and a cut would "
-            "not keep its source's ids; train at that size instead (gpubpe.train, or sweep "
-            "for many sizes)")
+        # Cut from the rules alone and numbered by them, GPT-2's "o" (78) came back as 111
+        # (found session 28): an import keeps its source's ids.
+        return _truncated_import(vocab, vocab_size)
     scaffold = vocab.scaffold is not None and bool(np.any(vocab.scaffold))
     if scaffold and events is None:
         events = vocab.metadata.get("scaffold_events")
@@ -184,6 +179,43 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     cut = Vocabulary.from_rules(rules, vocab.special_tokens, vocab.pattern, metadata, flags)
     cut = normalizing(cut, None if vocab.layout is None else vocab.layout.normalizer)
     return dataclasses.replace(cut, bitlevel_leads=vocab.bitlevel_leads, template=vocab.template)
+
+
+def _truncated_import(vocab, vocab_size: int):
+    """An imported vocabulary cut to ``vocab_size`` normal tokens, its source's ids kept:
+    the merged tokens of the smallest ids (HF's trainer, GPT-2's files and tiktoken's
+    ranks number tokens in the order training made them), and the rules among the tokens
+    kept, in their order (tiktoken's rule: every split at the token's rank). Ids are the
+    source's, with a gap where a token went; special tokens keep theirs."""
+    from .kernels.encode.rules import all_splits
+    from .model import Vocabulary
+
+    layout = vocab.layout
+    if layout.metaspace:
+        raise ConfigError("truncate: a SentencePiece-style vocabulary (characters, <0xXX> byte "
+                          "fallback) is not cut; train at that size instead")
+    if vocab_size > vocab.vocab_size:
+        raise ConfigError(f"vocab_size={vocab_size} is above this vocabulary's "
+                          f"{vocab.vocab_size}; truncate can only cut")
+    _check_size(vocab_size)
+    outputs = layout.output_ids
+    merged = np.arange(256, outputs.size)[outputs[256:] >= 0]
+    wanted = vocab_size - int(np.count_nonzero(outputs[:256] >= 0))
+    first_made = merged[np.argsort(outputs[merged], kind="stable")][:wanted]
+    kept = np.concatenate([np.arange(256), np.sort(first_made)])
+    new_id = np.full(outputs.size, -1, dtype=np.int64)
+    new_id[kept] = np.arange(kept.size)
+    token_bytes = [vocab.token_bytes[t] for t in kept.tolist()]
+    if layout.rank_by_token:
+        rules = all_splits(token_bytes)
+    else:
+        rules = new_id[vocab.rules]
+        rules = rules[(rules >= 0).all(axis=1)]
+    cut_layout = dataclasses.replace(layout, output_ids=outputs[kept])
+    metadata = dict(vocab.metadata, truncated_from=vocab.vocab_size)
+    cut = Vocabulary.from_tokens(token_bytes, rules, cut_layout, vocab.special_tokens,
+                                 vocab.pattern, metadata)
+    return dataclasses.replace(cut, template=vocab.template)
 
 
 # ---------------------------------------------------------------- training for a sweep

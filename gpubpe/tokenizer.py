@@ -521,7 +521,8 @@ class Tokenizer:
         ``vocab_size``; Scaffold-BPE needs its training's event log (see
         ``gpubpe.sweep.cut_rules``). Ids of the kept tokens do not change;
         special tokens follow the normal ones, as after training at that size.
-        An imported vocabulary (its source's ids) is refused: a cut would renumber it.
+        An imported vocabulary keeps its source's ids: its merged tokens of the smallest
+        ids and the rules among them (``gpubpe.sweep``).
         """
         from .sweep import truncated_vocabulary
 

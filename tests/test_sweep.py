@@ -7,11 +7,13 @@ log), against the fast trainer, and against HF's BpeTrainer.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_gguf import models  # noqa: F401 (a fixture)
 
 import gpubpe
 from gpubpe import _reference
@@ -162,7 +164,7 @@ def test_bpe_cuts_equal_hf_bpe_trainer():
 # ---------------------------------------------------------------- truncate, sweep, CLI
 
 
-def test_truncate_keeps_ids_and_needs_a_log_for_scaffold(cl100k_tok):
+def test_truncate_keeps_ids_and_needs_a_log_for_scaffold():
     tok = gpubpe.train(ARIZONA * 3, 262, pattern=None, progress=False)
     cut = tok.truncate(258)
     assert cut.vocab_size == 258 and cut.encode("zon") == tok.truncate(258).encode("zon")
@@ -176,13 +178,53 @@ def test_truncate_keeps_ids_and_needs_a_log_for_scaffold(cl100k_tok):
     del scaffold.vocabulary.metadata["scaffold_events"]
     with pytest.raises(ConfigError, match="no event log"):
         scaffold.truncate(258)
-    # an import keeps its source's ids: a cut numbered by its rules would not (GPT-2's "o",
-    # id 78, came back as 111), so it is refused, saying so; one whose ids are gpubpe's own
-    # (its own HF export read back) is cut as it was trained
-    with pytest.raises(ConfigError, match="was imported \\(tiktoken"):
-        cl100k_tok.truncate(1000)
+    # its own HF export read back has gpubpe's ids: cut as it was trained
     again = gpubpe.Tokenizer.from_hf(tok.to_hf_json())
     assert again.truncate(258).encode("zon arizona") == cut.encode("zon arizona")
+
+
+REAL_LINES = (demo_corpus_path().read_text(encoding="utf-8").splitlines()[:1500]
+              + (Path(__file__).parent / "data" / "multiscript.txt").read_text(
+                  encoding="utf-8").splitlines()[:1500])
+
+
+@pytest.mark.parametrize("size", [300, 1000, 30000])
+def test_truncating_cl100k_keeps_tiktokens_ranks_below_the_cut(cl100k, cl100k_tok, size):
+    """Cut by id, an import keeps its source's ids (numbered by its rules, GPT-2's "o", 78,
+    came back as 111): tiktoken with the ranks below the cut gives the same ids."""
+    import tiktoken
+
+    ranks = {piece: rank for piece, rank in cl100k._mergeable_ranks.items() if rank < size}
+    small = tiktoken.Encoding("cut", pat_str=cl100k._pat_str, mergeable_ranks=ranks,
+                              special_tokens=cl100k._special_tokens)
+    cut = cl100k_tok.truncate(size)
+    assert cut.vocab_size == size
+    assert cut.special_tokens == cl100k_tok.special_tokens
+    assert cut.encode_batch(REAL_LINES, disallowed_special=()) == \
+        small.encode_ordinary_batch(REAL_LINES)
+
+
+def test_truncating_a_hf_trained_file_equals_hf_training_at_that_size(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+    from tokenizers import pre_tokenizers, trainers
+
+    def hf_trained(size):
+        hf = tokenizers.Tokenizer(tokenizers.models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.train([str(demo_corpus_path())], trainers.BpeTrainer(
+            vocab_size=size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<|endoftext|>"], show_progress=False))
+        return hf
+
+    big, small = hf_trained(3000), hf_trained(1000)
+    cut = gpubpe.Tokenizer.from_hf(big.to_str()).truncate(999)  # HF counts its special token
+    assert cut.encode_batch(REAL_LINES, allowed_special="all") == \
+        [e.ids for e in small.encode_batch(REAL_LINES, add_special_tokens=False)]
+    cut.save(tmp_path / "cut.json")
+    exported = tokenizers.Tokenizer.from_str(json.dumps(gpubpe.load(tmp_path / "cut.json")
+                                                        .to_hf_json()))
+    assert [e.ids for e in exported.encode_batch(REAL_LINES)] == \
+        [e.ids for e in small.encode_batch(REAL_LINES)]
 
 
 def test_scaffold_truncate_after_save_equals_training_at_that_size(tmp_path):
@@ -276,3 +318,29 @@ def test_counts_sweep_on_the_cuda_backend_equals_cpu():
     tok = gpubpe.train(counts=counts, vocab_size=280, backend="cuda", progress=False)
     assert tok.metadata["backend"] == "cuda"
     assert tok.merges == gpubpe.train(counts=counts, vocab_size=280, progress=False).merges
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "deepseek-coder"])
+def test_truncating_a_gguf_file_gives_hfs_ids_of_the_file_cut_so(models, name):  # noqa: F811
+    """Llama 3's merges (from tiktoken: every split of a token at its rank, parts of later
+    ranks too) and DeepSeek Coder's: HF on the file cut by id (the smaller ids, the merges
+    among them) gives the cut's ids; a SentencePiece-style file is refused."""
+    tokenizers = pytest.importorskip("tokenizers", reason="needs the 'dev' extra")
+    from gpubpe.gguf import hf_tokenizer_json, read_metadata
+
+    path = models / f"ggml-vocab-{name}.gguf"
+    data = hf_tokenizer_json(read_metadata(path), str(path))
+    added = {token["content"] for token in data["added_tokens"]}
+    by_id = sorted((i, text) for text, i in data["model"]["vocab"].items() if text not in added)
+    keep = {text for _, text in by_id[:2000]} | added
+    merges = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
+    cut_file = dict(data, model=dict(
+        data["model"], vocab={t: i for t, i in data["model"]["vocab"].items() if t in keep},
+        merges=[m for m in merges if m[0] in keep and m[1] in keep and m[0] + m[1] in keep]))
+    hf = tokenizers.Tokenizer.from_str(json.dumps(cut_file))
+    cut = gpubpe.Tokenizer.from_gguf(path).truncate(2000)
+    assert cut.encode_batch(REAL_LINES, allowed_special="all") == \
+        [e.ids for e in hf.encode_batch(REAL_LINES, add_special_tokens=False)]
+    assert cut.decode_batch(cut.encode_batch(REAL_LINES[:200])) == REAL_LINES[:200]
+    with pytest.raises(ConfigError, match="SentencePiece-style vocabulary .* is not cut"):
+        gpubpe.Tokenizer.from_gguf(models / "ggml-vocab-llama-spm.gguf").truncate(2000)
