@@ -99,7 +99,14 @@ from .kernels.encode import (
     write_source_pieces,
 )
 from .kernels.pretok import GPT2, JOINS
-from .model import IdLayout, Template, Vocabulary, read_tokenizer_json, tokenizer_json_path
+from .model import (
+    IdLayout,
+    Template,
+    Vocabulary,
+    check_template,
+    read_tokenizer_json,
+    tokenizer_json_path,
+)
 from .normalize import hf_normalize
 from .pretokenize import (
     compiled_pattern,
@@ -395,6 +402,20 @@ class Tokenizer:
         imported HF post-processor's, a ``tokenizer.model``'s or ``tekken.json``'s BOS), or
         None."""
         return self._vocab.template
+
+    def with_template(self, before: Sequence[str] = (), after: Sequence[str] = ()) -> Tokenizer:
+        """This tokenizer with the special tokens ``before`` and ``after`` each document
+        where ``add_special_tokens=True`` (e.g. ``after=["<|endoftext|>"]``); saved with it,
+        and written to its HF export as a ``TemplateProcessing``. Nothing: no template."""
+        template = Template(tuple(before), tuple(after))
+        try:
+            check_template(template, list(self._special_ids))
+        except ValueError as exc:
+            name = next(n for n in (*template.before, *template.after)
+                        if n not in self._special_ids)
+            raise ConfigError(f"{exc}; {special_tokens_said(self._special_ids, name)}") from None
+        vocab = dataclasses.replace(self._vocab, template=template if before or after else None)
+        return type(self)(vocab, self._backend_name)
 
     @property
     def special_tokens(self) -> dict[str, int]:

@@ -260,3 +260,20 @@ def test_a_bit_level_tokenizer_frames_and_skips_like_its_base():
     assert coded.decode_batch(batch, skip_special_tokens=True) == docs
     assert coded.decode_batch(batch) == [f"<s>{d}</s>" for d in docs]
     assert coded.decode(batch[0], skip_special_tokens=True) == docs[0]
+
+
+def test_with_template_on_a_trained_tokenizer(tmp_path):
+    tok = gpubpe.train([DEMO], 400, special_tokens=["<|endoftext|>", "<s>"], progress=False)
+    assert tok.template is None
+    framed = tok.with_template(before=["<s>"], after=["<|endoftext|>"])
+    docs = texts()[:100]
+    assert framed.encode_batch(docs, add_special_tokens=True) == [
+        [401, *ids, 400] for ids in tok.encode_batch(docs)]
+    framed.save(tmp_path / "t.json")
+    assert gpubpe.load(tmp_path / "t.json").template == Template(("<s>",), ("<|endoftext|>",))
+    hf = tokenizers.Tokenizer.from_str(json.dumps(framed.to_hf_json()))
+    assert [e.ids for e in hf.encode_batch(docs)] == framed.encode_batch(
+        docs, add_special_tokens=True, allowed_special="all")
+    assert framed.with_template().template is None
+    with pytest.raises(gpubpe.errors.ConfigError, match="'</s>' is not a special token"):
+        tok.with_template(after=["</s>"])
