@@ -5,11 +5,12 @@ HF has five kinds (``tokenizers.processors``): ``ByteLevel`` (offsets only: no i
 ``TemplateProcessing`` (its ``single`` template: special tokens, then ``$A``, then special
 tokens), ``RobertaProcessing`` and ``BertProcessing`` (``cls`` before, ``sep`` after) and
 ``Sequence`` (Llama 3's: ByteLevel, then a template; HF 0.22 gives a second step that adds
-tokens the first one's parts as a pair, [BOS] then [A]: such a file is not followed). A
-template's token must
-be one of the file's added tokens, at the id the file gives it: HF writes the processor's
-ids, so an id that differs would give other ids than HF's. Only the one-sequence form is
-read; HF's pair templates (two texts in one sequence, with type ids) are not.
+tokens the first one's parts as a pair, [BOS] then [A]: such a file is not followed).
+
+A template's token must be one of the file's added tokens, at the id the file gives it:
+HF writes the processor's ids, so an id that differs would give other ids than HF's. Only
+the one-sequence form is read; HF's pair templates (two texts in one sequence, with type
+ids) are not.
 """
 
 from __future__ import annotations
