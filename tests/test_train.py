@@ -172,14 +172,20 @@ def test_rules_are_int64():
     assert train_from_counts({b"ab": 1}, 257, progress=False).dtype == np.int64
 
 
-def test_max_token_length_from_the_cli_scaffold_and_device(tmp_path):
+def cli_trained(tmp_path, text: str, *options: str):
+    """(a corpus file of ``text``, the tokenizer ``gpubpe train`` makes of it with ``options``)."""
     from gpubpe.cli import main
 
     corpus = tmp_path / "c.txt"
-    corpus.write_text("the theory of the thermal theatre\n" * 30, encoding="utf-8")
-    assert main(["train", str(corpus), "--vocab-size", "262", "--max-token-length", "4",
-                 "-o", str(tmp_path / "t.json"), "--no-progress"]) == 0
-    tok = gpubpe.load(tmp_path / "t.json")
+    corpus.write_text(text, encoding="utf-8")
+    assert main(["train", str(corpus), *options, "-o", str(tmp_path / "t.json"),
+                 "--no-progress"]) == 0
+    return corpus, gpubpe.load(tmp_path / "t.json")
+
+
+def test_max_token_length_from_the_cli_scaffold_and_device(tmp_path):
+    corpus, tok = cli_trained(tmp_path, "the theory of the thermal theatre\n" * 30,
+                              "--vocab-size", "262", "--max-token-length", "4")
     assert max(len(tok.token_bytes(i)) for i in range(tok.vocab_size)) == 3
     assert tok.merges == gpubpe.train([corpus], 262, max_token_length=4, progress=False).merges
     scaffold = gpubpe.train([corpus], 262, max_token_length=5, scaffold=True, progress=False)
@@ -193,13 +199,8 @@ def test_max_token_length_from_the_cli_scaffold_and_device(tmp_path):
 
 
 def test_a_normalizer_from_the_cli_and_where_it_is_refused(tmp_path):
-    from gpubpe.cli import main
-
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("ＡＢＣ abc ﬁnal final ①\n" * 40, encoding="utf-8")
-    assert main(["train", str(corpus), "--vocab-size", "264", "--normalizer", "NFKC",
-                 "-o", str(tmp_path / "t.json"), "--no-progress"]) == 0
-    tok = gpubpe.load(tmp_path / "t.json")
+    corpus, tok = cli_trained(tmp_path, "ＡＢＣ abc ﬁnal final ①\n" * 40,
+                              "--vocab-size", "264", "--normalizer", "NFKC")
     assert tok.encode("ＡＢＣ ﬁnal") == tok.encode("ABC final")
     assert tok.merges == gpubpe.train([corpus.read_text(encoding="utf-8")], 264,
                                       normalizer="NFKC", progress=False).merges
