@@ -672,6 +672,9 @@ def _export_tiktoken(tok, args) -> int:
     print(f"wrote {args.output}; give tiktoken.Encoding pat_str={pat_str!r} and "
           f"special_tokens={_special_tokens_given(tok.special_tokens, args.output)}",
           file=sys.stderr)
+    if tok.template is not None:  # tiktoken adds no token of its own
+        print(f"tiktoken has no template: put {list(tok.template.before)} before and "
+              f"{list(tok.template.after)} after each text yourself", file=sys.stderr)
     return 0
 
 

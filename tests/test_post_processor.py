@@ -262,7 +262,7 @@ def test_a_bit_level_tokenizer_frames_and_skips_like_its_base():
     assert coded.decode(batch[0], skip_special_tokens=True) == docs[0]
 
 
-def test_with_template_on_a_trained_tokenizer(tmp_path):
+def test_with_template_on_a_trained_tokenizer(tmp_path, capsys):
     tok = gpubpe.train([DEMO], 400, special_tokens=["<|endoftext|>", "<s>"], progress=False)
     assert tok.template is None
     framed = tok.with_template(before=["<s>"], after=["<|endoftext|>"])
@@ -277,3 +277,7 @@ def test_with_template_on_a_trained_tokenizer(tmp_path):
     assert framed.with_template().template is None
     with pytest.raises(gpubpe.errors.ConfigError, match="'</s>' is not a special token"):
         tok.with_template(after=["</s>"])
+    # tiktoken's format has no template: the export says what to add
+    assert main(["export", "-t", str(tmp_path / "t.json"), "-o", str(tmp_path / "t.tiktoken")]) == 0
+    assert "tiktoken has no template: put ['<s>'] before and ['<|endoftext|>'] after" in \
+        capsys.readouterr().err
