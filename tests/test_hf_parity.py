@@ -100,3 +100,11 @@ def test_training_with_a_normalizer_equals_hf(form, tmp_path):
     cut = tok.truncate(1000)
     assert cut.vocabulary.layout.normalizer == form
     assert cut.merges == gpubpe.train([path], 1000, normalizer=form, progress=False).merges
+    # documents without a newline (normalized one by one, not a batch of lines at a time)
+    texts = [line.rstrip("\n") + " " for line in docs[:300]]
+    hf.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    merges = json.loads(hf.to_str())["model"]["merges"]
+    assert as_hf_strings(gpubpe.train(texts, 600, normalizer=form, progress=False).merges) == \
+        [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in merges]
