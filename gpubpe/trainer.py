@@ -102,20 +102,16 @@ def normalized_batches(corpus, form: str, text_field: str = "text") -> Iterator[
     HF's ``form`` (``hf_normalize``), as HF's trainer normalizes each sequence. A batch
     already in that form (English, most Chinese) is passed on as it was read.
 
-    Lines (every document ends with a newline) are normalized a batch at a time: no form
-    moves or composes a character across a newline, nor makes one, so the batch's text
-    normalized whole is its documents normalized one by one. Japanese (2.6 MB, 33 K lines,
-    NFKC): 0.53 s a line at a time, 0.013 s whole. Other documents (.jsonl texts) one by
-    one. bench/RESULTS.md, session 28."""
+    Counting English (40 MB, 2 threads, ``bench/train_bench.py --normalizer NFKC``) takes
+    0.83 s against 0.44 s without a normalizer, though NFKC changes almost nothing there:
+    each batch is read, decoded and checked here, on the calling thread, before its words
+    are counted (``count_words`` of a file reads it its own way). Yielding each document
+    (counted as a list of bytes) took the same 0.82 s. bench/RESULTS.md, session 28."""
     for batch in iter_batches(corpus, text_field):
         data = bytes(batch.data)
         if data.isascii() or unicodedata.is_normalized(
                 form, data.decode("utf-8", "surrogateescape")):
             yield batch
-            continue
-        lines = _normalized_lines(data, batch.doc_ends, form)
-        if lines is not None:
-            yield Batch(*lines, batch.input_bytes, batch.last)
             continue
         documents, start = [], 0
         for end in batch.doc_ends.tolist():
@@ -126,21 +122,6 @@ def normalized_batches(corpus, form: str, text_field: str = "text") -> Iterator[
                     "utf-8", "surrogateescape"))
         ends = np.cumsum(np.fromiter(map(len, documents), np.int64, len(documents)))
         yield Batch(b"".join(documents), ends.astype(np.int64), batch.input_bytes, batch.last)
-
-
-def _normalized_lines(data: bytes, doc_ends: np.ndarray, form: str):
-    """(``data`` normalized whole, its document ends) when every document ends with a
-    newline (and the normalized text has as many); else None."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if not doc_ends.size or not (raw[doc_ends - 1] == 10).all():
-        return None
-    normal = hf_normalize(data.decode("utf-8", "surrogateescape"), form).encode(
-        "utf-8", "surrogateescape")
-    newlines = np.flatnonzero(raw == 10)
-    normal_newlines = np.flatnonzero(np.frombuffer(normal, dtype=np.uint8) == 10)
-    if normal_newlines.size != newlines.size:
-        return None
-    return normal, (normal_newlines[np.searchsorted(newlines, doc_ends - 1)] + 1).astype(np.int64)
 
 
 def normalized_documents(corpus, form: str, text_field: str = "text") -> Iterator[bytes]:
