@@ -24,6 +24,7 @@ the running Python's are not covered.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 import zlib
@@ -97,10 +98,9 @@ def _kinds(form: str) -> np.ndarray:
     splits before every other into parts normalized alone), ``_HF_LACKS`` for one of
     ``characters_hf_lacks`` (~0.4 s, once a form)."""
     table = np.zeros(0x110000, dtype=np.uint8)
-    for c in range(0x110000):
+    for c, parts, mark in _decomposable_or_marks():
         char = chr(c)
-        parts = unicodedata.decomposition(char)
-        if unicodedata.combining(char) or parts and not unicodedata.is_normalized(form, char):
+        if mark or parts and not unicodedata.is_normalized(form, char):
             table[c] = _MAY_CHANGE
         if parts and _composes(char, parts):
             table[int(parts.split()[1], 16)] = _MAY_CHANGE
@@ -150,17 +150,35 @@ def characters_hf_lacks(form: str) -> frozenset[int]:
     marks, decomposable = _hf_code_points(HF_COMBINING_MARKS), _hf_code_points(HF_DECOMPOSABLE)
     compatible = form.startswith("NFK")
     lacking = set()
-    for c in range(0x110000):
+    for c, parts, mark in _decomposable_or_marks():
         char = chr(c)
-        if unicodedata.combining(char) and c not in marks:
+        if mark and c not in marks:
             lacking.add(c)
-        parts = unicodedata.decomposition(char)
         if not parts or c in decomposable or (parts.startswith("<") and not compatible):
             continue
         lacking.add(c)
         if form.endswith("C") and _composes(char, parts):
             lacking.update(int(part, 16) for part in parts.split())
     return frozenset(lacking)
+
+
+# Planes 4-13 hold no character in any Unicode so far, and 15-16 are private use (no
+# decomposition, no class): the tables skip them (~0.4 -> ~0.15 s, the first normalizing
+# of a process; session 28).
+_PLANES_WITH_CHARACTERS = (range(0x40000), range(0xE0000, 0xF0000))
+
+
+@lru_cache(maxsize=1)
+def _decomposable_or_marks() -> tuple[tuple[int, str, int], ...]:
+    """(code point, its decomposition, its combining class) of every character Python's
+    tables give one or the other: the only ones a form changes, moves or composes."""
+    found = []
+    for c in itertools.chain(*_PLANES_WITH_CHARACTERS):
+        char = chr(c)
+        parts, mark = unicodedata.decomposition(char), unicodedata.combining(char)
+        if parts or mark:
+            found.append((c, parts, mark))
+    return tuple(found)
 
 
 def _composes(char: str, parts: str) -> bool:
