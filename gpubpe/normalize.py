@@ -96,7 +96,7 @@ def _kinds(form: str) -> np.ndarray:
     """uint8 per code point: ``_MAY_CHANGE`` for a character ``form`` may change, reorder
     or compose with the one before it (which is why that one is normalized with it; text
     splits before every other into parts normalized alone), ``_HF_LACKS`` for one of
-    ``characters_hf_lacks`` (~0.4 s, once a form)."""
+    ``characters_hf_lacks`` (once a form, from ``_decomposable_or_marks``)."""
     table = np.zeros(0x110000, dtype=np.uint8)
     for c, parts, mark in _decomposable_or_marks():
         char = chr(c)
@@ -129,7 +129,7 @@ class _Lacking(NamedTuple):
 @lru_cache(maxsize=len(FORMS))
 def _lacking(form: str) -> _Lacking:
     """The characters of this Python's Unicode that ``form`` changes or moves and HF does
-    not know (~0.2 s, once a form)."""
+    not know (once a form)."""
     chars = sorted(characters_hf_lacks(form))
     bmp = "".join(escaped_char(c) for c in chars if c <= 0xFFFF)
     astral = "".join(escaped_char(c) for c in chars if c > 0xFFFF)
@@ -143,7 +143,7 @@ def _lacking(form: str) -> _Lacking:
 def characters_hf_lacks(form: str) -> frozenset[int]:
     """The code points Python's ``form`` reorders, decomposes or composes and HF's does
     not: marks HF gives no class, characters it does not decompose, and (NFC, NFKC) the
-    parts of compositions it does not make (~0.15 s, once a form: ``_kinds`` and
+    parts of compositions it does not make (once a form: ``_kinds`` and
     ``_lacking`` both read it)."""
     if form not in FORMS:
         raise ValueError(f"normal form {form!r}: expected one of {', '.join(FORMS)}")
@@ -163,8 +163,9 @@ def characters_hf_lacks(form: str) -> frozenset[int]:
 
 
 # Planes 4-13 hold no character in any Unicode so far, and 15-16 are private use (no
-# decomposition, no class): the tables skip them (~0.4 -> ~0.15 s, the first normalizing
-# of a process; session 28).
+# decomposition, no class): the tables skip them. The first NFKC normalizing of a process,
+# which builds them, 0.37-0.40 -> 0.04-0.09 s (every code point read per table before;
+# session 28).
 _PLANES_WITH_CHARACTERS = (range(0x40000), range(0xE0000, 0xF0000))
 
 
