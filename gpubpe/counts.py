@@ -265,7 +265,9 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
     if extend is not None:
         from .extend import load_base
 
-        extend = load_base(extend, pattern)
+        if counts is not None:  # a .tiktoken base is split with the counts' pattern
+            counts = as_counts(counts)
+        extend = load_base(extend, pattern if counts is None else counts.pattern)
         form = None if extend.layout is None else extend.layout.normalizer
         if form is not None and counts is not None:
             raise ConfigError(f"the base normalizes its text ({form}); pass the corpus instead "
