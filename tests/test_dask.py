@@ -147,13 +147,15 @@ def test_counts_with_another_pattern_equal_single_process(client, corpus):
 
 def test_special_token_settings_equal_single_process(client, tok, corpus, tmp_path):
     settings = {"allowed_special": {"<|endoftext|>"}, "append_special": "<|endoftext|>",
-                "prepend_special": "<|endoftext|>", "dtype": "uint32"}
+                "prepend_special": "<|endoftext|>", "dtype": "uint32",
+                "add_special_tokens": True}
+    tok = tok.with_template(after=["<|endoftext|>"])  # the template: one more after each
     gd.encode_files(tok, corpus, tmp_path / "out", client=client, split_bytes=SPLIT_BYTES,
                     **settings)
     gpubpe.encode_files(tok, corpus, tmp_path / "single.npy", progress=False, **settings)
     single = gpubpe.load_tokens(tmp_path / "single.npy")
     assert np.count_nonzero(np.asarray(single[0]) == tok.special_tokens["<|endoftext|>"]) > \
-        2 * (single[1].size - 1)  # around every document, and one in the text
+        3 * (single[1].size - 1)  # around every document, the template's, one in the text
     assert_same_tokens(tmp_path / "out", single)
 
 
