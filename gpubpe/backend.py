@@ -82,13 +82,9 @@ class DeviceBackend(Backend):
                     max_token_length: int = 0):
         from .trainer import DEVICE_MERGES_PER_STEP, DeviceTrainState
 
-        if max_token_length:
-            raise ConfigError(f"max_token_length={max_token_length}: the device's merge loop "
-                              "has no length limit; train with backend='cpu'")
-
         step = merges_per_step or DEVICE_MERGES_PER_STEP
         state = DeviceTrainState(word_counts, vocab_size, min_count, scaffold, self.xp, step,
-                                 launcher)
+                                 launcher, max_token_length)
         return state, step
 
     def codec(self, rules):

@@ -315,7 +315,8 @@ class DeviceTrainState:
     merges there and the host reads its rules and events once (the step's one sync)."""
 
     def __init__(self, word_counts: dict[bytes, int], vocab_size: int, min_count: int,
-                 scaffold: bool, xp, rows: int, launcher: str | None):
+                 scaffold: bool, xp, rows: int, launcher: str | None,
+                 max_token_length: int = 0):
         if launcher not in (None, *LAUNCHERS):
             raise ConfigError(f"launcher={launcher!r} is not one of {LAUNCHERS}")
         tokens, word_start, word_len, word_count = flatten_words(word_counts)
@@ -327,8 +328,8 @@ class DeviceTrainState:
         pool = self.initial_pool_bytes(max_tokens, vocab_size)
         control = np.zeros(dev.CONTROL_LENGTH, np.int64)
         control[[dev.N_TOKENS, dev.POOL_USED, dev.N_NORMAL]] = 256
-        control[[dev.VOCAB_SIZE, dev.MIN_COUNT, dev.SCAFFOLD_MODE]] = (vocab_size, min_count,
-                                                                       int(scaffold))
+        control[[dev.VOCAB_SIZE, dev.MIN_COUNT, dev.SCAFFOLD_MODE, dev.MAX_TOKEN_LEN]] = (
+            vocab_size, min_count, int(scaffold), max_token_length)
         token_tables = dict(zip(("pool", "token_start", "token_len", "token_hash", "vocab_keys",
                                  "vocab_values"), dev.host_token_tables(max_tokens, pool)))
         host = dict(tokens=tokens, next_pos=next_pos, prev_pos=prev_pos,
@@ -476,7 +477,7 @@ def train(
 
     ``max_token_length``: HF's BpeTrainer option, run as HF runs it: no merge makes a token
     of ``max_token_length`` bytes or more (so tokens have at most ``max_token_length - 1``),
-    except that two single bytes always merge (CPU backend).
+    except that two single bytes always merge.
 
     ``normalizer``: "NFC", "NFD", "NFKC" or "NFKD": each document is normalized as HF's
     normalizer of that name writes it (``gpubpe.normalize``) before it is split and

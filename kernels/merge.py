@@ -55,6 +55,7 @@ from .train_policy import (  # noqa: F401  (the stop codes are re-exported)
     STOP_NONE,
     STOP_VOCAB,
     append_token,
+    counted_pair,
     is_rare_child,
     stop_reason,
     token_for_merge,
@@ -80,21 +81,11 @@ def slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key, s
 
 
 @hot
-def counted_pair(left, right, token_len, max_len):
-    """HF's ``max_token_length`` (``Word::merge``): a pair is counted when its merged token
-    would be shorter than ``max_len`` (0: no limit), or when both are single bytes (HF
-    counts the text's first pairs whatever the limit). A pair not counted is never merged;
-    its length never changes, so neither its gains nor its losses matter."""
-    n = token_len[left] + token_len[right]
-    return max_len == 0 or n < max_len or n == 2
-
-
-@hot
 def _add_delta(left, right, delta, word, sizes, byte_rank, table_keys, table_values,
                slot_key, slot_count, slot_order, slot_head, slot_touch, post_word, post_next,
                touched, token_len):
     """Add ``delta`` to the pair's count; on a gain, post the word and mark the slot touched.
-    A pair ``counted_pair`` leaves out is not counted at all."""
+    A pair ``counted_pair`` (``train_policy``) leaves out is not counted at all."""
     if not counted_pair(left, right, token_len, sizes[MAX_TOKEN_LEN]):
         return
     slot = slot_of(left, right, sizes, byte_rank, table_keys, table_values, slot_key,

@@ -96,6 +96,7 @@ from .train_policy import (
     EVENT_READMIT,
     EVENT_RULE,
     STOP_NONE,
+    counted_pair_inline,
     is_rare_child_inline,
     pair_order_inline,
     ranks_above_inline,
@@ -111,11 +112,11 @@ CHUNK = 64 if numba.config.ENABLE_CUDASIM else THREADS_PER_BLOCK
 COOPERATIVE_MAX_BLOCKS = 4096
 STOP_NEED_POOL = 9  # not a stop: the pool needs room; the host grows it and goes on
 
-# Indices into ``control``.
+# Indices into ``control`` (MAX_TOKEN_LEN: HF's max_token_length, 0 for none).
 (STOP, N_NORMAL, N_TOKENS, POOL_USED, LEFT, RIGHT, MERGED, APPLY, NEW_TOKEN, PENDING_MARKS,
  N_RULES, N_EVENTS, NEED, RULES_TOTAL, VOCAB_SIZE, MIN_COUNT, SCAFFOLD_MODE, GRID_BLOCKS,
- N_DIRTY, GROUP_CHUNKS, N_STARTS, BLOCKS_DONE) = range(22)
-CONTROL_LENGTH = 22
+ N_DIRTY, GROUP_CHUNKS, N_STARTS, BLOCKS_DONE, MAX_TOKEN_LEN) = range(23)
+CONTROL_LENGTH = 23
 EVENTS_PER_ITERATION = 3  # a rule and two marks, or one re-admit
 # About this many groups of chunks: the head is the best of their maxima, which the deciding
 # block reads (a few loads a thread); more groups would make that longer, fewer would make
@@ -154,6 +155,7 @@ else:
 
 _pair_order = device_function(pair_order_inline)
 _ranks_above = device_function(ranks_above_inline)
+_counted_pair = device_function(counted_pair_inline)
 
 
 # ------------------------------------------------------------ shared pieces
@@ -185,6 +187,16 @@ def add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chun
     cuda.atomic.add(slot_count, cell, delta)
     mark_dirty(np.int64(cell // np.uint64(CHUNK)), chunk_dirty, dirty_chunks, group_fill,
                dirty_groups, control)
+
+
+@device_phase
+def add_counted_pair(left, right, delta, token_len, table_keys, slot_count, chunk_dirty,
+                     dirty_chunks, group_fill, dirty_groups, control):
+    """``add_pair`` for a pair ``counted_pair`` counts (HF's max_token_length), as the CPU
+    loop's ``_add_delta``."""
+    if _counted_pair(left, right, token_len, control[MAX_TOKEN_LEN]):
+        add_pair(left, right, delta, table_keys, slot_count, chunk_dirty, dirty_chunks,
+                 group_fill, dirty_groups, control)
 
 
 @device_phase
@@ -548,7 +560,7 @@ def copy_new_token(thread, n_threads, pool, token_start, token_len, control):
 @device_phase
 def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                  table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                 dirty_groups, starts, control):
+                 dirty_groups, starts, control, token_len):
     """Phase 3: each merge's pair deltas, by the thread that finds its start (a position
     holding the left token: every other position costs its token's 4 bytes, no more): the
     pair merged and the pairs on its two sides leave, the pairs with the merged token
@@ -578,18 +590,18 @@ def count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, 
         before = prev_pos[k]
         if before >= 0 and not merge_ends_at(before, runs, tokens, prev_pos, mark, left,
                                              right):
-            add_pair(tokens[before], left, -count, table_keys, slot_count, chunk_dirty,
-                     dirty_chunks, group_fill, dirty_groups, control)
-            add_pair(tokens[before], merged, count, table_keys, slot_count, chunk_dirty,
-                     dirty_chunks, group_fill, dirty_groups, control)
+            add_counted_pair(tokens[before], left, -count, token_len, table_keys, slot_count,
+                             chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
+            add_counted_pair(tokens[before], merged, count, token_len, table_keys, slot_count,
+                             chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
         after = next_pos[next_pos[k]]
         if after >= 0:
-            add_pair(right, tokens[after], -count, table_keys, slot_count, chunk_dirty,
-                     dirty_chunks, group_fill, dirty_groups, control)
+            add_counted_pair(right, tokens[after], -count, token_len, table_keys, slot_count,
+                             chunk_dirty, dirty_chunks, group_fill, dirty_groups, control)
             then = merged if merge_starts_at(after, runs, tokens, next_pos, mark, left,
                                              right) else np.int64(tokens[after])
-            add_pair(merged, then, count, table_keys, slot_count, chunk_dirty, dirty_chunks,
-                     group_fill, dirty_groups, control)
+            add_counted_pair(merged, then, count, token_len, table_keys, slot_count, chunk_dirty,
+                             dirty_chunks, group_fill, dirty_groups, control)
     if not runs:
         add_merged_count(merged_count, token_freq, control)
 
@@ -712,7 +724,7 @@ def count_deltas_kernel(
     copy_new_token(thread, n_threads, pool, token_start, token_len, control)
     count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                  table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                 dirty_groups, starts, control)
+                 dirty_groups, starts, control, token_len)
 
 
 @cuda.jit
@@ -753,7 +765,7 @@ def train_steps_kernel(
         copy_new_token(thread, n_threads, pool, token_start, token_len, control)
         count_deltas(thread, n_threads, tokens, next_pos, prev_pos, position_count, mark,
                      table_keys, slot_count, token_freq, chunk_dirty, dirty_chunks, group_fill,
-                     dirty_groups, starts, control)
+                     dirty_groups, starts, control, token_len)
         grid_sync()
 
 

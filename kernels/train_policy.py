@@ -44,6 +44,15 @@ def _pair_order(left, right, byte_rank):
     return TOP_BIT | (np.uint64(left_hf) << np.uint64(32)) | np.uint64(right_hf)
 
 
+def _counted_pair(left, right, token_len, max_len):
+    """HF's ``max_token_length`` (``Word::merge``): a pair is counted when its merged token
+    would be shorter than ``max_len`` (0: no limit), or when both are single bytes (HF
+    counts the text's first pairs whatever the limit). A pair not counted is never merged;
+    its length never changes, so neither its gains nor its losses matter."""
+    n = token_len[left] + token_len[right]
+    return max_len == 0 or n < max_len or n == 2
+
+
 def _stop_reason(n_normal, vocab_size, head_priority, min_count):
     """Why training stops before this iteration (STOP_NONE: it goes on).
 
@@ -122,6 +131,7 @@ ranks_above = hot(_ranks_above)
 pair_order = hot(_pair_order)
 stop_reason = hot(_stop_reason)
 is_rare_child = hot(_is_rare_child)
+counted_pair = hot(_counted_pair)
 token_for_merge, _, append_token = _token_rules(table_find, table_put, hash_concat,
                                                 njit(_nrt=False))
 
@@ -130,5 +140,6 @@ ranks_above_inline = inline(_ranks_above)
 pair_order_inline = inline(_pair_order)
 stop_reason_inline = inline(_stop_reason)
 is_rare_child_inline = inline(_is_rare_child)
+counted_pair_inline = inline(_counted_pair)
 token_for_merge_inline, register_token_inline, _ = _token_rules(
     table_find_inline, inline(table_put.py_func), inline(hash_concat.py_func), inline)

@@ -39,10 +39,10 @@ small_words = st.dictionaries(
 
 
 def train_both(word_counts, vocab_size, scaffold=False, launcher="phased", step=4,
-               min_frequency=0):
+               min_frequency=0, max_token_length=None):
     """(cpu, device) results of train_from_counts with events, the device in small steps."""
     kwargs = dict(scaffold=scaffold, progress=False, with_events=True,
-                  min_frequency=min_frequency)
+                  min_frequency=min_frequency, max_token_length=max_token_length)
     cpu = train_from_counts(word_counts, vocab_size, merges_per_step=step, **kwargs)
     device = train_from_counts(word_counts, vocab_size, backend=CUDA, launcher=launcher,
                                merges_per_step=step, **kwargs)
@@ -116,6 +116,20 @@ def test_the_persistent_kernel_over_many_blocks_equals_cpu(scaffold):
     state = DeviceTrainState(word_counts, 1256, 1, scaffold, CUDA.xp, 64, "cooperative")
     state.run(64)
     assert to_host(state.state["control"], "test")[dev.GRID_BLOCKS] > 1
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@settings(max_examples=4)
+@given(st.dictionaries(st.binary(min_size=1, max_size=12), st.integers(1, 5), min_size=1,
+                       max_size=10), st.integers(1, 6), st.booleans())
+def test_max_token_length_on_the_device_equals_cpu_and_reference(launcher, word_counts,
+                                                                   max_token_length, scaffold):
+    cpu, device = train_both(word_counts, 300, scaffold, launcher, step=5,
+                             max_token_length=max_token_length)
+    assert_same(cpu, device, scaffold)
+    if not scaffold:
+        assert device[0].tolist() == [list(rule) for rule in _reference.train_bpe(
+            word_counts, 300, max_token_length=max_token_length)]
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
