@@ -262,6 +262,8 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
     if normalizer is not None:
         raise ConfigError("normalizer= applies to training from a corpus: a counts file holds "
                           "words already split, and extend follows the base's normalizer")
+    if extend is not None and max_token_length is not None:
+        raise ConfigError("max_token_length applies to training; extend does not take it")
     if extend is not None:
         from .extend import load_base
 
@@ -288,9 +290,6 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
     counts = as_counts(counts)
     if extend is not None:  # the base's pattern and special tokens rule, checked there
         from .extend import extend_tokenizer
-
-        if max_token_length is not None:
-            raise ConfigError("max_token_length applies to training; extend does not take it")
 
         return extend_tokenizer(extend, counts, add, min_frequency=min_frequency,
                                 vocab_size=vocab_size, progress=progress, normalized=normalized)
