@@ -91,6 +91,12 @@ _RUNS_MIN_CHARS = 256
 _MAY_CHANGE, _HF_LACKS = 1, 2  # ``_kinds``
 
 
+def hf_normalize_bytes(data: bytes, form: str) -> bytes:
+    """:func:`hf_normalize` of UTF-8 bytes (invalid bytes kept as they are)."""
+    return hf_normalize(data.decode("utf-8", "surrogateescape"), form).encode(
+        "utf-8", "surrogateescape")
+
+
 @lru_cache(maxsize=len(FORMS))
 def _kinds(form: str) -> np.ndarray:
     """uint8 per code point: ``_MAY_CHANGE`` for a character ``form`` may change, reorder

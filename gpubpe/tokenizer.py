@@ -107,7 +107,7 @@ from .model import (
     read_tokenizer_json,
     tokenizer_json_path,
 )
-from .normalize import hf_normalize
+from .normalize import hf_normalize, hf_normalize_bytes
 from .pretokenize import (
     compiled_pattern,
     has_bytes_steps,
@@ -1443,12 +1443,12 @@ def _normalized_documents(array, doc_start, doc_end, matches, form: str):
         at, length = first, 0
         for k in range(int(first_match[d]), int(first_match[d + 1])):
             special = int(match_at[k])
-            parts.append(_normalized_bytes(data[at:special], form))
+            parts.append(hf_normalize_bytes(data[at:special], form))
             within[k] = length = length + len(parts[-1])
             at = special + int(match_len[k])
             parts += [data[special:at]]
             length += at - special
-        parts.append(_normalized_bytes(data[at:end], form))
+        parts.append(hf_normalize_bytes(data[at:end], form))
         growth[d] = length + len(parts[-1]) - (end - first)
         copied = end
     parts.append(data[copied:])
@@ -1474,11 +1474,6 @@ def _text_between(doc_start, doc_end, match_at, match_len):
     ends = np.sort(np.concatenate([match_at, doc_end]))
     filled = ends > starts
     return starts[filled], ends[filled]
-
-
-def _normalized_bytes(text: bytes, form: str) -> bytes:
-    return hf_normalize(text.decode("utf-8", "surrogateescape"), form).encode(
-        "utf-8", "surrogateescape")
 
 
 def _without_leading_spaces(out: np.ndarray, bounds: np.ndarray):

@@ -42,7 +42,7 @@ from .kernels.pairs import (
 )
 from .kernels.pqueue import empty_heap, heap_of_counts
 from .model import Vocabulary, check_special_tokens, normalizing
-from .normalize import FORMS, hf_normalize
+from .normalize import FORMS, hf_normalize_bytes
 from .pretokenize import Batch, count_batch_words, count_words, iter_batches, resolve_pattern
 
 TIE_BREAKS = ("hf",)
@@ -117,11 +117,10 @@ def normalized_batches(corpus, form: str, text_field: str = "text") -> Iterator[
         for end in batch.doc_ends.tolist():
             document = data[start:end]
             start = end
-            documents.append(document if document.isascii() else hf_normalize(
-                document.decode("utf-8", "surrogateescape"), form).encode(
-                    "utf-8", "surrogateescape"))
+            documents.append(document if document.isascii() else
+                             hf_normalize_bytes(document, form))
         ends = np.cumsum(np.fromiter(map(len, documents), np.int64, len(documents)))
-        yield Batch(b"".join(documents), ends.astype(np.int64), batch.input_bytes, batch.last)
+        yield Batch(b"".join(documents), ends, batch.input_bytes, batch.last)
 
 
 def normalized_documents(corpus, form: str, text_field: str = "text") -> Iterator[bytes]:
