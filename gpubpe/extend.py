@@ -228,10 +228,9 @@ def _extend_by_encoding(vocab, counts: WordCounts, add: int, min_frequency: int,
 def _layout_with_new_ids(vocab, n_new: int):
     """The base's id layout (gpubpe's own: identity, special tokens after it) with ``n_new``
     tokens numbered from the base's ``n_ids`` up."""
-    from .model import IdLayout
+    from .model import own_layout
 
-    layout = vocab.layout or IdLayout(np.arange(len(vocab.token_bytes), dtype=np.int64),
-                                      list(vocab.special_ids().values()))
+    layout = vocab.layout or own_layout(vocab)
     new_ids = vocab.n_ids + np.arange(n_new, dtype=np.int64)
     return dataclasses.replace(layout, output_ids=np.concatenate([layout.output_ids, new_ids]))
 

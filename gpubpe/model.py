@@ -120,30 +120,32 @@ class Template(NamedTuple):
         return {"before": list(self.before), "after": list(self.after)}
 
 
+def own_layout(vocab: Vocabulary, normalizer: str | None = None) -> IdLayout:
+    """The id layout of gpubpe's own numbering of ``vocab``: internal ids, special tokens
+    after them, and ``normalizer``."""
+    n_tokens = len(vocab.token_bytes)
+    return IdLayout(np.arange(n_tokens, dtype=np.int64),
+                    list(range(n_tokens, n_tokens + len(vocab.special_tokens))),
+                    normalizer=normalizer)
+
+
 def normalizing(vocab: Vocabulary, form: str | None) -> Vocabulary:
     """``vocab`` (gpubpe's own numbering) with its text normalized to ``form`` before the
-    split, as a HF normalizer does: an id layout of the same ids (``own_numbering``) that
-    names the form. None: ``vocab`` as it is."""
+    split, as a HF normalizer does: its own layout naming the form. None: ``vocab`` as it
+    is."""
     if form is None:
         return vocab
-    n_tokens = len(vocab.token_bytes)
-    layout = IdLayout(np.arange(n_tokens, dtype=np.int64),
-                      list(range(n_tokens, n_tokens + len(vocab.special_tokens))),
-                      normalizer=form)
-    return Vocabulary.from_tokens(vocab.token_bytes, vocab.rules, layout, vocab.special_tokens,
-                                  vocab.pattern, vocab.metadata)
+    return Vocabulary.from_tokens(vocab.token_bytes, vocab.rules, own_layout(vocab, form),
+                                  vocab.special_tokens, vocab.pattern, vocab.metadata)
 
 
 def own_numbering(vocab: Vocabulary) -> bool:
     """Whether ``vocab`` numbers its tokens as gpubpe's training does (internal ids, special
-    tokens after them), a normalizer aside: no layout, or the one ``normalizing`` makes."""
+    tokens after them), a normalizer aside: no layout, or its ``own_layout``."""
     layout = vocab.layout
     if layout is None:
         return True
-    n_tokens = len(vocab.token_bytes)
-    own = IdLayout(np.arange(n_tokens, dtype=np.int64),
-                   list(range(n_tokens, n_tokens + len(vocab.special_tokens))),
-                   normalizer=layout.normalizer)
+    own = own_layout(vocab, layout.normalizer)
     return np.array_equal(layout.output_ids, own.output_ids) and all(
         getattr(layout, name) == getattr(own, name) for name in (
             "special_ids", "rank_by_token", "whole_tokens", "prefix_space", "special_flags",
