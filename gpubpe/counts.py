@@ -274,10 +274,11 @@ def train_on_counts(counts, vocab_size, *, corpus=None, extend=None, add=None,
         if form is not None and counts is not None:
             raise ConfigError(f"the base normalizes its text ({form}); pass the corpus instead "
                               "of counts=, so it is normalized as the base does")
-        normalized = corpus is not None and counts is None and form is not None
+        normalized = False  # whether the counts are of text the base's normalizer ran on
         if corpus is not None and counts is None:
             from .trainer import normalized_documents
 
+            normalized = form is not None
             text = normalized_documents(corpus, form) if normalized else corpus
             counts = count_words(text, pattern=extend.pattern,
                                  special_tokens=extend.special_tokens, progress=progress)

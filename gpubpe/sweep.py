@@ -158,6 +158,10 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
     """
     from .model import Vocabulary, normalizing, own_numbering
 
+    _check_size(vocab_size)
+    if vocab_size > vocab.vocab_size:
+        raise ConfigError(f"vocab_size={vocab_size} is above this vocabulary's "
+                          f"{vocab.vocab_size}; truncate can only cut")
     if not own_numbering(vocab):
         # Cut from the rules alone and numbered by them, GPT-2's "o" (78) came back as 111
         # (found session 28): an import keeps its source's ids.
@@ -169,9 +173,6 @@ def truncated_vocabulary(vocab, vocab_size: int, events=None):
             raise ConfigError(
                 "this Scaffold-BPE vocabulary carries no event log, and the scaffold flags at a "
                 "smaller size are not the final ones; train at that size, or use gpubpe.sweep")
-    if vocab_size > vocab.vocab_size:
-        raise ConfigError(f"vocab_size={vocab_size} is above this vocabulary's "
-                          f"{vocab.vocab_size}; truncate can only cut")
     rules, flags = cut_rules(vocab.rules, events if scaffold else None,
                              vocab.scaffold if scaffold else None, vocab_size)
     metadata = {key: value for key, value in vocab.metadata.items() if key != "scaffold_events"}
@@ -194,10 +195,6 @@ def _truncated_import(vocab, vocab_size: int):
     if layout.metaspace:
         raise ConfigError("truncate: a SentencePiece-style vocabulary (characters, <0xXX> byte "
                           "fallback) is not cut; train at that size instead")
-    if vocab_size > vocab.vocab_size:
-        raise ConfigError(f"vocab_size={vocab_size} is above this vocabulary's "
-                          f"{vocab.vocab_size}; truncate can only cut")
-    _check_size(vocab_size)
     outputs = layout.output_ids
     merged = np.arange(256, outputs.size)[outputs[256:] >= 0]
     wanted = vocab_size - int(np.count_nonzero(outputs[:256] >= 0))
